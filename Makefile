@@ -1,0 +1,46 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test`.
+# Both create .venv from requirements.lock on first use; later calls only
+# check a stamp file and spend no time on installs.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+UV_VERSION := $(shell sed -n 's/^uv==//p' requirements.lock)
+CONFIG ?= taxi
+OUTPUT ?= runs
+RUNNER ?= beam
+PYTEST_ARGS ?=
+
+.PHONY: setup run test bench lint lock clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
+	# TFX declares Requires-Python <3.11; its pinned dependencies are in the lock.
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --ignore-requires-python \
+		tfx==1.16.0 ml-pipelines-sdk==1.16.0
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/tfxkit run --config $(CONFIG) --runner $(RUNNER) --output $(OUTPUT)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python benchmarks/ingestion.py
+
+lint: setup
+	$(BIN)/ruff check components pipelines tests benchmarks
+
+# Re-resolve the lock for Python 3.11 on manylinux x86-64 from requirements.in.
+lock: setup
+	$(BIN)/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		requirements.in -o requirements.lock
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

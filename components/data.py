@@ -1,0 +1,151 @@
+"""Locating and checking the raw input data (no TFX types).
+
+`resolve_input` turns the `data` config section into an ExampleGen input
+(directory + file pattern), writing built-in datasets once where needed.
+`check_input` reads the header (CSV) or first record (TFRecord) and fails with a
+`DataError` naming the file and column before any component runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import fnmatch
+import io
+import os
+
+import tensorflow as tf
+
+from components.config import DataConfig
+
+
+class DataError(ValueError):
+    """The input data cannot be used; the message names the file and column."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedInput:
+    """ExampleGen input: a directory and a file pattern relative to it."""
+
+    input_base: str
+    pattern: str
+    format: str
+
+    @property
+    def files(self) -> list[str]:
+        return sorted(tf.io.gfile.glob(os.path.join(self.input_base, self.pattern)))
+
+
+def taxi_csv_path() -> str:
+    """The big_tipper Chicago taxi CSV that ships inside the installed tfx wheel."""
+    import tfx
+
+    path = os.path.join(
+        os.path.dirname(tfx.__file__), "examples", "chicago_taxi_pipeline", "data", "big_tipper_label", "data.csv"
+    )
+    if not tf.io.gfile.exists(path):
+        raise DataError(f"data.builtin: the taxi CSV is missing from the installed tfx package ({path})")
+    return path
+
+
+def write_digits(directory: str) -> str:
+    """Writes scikit-learn's bundled digits once as a TFRecord of tf.Examples.
+
+    Each example has `pixels` (64 floats, 0..16) and `label` (int 0..9).
+
+    Returns:
+      The path of the TFRecord file.
+    """
+    from sklearn.datasets import load_digits
+
+    path = os.path.join(directory, "digits.tfrecord")
+    if tf.io.gfile.exists(path):
+        return path
+    tf.io.gfile.makedirs(directory)
+    digits = load_digits()
+    tmp = path + ".tmp"
+    with tf.io.TFRecordWriter(tmp) as writer:
+        for image, label in zip(digits.data, digits.target, strict=True):
+            example = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "pixels": tf.train.Feature(float_list=tf.train.FloatList(value=image.astype("float32"))),
+                        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+                    }
+                )
+            )
+            writer.write(example.SerializeToString())
+    # Rename last so an interrupted write never leaves a truncated input file.
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+    return path
+
+
+def resolve_input(data: DataConfig, data_root: str) -> ResolvedInput:
+    """Returns the ExampleGen input for `data`.
+
+    Args:
+      data: The `data` config section.
+      data_root: Directory where built-in datasets are materialised.
+
+    Raises:
+      DataError: if `data.path` does not exist or holds no matching files.
+    """
+    if data.builtin == "taxi":
+        path = taxi_csv_path()
+    elif data.builtin == "digits":
+        path = write_digits(os.path.join(data_root, "digits"))
+    else:
+        path = data.path
+    if not tf.io.gfile.exists(path):
+        raise DataError(f"data.path: {path!r} does not exist; point it at a {data.format.upper()} file or a directory of them")
+    if tf.io.gfile.isdir(path):
+        resolved = ResolvedInput(path, "*", data.format)
+    else:
+        resolved = ResolvedInput(os.path.dirname(path) or ".", os.path.basename(path), data.format)
+    if not resolved.files:
+        raise DataError(f"data.path: no files match {os.path.join(resolved.input_base, resolved.pattern)!r}")
+    return resolved
+
+
+def _csv_header(path: str) -> list[str]:
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            first = f.readline()
+    except (tf.errors.OpError, UnicodeDecodeError) as e:
+        raise DataError(f"data.path: cannot read {path!r}: {e}") from e
+    if not first.strip():
+        raise DataError(f"data.path: {path!r} is empty; expected a CSV header line")
+    return next(csv.reader(io.StringIO(first)))
+
+
+def _first_example_keys(path: str) -> set[str]:
+    try:
+        for record in tf.data.TFRecordDataset(path, compression_type=_compression_of(path)).take(1):
+            example = tf.train.Example.FromString(record.numpy())
+            return set(example.features.feature.keys())
+    except tf.errors.OpError as e:
+        raise DataError(f"data.path: {path!r} is not a readable TFRecord file: {e.message}") from e
+    raise DataError(f"data.path: {path!r} holds no records")
+
+
+def _compression_of(path: str) -> str:
+    return "GZIP" if fnmatch.fnmatch(path, "*.gz") else ""
+
+
+def check_input(data: DataConfig, resolved: ResolvedInput) -> None:
+    """Checks that every input file carries the label and every feature.
+
+    Raises:
+      DataError: naming the file and the missing column.
+    """
+    wanted = [data.label.name] + [f.name for f in data.features]
+    for path in resolved.files:
+        columns = set(_csv_header(path)) if data.format == "csv" else _first_example_keys(path)
+        missing = [c for c in wanted if c not in columns]
+        if missing:
+            role = "label" if missing[0] == data.label.name else "feature"
+            field = "data.label.name" if role == "label" else "data.features"
+            raise DataError(
+                f"{field}: {role} column {missing[0]!r} is not in {path!r} "
+                f"(it has: {', '.join(sorted(columns))}); fix the config or the data"
+            )

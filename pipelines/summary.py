@@ -1,0 +1,144 @@
+"""Run summary read back from ML Metadata (what actually ran, not what we hoped).
+
+`summarize_run` looks up the newest pipeline run in the store and reports,
+per component, its state (`succeeded`, `cached`, `failed`, `running`) and
+seconds, the Evaluator's overall-slice metrics and blessing, and where the
+Pusher put the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import tensorflow as tf
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+_STATE = {
+    metadata_store_pb2.Execution.COMPLETE: "succeeded",
+    metadata_store_pb2.Execution.CACHED: "cached",
+    metadata_store_pb2.Execution.FAILED: "failed",
+    metadata_store_pb2.Execution.RUNNING: "running",
+    metadata_store_pb2.Execution.NEW: "running",
+    metadata_store_pb2.Execution.CANCELED: "failed",
+}
+
+
+def open_store(metadata_path: str) -> metadata_store.MetadataStore:
+    cfg = metadata_store_pb2.ConnectionConfig()
+    cfg.sqlite.filename_uri = metadata_path
+    cfg.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    return metadata_store.MetadataStore(cfg)
+
+
+def latest_run_executions(store: metadata_store.MetadataStore, pipeline_name: str) -> dict[str, Any]:
+    """Maps node id -> newest execution of the newest run of `pipeline_name`."""
+    runs = [
+        c
+        for c in store.get_contexts_by_type("pipeline_run")
+        if any(p.name == pipeline_name for p in store.get_parent_contexts_by_context(c.id))
+    ] or store.get_contexts_by_type("pipeline_run")
+    if not runs:
+        return {}
+    run = max(runs, key=lambda c: c.create_time_since_epoch)
+    by_node: dict[str, Any] = {}
+    for execution in store.get_executions_by_context(run.id):
+        node = next(
+            (
+                c.name.split(".", 1)[-1]
+                for c in store.get_contexts_by_execution(execution.id)
+                if c.type == "node" or store.get_context_types_by_id([c.type_id])[0].name == "node"
+            ),
+            None,
+        )
+        if node is None:
+            continue
+        if node not in by_node or execution.id > by_node[node].id:
+            by_node[node] = execution
+    return by_node
+
+
+def _output_artifacts(store, execution_id: int) -> list:
+    events = store.get_events_by_execution_ids([execution_id])
+    ids = [e.artifact_id for e in events if e.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)]
+    return store.get_artifacts_by_id(ids) if ids else []
+
+
+def _artifact_type(store, artifact) -> str:
+    return store.get_artifact_types_by_id([artifact.type_id])[0].name
+
+
+def read_metrics(evaluation_uri: str) -> dict[str, float]:
+    """Overall-slice metrics of an Evaluator output (TFMA)."""
+    import tensorflow_model_analysis as tfma
+
+    metrics: dict[str, float] = {}
+    try:
+        result = tfma.load_eval_result(evaluation_uri)
+    except (OSError, ValueError, tf.errors.OpError):
+        return metrics
+    for slice_key, by_output in result.slicing_metrics:
+        if slice_key:
+            continue
+        for _, by_class in by_output.items():
+            for _, values in by_class.items():
+                for name, value in values.items():
+                    if "doubleValue" in value:
+                        metrics[name] = float(value["doubleValue"])
+    return metrics
+
+
+def summarize_run(metadata_path: str, pipeline_name: str) -> dict[str, Any]:
+    """Builds the summary dict of the newest run (see module docstring)."""
+    store = open_store(metadata_path)
+    executions = latest_run_executions(store, pipeline_name)
+    components: dict[str, Any] = {}
+    metrics: dict[str, float] = {}
+    blessed = None
+    pushed_model = None
+    for node, execution in sorted(executions.items(), key=lambda kv: kv[1].id):
+        state = _STATE.get(execution.last_known_state, "unknown")
+        seconds = max(0.0, (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000.0)
+        components[node] = {"status": state, "seconds": round(seconds, 2)}
+        for artifact in _output_artifacts(store, execution.id):
+            kind = _artifact_type(store, artifact)
+            if kind == "ModelEvaluation" and node == "Evaluator":
+                metrics = read_metrics(artifact.uri)
+            elif kind == "ModelBlessing" and node == "Evaluator":
+                blessed = bool(artifact.custom_properties["blessed"].int_value) if "blessed" in artifact.custom_properties else None
+            elif kind == "PushedModel" and node == "Pusher":
+                props = artifact.custom_properties
+                if "pushed" in props and props["pushed"].int_value == 1:
+                    pushed_model = props["pushed_destination"].string_value
+    failed = any(c["status"] in ("failed", "running", "unknown") for c in components.values())
+    return {
+        "status": "failed" if failed or not components else "succeeded",
+        "components": components,
+        "metrics": metrics,
+        "blessed": blessed,
+        "pushed_model": pushed_model,
+    }
+
+
+def write_summary(summary: dict[str, Any], output_dir: str) -> str:
+    path = os.path.join(output_dir, "summary.json")
+    tf.io.gfile.makedirs(output_dir)
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    lines = [f"Pipeline {summary['status']}"]
+    for node, info in summary["components"].items():
+        lines.append(f"  {node:<22} {info['status']:<10} {info['seconds']:>8.1f} s")
+    if summary.get("metrics"):
+        lines.append("Evaluation (eval split): " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary["metrics"].items())))
+    if summary.get("blessed") is not None:
+        lines.append(f"Blessed: {summary['blessed']}")
+    lines.append(f"Pushed model: {summary['pushed_model'] or 'none'}")
+    if summary.get("error"):
+        lines.append(f"Error: {summary['error']}")
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""Config loading and validation: every error names the field path."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from components.config import (
+    SHIPPED_CONFIG_DIR,
+    ConfigError,
+    PipelineConfig,
+    from_custom_config,
+    from_dict,
+    load_config,
+    to_dict,
+)
+
+
+def _taxi_dict():
+    return yaml.safe_load((SHIPPED_CONFIG_DIR / "taxi.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", ["taxi", "digits"])
+def test_shipped_configs_load(name):
+    config = load_config(name)
+    assert config.name == name
+    assert config.data.features
+    assert config.data.label.name not in {f.name for f in config.data.features}
+
+
+def test_taxi_has_every_feature_kind_and_no_label_source(taxi_config):
+    kinds = {f.kind for f in taxi_config.data.features}
+    assert kinds == {"float", "int_categorical", "string_categorical"}
+    names = {f.name for f in taxi_config.data.features}
+    assert "tips" not in names
+    assert "tips" in taxi_config.data.exclude
+
+
+def test_yaml_path_loads(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text((SHIPPED_CONFIG_DIR / "digits.yaml").read_text())
+    assert load_config(str(path)) == load_config("digits")
+
+
+def test_json_round_trip(taxi_config):
+    assert PipelineConfig.from_json(taxi_config.to_json()) == taxi_config
+    assert from_custom_config({"tfxkit_config": taxi_config.to_json()}) == taxi_config
+    assert from_custom_config('{"other": 1}') is None
+
+
+def _mutate(path, value):
+    data = _taxi_dict()
+    node = data
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    last = keys[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    "path, value, match",
+    [
+        ("train.learning_rat", 0.1, r"train\.learning_rat: unknown key 'learning_rat'; allowed keys: .*learning_rate"),
+        ("bogus", 1, r"^bogus: unknown key 'bogus'; allowed keys: beam_args, data, "),
+        ("train.train_steps", "many", r"train\.train_steps: expected an integer, got 'many'"),
+        ("train.train_steps", 1.5, r"train\.train_steps: expected an integer"),
+        ("ingestion.deterministic", "yes", r"ingestion\.deterministic: expected true or false"),
+        ("train.learning_rate", -0.1, r"train\.learning_rate: expected a number > 0, got -0.1"),
+        ("train.grad_accum_steps", 0, r"train\.grad_accum_steps: expected an integer >= 1"),
+        ("ingestion.batch_size", 0, r"ingestion\.batch_size: expected an integer >= 1"),
+        ("transform.compression", "zstd", r"transform\.compression: expected one of \['gzip', 'none'\], got 'zstd'"),
+        ("strategy.kind", "magic", r"strategy\.kind: expected one of \['auto', 'one_device'"),
+        ("distillation.alpha", 1.5, r"distillation\.alpha: expected a number in \[0, 1\], got 1.5"),
+        ("distillation.temperature", 0, r"distillation\.temperature: expected a number > 0"),
+        ("teacher.hidden_units", [64, 0], r"teacher\.hidden_units\[1\]: expected an integer >= 1, got 0"),
+        ("teacher.dropout", 1.0, r"teacher\.dropout: expected a number in \[0, 1\)"),
+        ("evaluation.min_accuracy", 2, r"evaluation\.min_accuracy: expected a number in \[0, 1\]"),
+        ("data.features.0.kind", "complex", r"data\.features\[0\]\.kind: expected one of \['float', 'int_categorical', 'string_categorical'\]"),
+        ("data.features.3.num_buckets", 1, r"data\.features\[3\]\.num_buckets: expected an integer >= 2 for transform 'bucketize'"),
+        ("data.features.0.transform", "vocabulary", r"data\.features\[0\]\.transform: expected one of \['zscore', 'bucketize', 'identity'\] for kind 'float'"),
+        ("data.label.num_classes", 1, r"data\.label\.num_classes: expected an integer >= 2"),
+        ("data.builtin", "mnist", r"data\.builtin: expected one of \['taxi', 'digits'\], got 'mnist'"),
+        ("kubeflow.placements", {"Trainer": {"accelerator_count": 1}}, r"kubeflow\.placements\.Trainer\.accelerator_type: accelerator_count is set"),
+    ],
+)
+def test_invalid_values_name_the_field(path, value, match):
+    with pytest.raises(ConfigError, match=match):
+        from_dict(_mutate(path, value))
+
+
+def test_label_that_is_also_a_feature_is_rejected():
+    data = _taxi_dict()
+    data["data"]["features"].append({"name": "big_tipper", "kind": "int_categorical"})
+    with pytest.raises(ConfigError, match=r"data\.features\[\d+\]\.name: 'big_tipper' is the label; a label cannot also be a feature"):
+        from_dict(data)
+
+
+def test_label_source_cannot_be_a_feature():
+    data = _taxi_dict()
+    data["data"]["features"].append({"name": "tips", "kind": "float"})
+    with pytest.raises(ConfigError, match=r"'tips' is listed in data\.exclude"):
+        from_dict(data)
+
+
+def test_duplicate_feature_is_rejected():
+    data = _taxi_dict()
+    data["data"]["features"].append(copy.deepcopy(data["data"]["features"][0]))
+    with pytest.raises(ConfigError, match=r"duplicate feature 'fare'"):
+        from_dict(data)
+
+
+def test_missing_data_source_is_rejected():
+    data = _taxi_dict()
+    del data["data"]["builtin"]
+    with pytest.raises(ConfigError, match=r"^data: set exactly one of 'builtin'"):
+        from_dict(data)
+
+
+def test_missing_required_feature_key():
+    data = _taxi_dict()
+    del data["data"]["features"][0]["kind"]
+    with pytest.raises(ConfigError, match=r"data\.features\[0\]\.kind: required key is missing"):
+        from_dict(data)
+
+
+def test_unknown_config_name_lists_shipped_ones():
+    with pytest.raises(ConfigError, match=r"'nope' is neither a YAML file nor a shipped config \(digits, taxi\)"):
+        load_config("nope")
+
+
+def test_missing_yaml_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"does not exist"):
+        load_config(str(tmp_path / "missing.yaml"))
+
+
+def test_to_dict_round_trips_through_yaml(taxi_config):
+    assert from_dict(yaml.safe_load(yaml.safe_dump(to_dict(taxi_config)))) == taxi_config

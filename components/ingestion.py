@@ -4,47 +4,274 @@ The order of operations is what makes it fast on few cores:
 
 1. list the files (reshuffled every epoch when training) and shard them
    across input pipelines when there are enough files;
-2. read them with a parallel `interleave`;
-3. shard by record when there are too few files to shard by file;
-4. `batch` the *serialized* records first, then parse whole batches with the
-   vectorised `tf.io.parse_example` in a parallel `map` (one op per batch,
-   not one per example, which is what makes stock TFX parsing slow);
-5. `cache` after parsing (so later epochs skip reading and parsing), then
-   shuffle, repeat and `prefetch`, everything autotuned unless configured.
+2. read them with a parallel `interleave`, batching the *serialized* records
+   of each file (so every later step costs per batch, not per example); a
+   file is sharded by record inside its own stream when there are too few
+   files to shard by file;
+3. parse whole batches with the vectorised `tf.io.parse_example` in a
+   parallel `map` (one op per batch, which is what makes stock TFX parsing
+   slow), and unpack a packed feature vector into the model's features;
+4. `cache` the parsed (still packed) batches, so later epochs skip reading
+   and parsing;
+5. shuffle batches, then permute examples within windows of about
+   `shuffle_buffer` examples (vectorised, so the cached path stays as fast as
+   iterating the cache), repeat, re-slice into fixed-size batches and
+   `prefetch`, everything autotuned unless configured.
 
-With `deterministic=True` the element order is reproducible.
+Epoch boundaries are exact: the first `N` examples a training dataset yields
+are the `N` examples of its share, each once. With `deterministic=True` and no
+shuffling the element order is the same in every epoch and every run.
+
+Broken inputs never pass silently: a corrupt or truncated shard fails with an
+`IngestionError` (or a TensorFlow error carrying the same text) naming the
+file, given the writer's recorded shard stats or an uncompressed file (a gzip
+file without stats fails with zlib's own error, which names no file); a shard
+whose records disagree with the parse spec fails naming the file and the
+feature.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from components.config import IngestionConfig
 
 AUTOTUNE = tf.data.AUTOTUNE
+# The dataset functions below have no Python control flow for AutoGraph to
+# convert; skipping it saves tracing time and spurious conversion warnings.
+_plain = tf.autograph.experimental.do_not_convert
+# TFRecord framing around each record: length (8 bytes) + its CRC (4) + data CRC (4).
+_RECORD_OVERHEAD_BYTES = 16
+# Records are read and parsed in batches of at least this many: per-batch costs
+# (interleave, checks, the parse op) shrink, and `rebatch` cuts batches to size.
+READ_BATCH = 4096
+
+
+class IngestionError(ValueError):
+    """The input files cannot be read as configured; names the file and feature."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedMember:
+    """One dense feature stored inside the packed float vector.
+
+    Attributes:
+      name: Feature name the model sees.
+      dtype: `float32` or `int64` (ids are stored as exactly representable
+        floats and cast back).
+      shape: Shape of one example's value (`()` for a scalar, `(1,)`, `(64,)`).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def width(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class Packing:
+    """Dense numeric features written as one fixed-length float32 vector.
+
+    Members are stored float32 members first, then int64 members, each in
+    order, so unpacking is one slice and one cast per dtype.
+
+    Attributes:
+      feature: Name of the packed feature in the files.
+      members: The features it holds, in storage order.
+    """
+
+    feature: str
+    members: tuple[PackedMember, ...]
+
+    @property
+    def width(self) -> int:
+        return sum(m.width for m in self.members)
+
+    def spec(self) -> tf.io.FixedLenFeature:
+        """Parse spec of the packed feature."""
+        return tf.io.FixedLenFeature([self.width], tf.float32)
+
+    def unpack(self, packed: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Splits a `[batch, width]` packed tensor into the member features."""
+        out: dict[str, tf.Tensor] = {}
+        start = 0
+        for dtype in ("float32", "int64"):
+            members = [m for m in self.members if m.dtype == dtype]
+            if not members:
+                continue
+            size = sum(m.width for m in members)
+            block = packed[:, start : start + size]
+            start += size
+            if dtype == "int64":
+                block = tf.cast(block, tf.int64)
+            parts = tf.split(block, [m.width for m in members], axis=1) if len(members) > 1 else [block]
+            for member, part in zip(members, parts, strict=True):
+                if member.shape != (member.width,):
+                    part = tf.reshape(part, [-1, *member.shape])
+                out[member.name] = part
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardStats:
+    """What a writer recorded about one TFRecord shard.
+
+    Attributes:
+      records: Number of records.
+      raw_bytes: Bytes of the uncompressed TFRecord stream (framing included).
+      file_bytes: Size of the file on disk.
+    """
+
+    records: int
+    raw_bytes: int
+    file_bytes: int
+
+
+def compression_type(compression: str) -> str:
+    """Maps the config's `gzip` / `none` to a TFRecordDataset compression type."""
+    if compression not in ("gzip", "none"):
+        raise IngestionError(f"transform.compression: expected 'gzip' or 'none', got {compression!r}")
+    return "GZIP" if compression == "gzip" else ""
+
+
+def scan_shard(path: str, compression: str) -> ShardStats:
+    """Reads a whole TFRecord shard and returns its record count and sizes.
+
+    Raises:
+      IngestionError: naming the file when it cannot be read to the end.
+    """
+    ds = tf.data.TFRecordDataset(path, compression_type=compression_type(compression)).batch(4096)
+    ds = ds.map(_plain(lambda b: (tf.size(b, out_type=tf.int64), tf.reduce_sum(tf.cast(tf.strings.length(b), tf.int64)))))
+    try:
+        records, data = ds.reduce(
+            (tf.constant(0, tf.int64), tf.constant(0, tf.int64)), _plain(lambda acc, x: (acc[0] + x[0], acc[1] + x[1]))
+        )
+    except tf.errors.OpError as e:
+        raise IngestionError(f"ingestion: TFRecord shard {path!r} is corrupt, truncated or unreadable: {e.message}") from e
+    records = int(records)
+    return ShardStats(records, int(data) + _RECORD_OVERHEAD_BYTES * records, tf.io.gfile.stat(path).length)
+
+
+def shard_policy(num_files: int, num_pipelines: int) -> str:
+    """How `num_pipelines` input pipelines split `num_files` files.
+
+    Returns:
+      `none` (one pipeline reads everything), `file` (each pipeline reads whole
+      files: there are at least two per pipeline or an exact multiple, so the
+      shares stay balanced) or `data` (every pipeline reads every file and
+      keeps every `num_pipelines`-th record of it).
+    """
+    if num_pipelines <= 1:
+        return "none"
+    if num_files >= num_pipelines and (num_files % num_pipelines == 0 or num_files >= 2 * num_pipelines):
+        return "file"
+    return "data"
 
 
 def _tune(value: int) -> int:
     return AUTOTUNE if value == 0 else value
 
 
-def _compression_type(compression: str) -> str:
-    if compression not in ("gzip", "none"):
-        raise ValueError(f"transform.compression: expected 'gzip' or 'none', got {compression!r}")
-    return "GZIP" if compression == "gzip" else ""
+_KINDS = {tf.float32: "float_list", tf.int64: "int64_list", tf.string: "bytes_list"}
+
+
+def _check_first_record(path: str, ctype: str, spec: Mapping, packing: Packing | None) -> None:
+    """Checks one file's first record against the parse spec (cheap, early, named)."""
+    try:
+        first = list(tf.data.TFRecordDataset(path, compression_type=ctype).take(1))
+    except tf.errors.OpError as e:
+        raise IngestionError(f"ingestion: TFRecord shard {path!r} is corrupt, truncated or unreadable: {e.message}") from e
+    if not first:
+        return
+    try:
+        features = tf.train.Example.FromString(first[0].numpy()).features.feature
+    except DecodeError as e:
+        raise IngestionError(f"ingestion: {path!r} does not hold serialized tf.Examples ({e})") from e
+    for key, feature_spec in spec.items():
+        if not isinstance(feature_spec, tf.io.FixedLenFeature | tf.io.VarLenFeature):
+            continue
+        packed = packing is not None and key == packing.feature
+        if key not in features:
+            if isinstance(feature_spec, tf.io.VarLenFeature) or feature_spec.default_value is not None:
+                continue
+            if packed:
+                raise IngestionError(
+                    f"ingestion: packed feature {key!r} is missing from {path!r}: the shard was not written with "
+                    "transform.pack_features: true; re-run the Transform so every shard matches its layout record"
+                )
+            raise IngestionError(
+                f"ingestion: feature {key!r} of the parse spec is missing from {path!r} "
+                f"(it has: {', '.join(sorted(features))}); the files and the parse spec disagree: re-run the Transform"
+            )
+        kind = features[key].WhichOneof("kind") or "empty feature"
+        want = _KINDS.get(feature_spec.dtype)
+        if want is not None and kind != want:
+            raise IngestionError(
+                f"ingestion: feature {key!r} in {path!r} holds a {kind} but the parse spec expects "
+                f"{feature_spec.dtype.name}; the files and the parse spec disagree: re-run the Transform"
+            )
+        if isinstance(feature_spec, tf.io.FixedLenFeature) and kind in _KINDS.values():
+            count = len(getattr(features[key], kind).value)
+            expected = math.prod(feature_spec.shape)
+            if count != expected:
+                raise IngestionError(
+                    f"ingestion: feature {key!r} in {path!r} has {count} values but the parse spec expects "
+                    f"{expected} (shape {list(feature_spec.shape)}); the files and the parse spec disagree: "
+                    "re-run the Transform"
+                )
+
+
+def _expectations(
+    files: Sequence[str], compression: str, shard_stats: Mapping[str, ShardStats] | None
+) -> tuple[list[int], list[int]] | None:
+    """Per-file (raw bytes, records) a complete read must see, or None when unknown.
+
+    Recorded stats also catch a file truncated exactly at a record boundary;
+    without them an uncompressed file is checked against its own size, and a
+    gzip file relies on zlib's own checks (which name no file).
+    """
+    if shard_stats is not None:
+        raw, records = [], []
+        for path in files:
+            if path not in shard_stats:
+                raise IngestionError(
+                    f"ingestion: {path!r} is not among the {len(shard_stats)} shards the Transform recorded; "
+                    "feed the Trainer the transformed examples of the same Transform run"
+                )
+            stats = shard_stats[path]
+            size = tf.io.gfile.stat(path).length
+            if size != stats.file_bytes:
+                raise IngestionError(
+                    f"ingestion: TFRecord shard {path!r} has {size} bytes but the Transform wrote "
+                    f"{stats.file_bytes}: it is truncated or was replaced; restore it or re-run the Transform"
+                )
+            raw.append(stats.raw_bytes)
+            records.append(stats.records)
+        return raw, records
+    if compression == "none":
+        return [tf.io.gfile.stat(p).length for p in files], [-1] * len(files)
+    return None
 
 
 def make_dataset(
     files: Sequence[str],
-    feature_spec: Mapping[str, tf.io.FixedLenFeature],
+    feature_spec: Mapping[str, tf.io.FixedLenFeature | tf.io.VarLenFeature],
     label_key: str,
     config: IngestionConfig,
     *,
     batch_size: int,
     compression: str,
     training: bool,
+    packing: Packing | None = None,
+    shard_stats: Mapping[str, ShardStats] | None = None,
     input_context: tf.distribute.InputContext | None = None,
     cache_path: str = "",
     seed: int | None = None,
@@ -53,85 +280,207 @@ def make_dataset(
 
     Args:
       files: TFRecord files of serialized tf.Examples.
-      feature_spec: Parse spec of the features and the label.
-      label_key: Key of the label in `feature_spec`, split off as the target.
+      feature_spec: Parse spec of the records as stored (with the packed
+        feature, not its members, when `packing` is given).
+      label_key: Key of the label among the parsed (and unpacked) features,
+        split off as the target.
       config: The `ingestion` config section.
       batch_size: Global batch size; divided by the number of replicas in
         sync when an `input_context` is given.
-      compression: `gzip` or `none` (as Transform wrote the files).
-      training: Shuffle (if configured) and repeat forever.
+      compression: `gzip` or `none` (as the files were written).
+      training: Shuffle (if configured), repeat forever and yield only full
+        batches; otherwise one pass, the last batch possibly smaller.
+      packing: The packed feature layout, when the files hold one.
+      shard_stats: Per-file stats the writer recorded; files must match them.
       input_context: Set by `strategy.distribute_datasets_from_function`;
         the dataset then yields this input pipeline's share only.
       cache_path: File cache prefix when `config.cache == 'file'`.
-      seed: Shuffle seed.
+      seed: Shuffle seed (the same on every worker).
 
     Returns:
       A `tf.data.Dataset`.
 
     Raises:
-      ValueError: if there are no files or the configuration is inconsistent.
+      IngestionError: if there are no files, a file disagrees with the parse
+        spec or the recorded stats, or the configuration is inconsistent.
     """
     files = sorted(files)
     if not files:
-        raise ValueError("ingestion: no input files were given")
-    if label_key not in feature_spec:
-        raise ValueError(f"ingestion: label {label_key!r} is not in the parse spec ({sorted(feature_spec)})")
-    compression_type = _compression_type(compression)
+        raise IngestionError("ingestion: no input files were given")
+    ctype = compression_type(compression)
+    spec = dict(feature_spec)
+    if packing is not None:
+        if spec.get(packing.feature) != packing.spec():
+            raise IngestionError(
+                f"ingestion: the parse spec must hold the packed feature {packing.feature!r} as "
+                f"{packing.spec()}, got {spec.get(packing.feature)}"
+            )
+        clash = sorted(set(spec) & {m.name for m in packing.members})
+        if clash:
+            raise IngestionError(f"ingestion: features {clash} are both packed and stored on their own")
+    produced = set(spec)
+    if packing is not None:
+        produced = (produced - {packing.feature}) | {m.name for m in packing.members}
+    if label_key not in produced:
+        raise IngestionError(f"ingestion: label {label_key!r} is not among the parsed features ({sorted(produced)})")
+    if config.cache == "file" and not cache_path:
+        raise IngestionError("ingestion.cache: 'file' needs a cache path (the Trainer uses its model run directory)")
+
     per_replica_batch = batch_size
     num_pipelines, pipeline_id = 1, 0
     if input_context is not None:
         per_replica_batch = input_context.get_per_replica_batch_size(batch_size)
         num_pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
+    policy = shard_policy(len(files), num_pipelines)
     shuffle = training and config.shuffle_buffer > 0
-    shard_by_file = num_pipelines > 1 and len(files) >= num_pipelines
+    cached = training and config.cache != "none"
 
-    file_ds = tf.data.Dataset.from_tensor_slices(files)
-    if shard_by_file:
+    expected = _expectations(files, compression, shard_stats)
+    # Not while tracing: a parameter-server worker's dataset function is a
+    # graph and cannot read eagerly (it hangs); the coordinator checks first.
+    if not tf.inside_function():
+        for path in files:
+            _check_first_record(path, ctype, spec, packing)
+    accounting = expected is not None
+    # A recorded record count catches every incomplete read; without one, an
+    # uncompressed file's own size is the expectation, so bytes are counted.
+    check_bytes = accounting and shard_stats is None
+    raw, records = expected if accounting else ([-1] * len(files), [-1] * len(files))
+
+    file_ds = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(files), tf.constant(raw, tf.int64), tf.constant(records, tf.int64))
+    )
+    if policy == "file":
         file_ds = file_ds.shard(num_pipelines, pipeline_id)
-    if shuffle and config.cache == "none":
-        # New file order each epoch; with a cache the order is frozen after the
-        # first epoch anyway and the element shuffle below does the mixing.
+    if shuffle:
         file_ds = file_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+
+    data_shards = num_pipelines if policy == "data" else 1
+    read_batch = max(per_replica_batch, READ_BATCH)
+    sentinel = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
+
+    @_plain
+    def read_file(path, want_bytes, want_records):
+        batches = tf.data.TFRecordDataset(path, compression_type=ctype).batch(read_batch)
+        if not accounting and data_shards == 1:
+            return batches.map(_plain(lambda batch: (path, batch)))
+        if accounting:
+            # A read error ends this file's stream instead of the whole dataset;
+            # the byte and record count check at its end then fails naming the file.
+            batches = batches.ignore_errors()
+
+        @_plain
+        def step(state, batch):
+            seen, data_bytes = state
+            n = tf.size(batch, out_type=tf.int64)
+            checks = []
+            if accounting:
+                if check_bytes:
+                    data_bytes += tf.reduce_sum(tf.cast(tf.strings.length(batch), tf.int64))
+                    complete = tf.equal(data_bytes + _RECORD_OVERHEAD_BYTES * seen, want_bytes)
+                else:
+                    complete = tf.equal(seen, want_records)
+                # Only the empty end-of-file sentinel can fail the check.
+                checks.append(
+                    tf.debugging.Assert(
+                        tf.logical_or(n > 0, complete),
+                        [
+                            "ingestion: TFRecord shard",
+                            path,
+                            "is corrupt, truncated or unreadable; restore the file or re-run the Transform. Records read, "
+                            "bytes read (-1: not counted), records and bytes expected (-1: not known):",
+                            seen,
+                            data_bytes + _RECORD_OVERHEAD_BYTES * seen if check_bytes else tf.constant(-1, tf.int64),
+                            want_records,
+                            want_bytes,
+                        ],
+                    )
+                )
+            with tf.control_dependencies(checks):
+                if data_shards > 1:
+                    # Record-level sharding within the file: record j of the file
+                    # goes to pipeline j % data_shards, whatever the file order.
+                    out = tf.boolean_mask(batch, tf.equal((seen + tf.range(n)) % data_shards, pipeline_id))
+                else:
+                    out = tf.identity(batch)
+            return (seen + n, data_bytes), (path, out)
+
+        zero = tf.constant(0, tf.int64)
+        return batches.concatenate(sentinel).scan((zero, zero), step).filter(_plain(lambda _, batch: tf.size(batch) > 0))
+
+    ds = file_ds.interleave(
+        read_file,
+        cycle_length=_tune(config.num_parallel_reads),
+        num_parallel_calls=_tune(config.num_parallel_reads),
+        deterministic=config.deterministic,
+    )
+
+    @_plain
+    def parse(path, serialized):
+        # example_names puts the file into every parse error message.
+        return tf.io.parse_example(serialized, spec, example_names=tf.fill(tf.shape(serialized), path))
+
+    @_plain
+    def finish(parsed):
+        parsed = dict(parsed)
+        if packing is not None:
+            parsed.update(packing.unpack(parsed.pop(packing.feature)))
+        label = parsed.pop(label_key)
+        return parsed, label
+
+    parallel = _tune(config.num_parallel_calls)
+    ds = ds.map(parse, num_parallel_calls=parallel, deterministic=config.deterministic)
+    if cached:
+        # Cached as parsed (and still packed: one tensor per batch to mix and
+        # re-slice instead of one per feature), after all reading and parsing.
+        suffix = f"_pipeline{pipeline_id}" if num_pipelines > 1 and config.cache == "file" else ""
+        ds = ds.cache(cache_path + suffix if config.cache == "file" else "")
+    if all(isinstance(s, tf.io.FixedLenFeature) for s in spec.values()):
+        if shuffle:
+            window = max(1, math.ceil(config.shuffle_buffer / read_batch))
+            ds = ds.shuffle(window, seed=seed, reshuffle_each_iteration=True)
+            ds = _permute_windows(ds, window * read_batch, seed, parallel, config.deterministic)
+        # Unpacked on big batches (few calls); `rebatch` then only slices.
+        ds = ds.map(finish, num_parallel_calls=parallel, deterministic=config.deterministic)
+        if training:
+            ds = ds.repeat()
+        ds = ds.rebatch(per_replica_batch, drop_remainder=training)
+    else:
+        # Sparse features cannot be re-sliced or gathered as batches: mix and
+        # re-batch them example by example (slower, same semantics).
+        ds = ds.unbatch()
+        if shuffle:
+            ds = ds.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        if training:
+            ds = ds.repeat()
+        ds = ds.batch(per_replica_batch, drop_remainder=training)
+        ds = ds.map(finish, num_parallel_calls=parallel, deterministic=config.deterministic)
+    ds = ds.prefetch(_tune(config.prefetch))
 
     options = tf.data.Options()
     options.deterministic = config.deterministic
     options.autotune.enabled = True
     # Sharding is done explicitly above; stop tf.distribute from re-sharding.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-
-    ds = file_ds.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type),
-        cycle_length=_tune(config.num_parallel_reads),
-        num_parallel_calls=_tune(config.num_parallel_reads),
-        deterministic=config.deterministic,
-    )
-    if num_pipelines > 1 and not shard_by_file:
-        ds = ds.shard(num_pipelines, pipeline_id)
-
-    spec = dict(feature_spec)
-
-    def parse(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        label = parsed.pop(label_key)
-        return parsed, label
-
-    cached = config.cache != "none"
-    if cached:
-        # Cache parsed examples (not batches) so the per-epoch shuffle mixes
-        # individual examples across batches.
-        ds = ds.batch(per_replica_batch).map(parse, num_parallel_calls=_tune(config.num_parallel_calls))
-        ds = ds.unbatch().cache(cache_path if config.cache == "file" else "")
-        if shuffle:
-            ds = ds.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        if training:
-            ds = ds.repeat()
-        ds = ds.batch(per_replica_batch, drop_remainder=training)
-    else:
-        if shuffle:
-            ds = ds.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        if training:
-            ds = ds.repeat()
-        ds = ds.batch(per_replica_batch, drop_remainder=training)
-        ds = ds.map(parse, num_parallel_calls=_tune(config.num_parallel_calls), deterministic=config.deterministic)
-    ds = ds.prefetch(_tune(config.prefetch))
     return ds.with_options(options)
+
+
+def _permute_windows(
+    ds: tf.data.Dataset, window: int, seed: int | None, parallel: int, deterministic: bool
+) -> tf.data.Dataset:
+    """Randomly permutes the examples within consecutive windows of `window` examples.
+
+    One gather per window instead of one shuffle-buffer step per example: the
+    cost stays per batch, so a cached dataset keeps its speed while examples
+    still mix across batches (and files) each epoch.
+    """
+    ds = ds.rebatch(window)
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+
+    @_plain
+    def permute(batch, pair):
+        size = tf.shape(tf.nest.flatten(batch)[0])[0]
+        order = tf.random.experimental.stateless_shuffle(tf.range(size), seed=pair)
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), batch)
+
+    return tf.data.Dataset.zip((ds, seeds)).map(permute, num_parallel_calls=parallel, deterministic=deterministic)

@@ -23,7 +23,13 @@ from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
 from tests.conftest import tiny
 
-EXPECTED_NODES = {"StatisticsGen", "SchemaGen", "ExampleValidator", "Transform", "Trainer", "Evaluator", "Pusher"}
+EXPECTED_NODES = {"StatisticsGen", "SchemaGen", "ExampleValidator", "DataGate", "Transform", "Trainer", "Evaluator", "Pusher"}
+# The shipped configs distil a student from the teacher (`distillation.enabled`).
+EXPECTED_NODES |= {"Distiller"}
+RESOLVER = "latest_validated_schema"
+# The gate re-checks every run against the newest validated schema, so it is
+# the one node that is never served from the cache.
+CACHEABLE_NODES = EXPECTED_NODES - {"DataGate"}
 
 
 def _node_states(output_dir, name):
@@ -69,8 +75,8 @@ def taxi_run(tmp_path_factory, taxi_config):
 def test_taxi_every_component_ran_and_model_was_pushed(taxi_run, taxi_config):
     output, summary = taxi_run
     states = _node_states(output, taxi_config.name)
-    assert EXPECTED_NODES | {"CsvExampleGen"} == set(states)
-    assert all(s == metadata_store_pb2.Execution.COMPLETE for s in states.values()), states
+    assert EXPECTED_NODES | {"CsvExampleGen", RESOLVER} == set(states)
+    assert all(s == metadata_store_pb2.Execution.COMPLETE for n, s in states.items() if n != RESOLVER), states
     assert summary["status"] == "succeeded"
     assert summary["pushed_model"] and summary["pushed_model"].startswith(os.path.join(output, "serving", "taxi"))
     assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0
@@ -78,7 +84,8 @@ def test_taxi_every_component_ran_and_model_was_pushed(taxi_run, taxi_config):
     on_disk = json.load(open(os.path.join(output, "summary.json")))
     assert on_disk["status"] == "succeeded"
     assert set(on_disk["components"]) == set(states)
-    assert all(c["status"] == "succeeded" and c["seconds"] >= 0 for c in on_disk["components"].values())
+    assert on_disk["components"][RESOLVER]["status"] == "empty"  # first run: no baseline yet
+    assert all(c["status"] == "succeeded" and c["seconds"] >= 0 for n, c in on_disk["components"].items() if n != RESOLVER)
 
 
 @pytest.mark.e2e
@@ -97,24 +104,42 @@ def test_taxi_pushed_model_serves_raw_examples(taxi_run):
 
 
 @pytest.mark.e2e
+def test_taxi_transform_wrote_the_configured_shards_and_compression(taxi_run, taxi_config):
+    from components.transform import layout as transform_layout
+
+    output, _ = taxi_run
+    root = os.path.join(output, "pipeline_root", "Transform")
+    (graph,) = tf.io.gfile.glob(os.path.join(root, "transform_graph", "*"))
+    layout = transform_layout.read_layout(graph)
+    shards = transform_layout.resolve_num_shards(taxi_config.transform.num_shards, taxi_config.strategy.workers)
+    assert (layout.compression, layout.num_shards) == (taxi_config.transform.compression, shards)
+    suffix = ".gz" if taxi_config.transform.compression == "gzip" else ".tfrecord"
+    for split in ("train", "eval"):
+        files = sorted(tf.io.gfile.glob(os.path.join(root, "transformed_examples", "*", f"Split-{split}", "*")))
+        assert len(files) == shards and all(f.endswith(suffix) for f in files)
+        assert layout.split_files(split) == files
+
+
+@pytest.mark.e2e
 def test_taxi_rerun_is_served_from_cache(taxi_run, taxi_config):
     output, first = taxi_run
     second = local_runner.run(tiny(taxi_config), output, runner="beam")
     states = _node_states(output, taxi_config.name)
-    # ExampleGen re-fingerprints its input and re-runs by design; everything
-    # downstream of unchanged examples must come from the cache.
     cached = {n for n, s in states.items() if s == metadata_store_pb2.Execution.CACHED}
-    assert EXPECTED_NODES <= cached, states
+    assert CACHEABLE_NODES <= cached, states
     assert second["status"] == "succeeded"
-    assert all(second["components"][n]["status"] == "cached" for n in EXPECTED_NODES)
+    assert all(second["components"][n]["status"] == "cached" for n in CACHEABLE_NODES)
+    # The second run's gate found the first run's validated schema.
+    assert second["components"][RESOLVER]["status"] == "succeeded"
+    assert second["components"]["DataGate"]["status"] == "succeeded"
 
 
 @pytest.mark.e2e
 def test_digits_end_to_end(tmp_path, digits_config):
     summary = local_runner.run(tiny(digits_config), str(tmp_path), runner="beam")
     states = _node_states(str(tmp_path), digits_config.name)
-    assert EXPECTED_NODES | {"ImportExampleGen"} == set(states)
-    assert all(s == metadata_store_pb2.Execution.COMPLETE for s in states.values()), states
+    assert EXPECTED_NODES | {"ImportExampleGen", RESOLVER} == set(states)
+    assert all(s == metadata_store_pb2.Execution.COMPLETE for n, s in states.items() if n != RESOLVER), states
     assert summary["pushed_model"]
     records = list(tf.data.TFRecordDataset(str(tmp_path / "data" / "digits" / "digits.tfrecord")).take(8))
     examples = []

@@ -5,14 +5,22 @@ serves raw examples. Signatures (the standard TFX ones):
 
 - `serving_default(examples)`: `probabilities`, `logits`, `classes`;
 - `transform_features(examples)`: the transformed features (what TFMA and
-  distillation use to feed the model the Trainer saw).
+  distillation use to feed the model the Trainer saw);
+- `transformed_logits(**transformed features)`: `logits` on already
+  transformed features, which is how a distillation student reads its
+  teacher's outputs from Transform output without re-parsing raw examples.
 """
 
 from __future__ import annotations
 
+import os
+
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
+
+SERVING_OUTPUT_KEYS = ("probabilities", "logits", "classes")
+TRANSFORMED_LOGITS_SIGNATURE = "transformed_logits"
 
 
 def export_serving_model(
@@ -24,7 +32,7 @@ def export_serving_model(
     raw_spec.pop(label_key, None)
     input_keys = list(model.input_names)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False)
     def serve(examples):
         parsed = tf.io.parse_example(examples, raw_spec)
         transformed = model.tft_layer(parsed)
@@ -35,13 +43,60 @@ def export_serving_model(
             "classes": tf.argmax(logits, axis=-1),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False)
     def transform_features(examples):
         parsed = tf.io.parse_example(examples, raw_spec)
         return model.tft_layer(parsed)
 
+    transformed_specs = {k: tf.TensorSpec(t.shape, t.dtype, name=k) for k, t in zip(input_keys, model.inputs, strict=True)}
+
+    @tf.function(input_signature=[transformed_specs], autograph=False)
+    def transformed_logits(features):
+        return {"logits": tf.cast(model(features, training=False), tf.float32)}
+
     signatures = {
         "serving_default": serve.get_concrete_function(),
         "transform_features": transform_features.get_concrete_function(),
+        TRANSFORMED_LOGITS_SIGNATURE: transformed_logits.get_concrete_function(),
     }
-    model.save(export_dir, save_format="tf", signatures=signatures)
+    # Optimizer state is training-only; leaving it out keeps the serving model
+    # small and makes SavedModel sizes of differently trained models comparable.
+    model.save(export_dir, save_format="tf", signatures=signatures, include_optimizer=False)
+
+
+def export_from_task(
+    model: keras.Model,
+    tft_output: tft.TFTransformOutput,
+    label_key: str,
+    export_dir: str,
+    *,
+    is_chief: bool,
+    task_type: str,
+    task_id: int,
+    scratch_dir: str,
+) -> str:
+    """Exports from one task of a (possibly multi-worker) training job.
+
+    Every worker of a synchronous multi-worker job must save: reading
+    variables aggregated across replicas (metrics, sync-on-read state) is a
+    collective operation all workers join. Only the chief writes into the
+    model artifact; the others save to a task-specific directory under
+    `scratch_dir` (the model run directory, never the artifact) and delete it.
+
+    Args:
+      model, tft_output, label_key: As for `export_serving_model`.
+      export_dir: The serving model directory (the chief's destination).
+      is_chief: Whether this task writes the model.
+      task_type, task_id: This task in `TF_CONFIG` (names the temp directory).
+      scratch_dir: Where non-chief tasks write their throwaway copy.
+
+    Returns:
+      The directory this task wrote (already deleted for a non-chief task).
+    """
+    if is_chief:
+        export_serving_model(model, tft_output, label_key, export_dir)
+        return export_dir
+    temp_dir = os.path.join(scratch_dir, f"workertemp_{task_type}_{task_id}", "serving_model")
+    export_serving_model(model, tft_output, label_key, temp_dir)
+    tf.io.gfile.rmtree(os.path.dirname(temp_dir))
+    return temp_dir

@@ -5,15 +5,30 @@ identity and bucketized ids) are embedded, numeric ones are used as they are,
 everything is concatenated and fed through a ReLU MLP to `num_classes` logits.
 The logits layer is float32 even under a mixed-precision policy, so softmax
 and losses stay numerically safe.
+
+Also here, because every trainer's model needs them:
+
+- `precision_policy`: the Keras mixed-precision policy of `train.mixed_precision`
+  for the duration of model building and training (with `mixed_float16`,
+  `compile` wraps the optimizer in a `LossScaleOptimizer`);
+- gradient accumulation: `accumulate_gradients` (for any custom `train_step`)
+  and `GradientAccumulationMixin` (for models that use Keras's own step), which
+  update once per N stacked micro-batches under every `tf.distribute` strategy.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import tensorflow as tf
 import tf_keras as keras
 
 from components.config import DataConfig, ModelConfig
 
 LOGITS_LAYER = "logits"
+MIXED_PRECISION_POLICIES = ("none", "mixed_float16", "mixed_bfloat16")
 
 
 def build_classifier(
@@ -49,4 +64,156 @@ def build_classifier(
         if model.dropout:
             x = keras.layers.Dropout(model.dropout, name=f"dropout_{i}")(x)
     logits = keras.layers.Dense(data.label.num_classes, dtype="float32", name=LOGITS_LAYER)(x)
-    return keras.Model(inputs=inputs, outputs=logits, name=name)
+    return Classifier(inputs=inputs, outputs=logits, name=name)
+
+
+# --------------------------------------------------------------------------- #
+# Mixed precision
+# --------------------------------------------------------------------------- #
+
+
+@contextlib.contextmanager
+def precision_policy(name: str) -> Iterator[keras.mixed_precision.Policy]:
+    """Sets the global Keras dtype policy for `train.mixed_precision`, then restores it.
+
+    Layers take the global policy when they are created, so build the model
+    inside this context. The previous policy comes back on exit, so that
+    layers built later (the serving export's transform layer) stay float32.
+
+    Args:
+      name: `none` (float32), `mixed_float16` (GPU: float16 compute, needs
+        loss scaling, which `compile` adds) or `mixed_bfloat16` (TPU and
+        recent CPUs: bfloat16 compute, no loss scaling needed).
+
+    Raises:
+      ValueError: naming `train.mixed_precision` for an unknown policy.
+    """
+    if name not in MIXED_PRECISION_POLICIES:
+        raise ValueError(f"train.mixed_precision: expected one of {list(MIXED_PRECISION_POLICIES)}, got {name!r}")
+    previous = keras.mixed_precision.global_policy()
+    policy = keras.mixed_precision.Policy("float32" if name == "none" else name)
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        yield policy
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+# --------------------------------------------------------------------------- #
+# Gradient accumulation
+# --------------------------------------------------------------------------- #
+
+
+def accumulate_gradients(
+    loss_fn: Callable[[Any], tf.Tensor],
+    data: Any,
+    variables: Sequence[tf.Variable],
+    steps: int,
+    optimizer: keras.optimizers.Optimizer | None = None,
+) -> list[tf.Tensor]:
+    """Gradients of the mean loss over `steps` stacked micro-batches.
+
+    One micro-batch at a time goes through the forward and backward pass (so
+    activation memory is that of one micro-batch) and the gradients are
+    summed in a `tf.while_loop`. No optimizer update and no cross-replica
+    communication happens inside the loop, which is what makes this work under
+    every strategy: the caller applies the result once with
+    `optimizer.apply_gradients`, which all-reduces it (mirrored, multi-worker,
+    TPU) or sends it to the parameter servers.
+
+    Args:
+      loss_fn: Maps one micro-batch (the structure of `data` without its
+        leading axis) to a scalar loss already averaged over the *global*
+        micro-batch (Keras's compiled loss is; in custom code use
+        `tf.nn.compute_average_loss`). It may update metrics.
+      data: A structure of tensors whose leading axis has size `steps` (the
+        micro-batches stacked); with `steps == 1`, one ordinary batch.
+      variables: The variables to differentiate (e.g. a student's trainable
+        weights, never a frozen teacher's).
+      steps: Micro-batches per update (`train.grad_accum_steps`).
+      optimizer: When it is a `LossScaleOptimizer` (mixed_float16), each
+        micro-batch loss is scaled before and its gradients unscaled after
+        differentiation; non-finite sums are then skipped by its
+        `apply_gradients` as usual.
+
+    Returns:
+      One dense gradient per variable: the gradient of
+      `mean(loss_fn(micro_batch_i) for i in range(steps))`, equal to the
+      gradient of one batch `steps` times larger.
+    """
+    scale = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
+
+    def micro_gradients(micro):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(micro) / steps
+            target = optimizer.get_scaled_loss(loss) if scale else loss
+        grads = tape.gradient(target, variables)
+        if scale:
+            grads = optimizer.get_unscaled_gradients(grads)
+        # Embedding gradients arrive as IndexedSlices; a loop carry needs one
+        # fixed dense shape per variable.
+        return [tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g) for g, v in zip(grads, variables, strict=True)]
+
+    if steps == 1:
+        return micro_gradients(data)
+
+    def body(i, acc):
+        micro = tf.nest.map_structure(lambda t: t[i], data)
+        return i + 1, [a + g for a, g in zip(acc, micro_gradients(micro), strict=True)]
+
+    zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
+    _, summed = tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0), zeros))
+    return summed
+
+
+class GradientAccumulationMixin:
+    """Gives a Keras model one optimizer update per `grad_accum_steps` micro-batches.
+
+    Mix it in before `keras.Model`. The Trainer's `fit` sets
+    `grad_accum_steps` and feeds each step `grad_accum_steps` micro-batches
+    stacked on a new leading axis (`dataset.batch(grad_accum_steps)`), so a
+    Keras step is still one optimizer update and `train.train_steps` keeps
+    its meaning.
+
+    A model with its own `train_step` (e.g. a distiller) keeps it and calls
+    `accumulate_gradients(loss_fn, data, variables, self.grad_accum_steps,
+    self.optimizer)` there, then `self.optimizer.apply_gradients(...)`. `fit`
+    refuses `grad_accum_steps > 1` for models that do not carry this mixin.
+    """
+
+    supports_gradient_accumulation = True
+    grad_accum_steps = 1
+
+    # Plain TensorFlow control flow only (an explicit `tf.while_loop`): with
+    # AutoGraph on, every Keras function reached from here would be
+    # re-transpiled, which costs tens of seconds per process on few cores.
+    @tf.autograph.experimental.do_not_convert
+    def train_step(self, data):
+        if self.grad_accum_steps == 1:
+            return super().train_step(data)
+
+        def loss_fn(micro):
+            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(micro)
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x, y, y_pred, sample_weight)
+            # Update only: reading results inside the loop would be a
+            # cross-replica synchronisation, which a loop body cannot hold.
+            self.compiled_metrics.update_state(y, y_pred, sample_weight)
+            return loss
+
+        variables = self.trainable_variables
+        grads = accumulate_gradients(loss_fn, data, variables, self.grad_accum_steps, self.optimizer)
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        return self.get_metrics_result()
+
+    @tf.autograph.experimental.do_not_convert
+    def test_step(self, data):
+        return super().test_step(data)
+
+
+class Classifier(GradientAccumulationMixin, keras.Model):
+    """The functional teacher / student classifier (see `build_classifier`).
+
+    A saved Classifier loads back as a plain functional Keras model; the class
+    only adds gradient accumulation to training.
+    """

@@ -1,14 +1,25 @@
 """The Trainer's default `run_fn`: train and export the teacher.
 
 Thin: unpack TFX's `FnArgs`, then `components.trainer.training` does the work.
+The same `run_fn` runs unchanged as every replica of a multi-worker job: the
+strategy comes from the config and `TF_CONFIG` (as the TFJob operator or
+Vertex AI set it). Workers and parameter servers of a parameter-server
+cluster serve until they are stopped; the evaluator task has nothing to do
+(TFX's Evaluator evaluates the exported model); every training task trains,
+and only the chief writes the serving model.
 """
 
 from __future__ import annotations
 
-import tensorflow_transform as tft
+from collections.abc import Sequence
 
-from components.config import from_custom_config
-from components.export import export_serving_model
+import tensorflow_transform as tft
+import tf_keras as keras
+from absl import logging
+
+from components import strategies
+from components.config import PipelineConfig, from_custom_config
+from components.export import export_from_task
 from components.trainer import training
 
 
@@ -17,7 +28,30 @@ def run_fn(fn_args) -> None:
     config = from_custom_config(fn_args.custom_config)
     if config is None:
         raise ValueError("Trainer: custom_config carries no tfxkit config; use the tfxkit Trainer component")
-    inputs = training.TrainingInputs.from_fn_args(fn_args, config)
+    # First: logical devices and collective ops must be set up before any
+    # other TensorFlow op runs in this process.
+    choice = strategies.create_strategy(config.strategy)
+    if choice.role == strategies.ROLE_SERVER:
+        logging.info("Trainer: serving as %s:%d of the parameter-server cluster", choice.task_type, choice.task_id)
+        strategies.start_server(choice.tf_config).join()
+        return
+    if choice.role == strategies.ROLE_EVALUATOR:
+        logging.info("Trainer: evaluator task; the Evaluator component evaluates the exported model, nothing to do")
+        return
+    run(config, training.TrainingInputs.from_fn_args(fn_args, config), choice)
+
+
+def run(
+    config: PipelineConfig,
+    inputs: training.TrainingInputs,
+    choice: strategies.StrategyChoice,
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+) -> tuple[keras.Model, dict[str, float]]:
+    """Trains the teacher under `choice`, exports it from the chief, drops the backup.
+
+    Returns:
+      The trained model and its evaluation results.
+    """
     tft_output = tft.TFTransformOutput(inputs.transform_output)
 
     def build_and_compile():
@@ -25,5 +59,17 @@ def run_fn(fn_args) -> None:
         training.compile_classifier(model, config)
         return model
 
-    model, _ = training.fit(config, inputs, build_and_compile)
-    export_serving_model(model, tft_output, config.data.label.name, inputs.serving_model_dir)
+    model, results = training.fit(config, inputs, build_and_compile, choice=choice, callbacks=callbacks)
+    written = export_from_task(
+        model,
+        tft_output,
+        config.data.label.name,
+        inputs.serving_model_dir,
+        is_chief=choice.is_chief,
+        task_type=choice.task_type,
+        task_id=choice.task_id,
+        scratch_dir=inputs.model_run_dir,
+    )
+    logging.info("Trainer: %s wrote %s", "chief" if choice.is_chief else "non-chief task", written)
+    training.remove_backup(inputs, choice)
+    return model, results

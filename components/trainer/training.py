@@ -2,21 +2,30 @@
 
 No TFX types: `TrainingInputs` carries plain paths (built from TFX's `FnArgs`
 in `run_fn`), so the workflow is testable on temp directories.
+
+`fit` trains any compiled Keras model under the configured `tf.distribute`
+strategy (see `components.strategies`), with mixed precision, gradient
+accumulation and a crash-recovery backup in the model run directory; the
+caller exports (only the chief writes the model, see `export_from_task`) and
+then calls `remove_backup`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import ingestion, models
-from components.config import ModelConfig, PipelineConfig
+from components import ingestion, models, strategies
+from components.config import ConfigError, ModelConfig, PipelineConfig
 from components.transform.preprocessing import num_ids
 
 
@@ -32,6 +41,7 @@ class TrainingInputs:
       model_run_dir: Scratch space: logs, caches, backups.
       train_steps: Optimizer steps.
       eval_steps: Evaluation batches.
+      backup_dir: Crash-recovery backup location ('' = `<model_run_dir>/backup`).
     """
 
     train_files: tuple[str, ...]
@@ -41,10 +51,11 @@ class TrainingInputs:
     model_run_dir: str
     train_steps: int
     eval_steps: int
+    backup_dir: str = ""
 
     @classmethod
     def from_fn_args(cls, fn_args, config: PipelineConfig) -> TrainingInputs:
-        return cls(
+        inputs = cls(
             train_files=tuple(fn_args.train_files),
             eval_files=tuple(fn_args.eval_files),
             transform_output=fn_args.transform_output,
@@ -53,6 +64,19 @@ class TrainingInputs:
             train_steps=fn_args.train_steps or config.train.train_steps,
             eval_steps=fn_args.eval_steps or config.train.eval_steps,
         )
+        # An orchestrator that re-runs a killed Trainer creates a new
+        # execution with a new model_run_dir (<root>/<node>/model_run/<id>),
+        # so the backup lives beside those, keyed by everything that
+        # determines training: the same inputs and config find the same
+        # backup and resume; anything changed starts afresh.
+        fingerprint = hashlib.sha256(
+            json.dumps(
+                [inputs.train_files, inputs.eval_files, inputs.transform_output, config.to_json(), inputs.train_steps],
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()[:16]
+        node_dir = os.path.dirname(os.path.dirname(fn_args.model_run_dir.rstrip("/")))
+        return dataclasses.replace(inputs, backup_dir=os.path.join(node_dir, "backups", fingerprint))
 
 
 def list_files(patterns: tuple[str, ...] | list[str]) -> list[str]:
@@ -64,20 +88,62 @@ def list_files(patterns: tuple[str, ...] | list[str]) -> list[str]:
 
 
 def make_datasets(
-    config: PipelineConfig, inputs: TrainingInputs, tft_output: tft.TFTransformOutput
+    config: PipelineConfig,
+    inputs: TrainingInputs,
+    tft_output: tft.TFTransformOutput,
+    input_context: tf.distribute.InputContext | None = None,
 ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
-    """Train (repeated, shuffled) and eval datasets of `(features, label)`."""
-    feature_spec = tft_output.transformed_feature_spec()
+    """Train (repeated, shuffled) and eval datasets of `(features, label)`.
+
+    The record format comes from the layout record the tfxkit Transform wrote
+    into the transform graph (compression, packing, parse spec, every shard
+    with its sizes); without one the input is stock TFX Transform output
+    (GZIP tf.Examples in the transform graph's feature spec).
+
+    Args:
+      config: The validated pipeline config.
+      inputs: Paths of the run.
+      tft_output: The transform graph of the transformed examples.
+      input_context: This input pipeline's place among all of them (from
+        `distribute_datasets_from_function`); None reads everything.
+
+    Raises:
+      ValueError: (`LayoutError` / `IngestionError`) naming the file when the
+        transformed examples disagree with the layout record.
+    """
+    # Imported here: the layout module belongs to the Transform side.
+    from components.transform import layout as transform_layout
+
+    layout = transform_layout.read_layout(inputs.transform_output)
+    graph_spec = tft_output.transformed_feature_spec()
+    if layout is None:
+        logging.info("Trainer: no tfxkit layout record in %s; reading stock TFX Transform output", inputs.transform_output)
+        feature_spec, packing, compression, shard_stats = graph_spec, None, "gzip", None
+    else:
+        feature_spec = layout.feature_spec(graph_spec)
+        packing, compression, shard_stats = layout.packing, layout.compression, layout.shard_stats()
 
     def dataset(patterns, training, batch_size):
+        files = list_files(patterns)
+        if layout is not None:
+            layout.check_listed(files)
+        cache_path = ""
+        if training and config.ingestion.cache == "file":
+            cache_dir = f"{inputs.model_run_dir}/ingestion_cache"
+            tf.io.gfile.makedirs(cache_dir)
+            cache_path = f"{cache_dir}/train"
         return ingestion.make_dataset(
-            list_files(patterns),
+            files,
             feature_spec,
             config.data.label.name,
             config.ingestion,
             batch_size=batch_size,
-            compression=config.transform.compression,
+            compression=compression,
             training=training,
+            packing=packing,
+            shard_stats=shard_stats,
+            input_context=input_context,
+            cache_path=cache_path,
             seed=config.train.seed,
         )
 
@@ -105,28 +171,199 @@ def fit(
     config: PipelineConfig,
     inputs: TrainingInputs,
     build_and_compile: Callable[[], keras.Model],
+    *,
+    choice: strategies.StrategyChoice | None = None,
+    callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> tuple[keras.Model, dict[str, float]]:
-    """Builds, trains and evaluates a model.
+    """Builds, trains and evaluates a model under the configured strategy.
+
+    Works for any compiled Keras model: the teacher (Keras's own train step)
+    and models with a custom `train_step` such as the distiller. In order:
+
+    1. the strategy (created here unless `choice` is given) and the settings
+       are checked before any data is read: batch sizes must split over the
+       replicas, accumulation needs a model that supports it;
+    2. `build_and_compile` runs inside `strategy.scope()` and the
+       `train.mixed_precision` policy, so variables are distributed and
+       layers compute in the configured precision;
+    3. datasets come from `make_datasets` per input pipeline (each worker
+       reads its shard at its per-replica batch size) through
+       `strategy.distribute_datasets_from_function`, or through a
+       `DatasetCreator` scheduled on every worker by the `ClusterCoordinator`
+       under the parameter-server strategy;
+    4. training backs up to `<model_run_dir>/backup` every
+       `train.checkpoint_every_steps` steps and resumes from there when the
+       process is started again with the same inputs (see `remove_backup`).
+
+    Loss scaling across replicas: Keras's compiled losses average per-example
+    losses over the local batch and divide by the replicas in sync, so the
+    all-reduced (summed) gradient is that of the mean over the *global*
+    batch; custom steps should use `tf.nn.compute_average_loss` for the same
+    reason. Metric variables are aggregated across replicas when read.
+
+    Gradient accumulation (`train.grad_accum_steps` = N > 1): each step
+    receives N micro-batches of `ingestion.batch_size` stacked on a leading
+    axis and makes one optimizer update (see `models.accumulate_gradients`),
+    so `train_steps` still counts updates and each update sees N x
+    `ingestion.batch_size` examples.
 
     Args:
       config: The validated pipeline config.
       inputs: Paths and step counts.
-      build_and_compile: Returns a compiled Keras model (called once).
+      build_and_compile: Returns a compiled Keras model (called once, inside
+        the strategy scope).
+      choice: The strategy, when the caller created it already (it must be
+        created before anything else touches TensorFlow).
+      callbacks: Extra Keras callbacks, run after the backup callback.
 
     Returns:
       The trained model and its evaluation results on the eval split.
+
+    Raises:
+      ConfigError: naming the field, for settings that cannot work (before
+        any data is read).
     """
+    choice = choice if choice is not None else strategies.create_strategy(config.strategy)
+    if choice.role != strategies.ROLE_TRAINER:
+        raise ValueError(f"Trainer: this task ({choice.task_type}:{choice.task_id}) is a {choice.role}, not a trainer")
+    _check_settings(config, choice)
     keras.utils.set_random_seed(config.train.seed)
     tft_output = tft.TFTransformOutput(inputs.transform_output)
-    train_ds, eval_ds = make_datasets(config, inputs, tft_output)
-    model = build_and_compile()
-    steps_per_epoch = min(config.train.steps_per_epoch, inputs.train_steps)
-    model.fit(
-        train_ds,
-        steps_per_epoch=steps_per_epoch,
-        epochs=math.ceil(inputs.train_steps / steps_per_epoch),
-        verbose=2,
-    )
-    results = model.evaluate(eval_ds.take(inputs.eval_steps), return_dict=True, verbose=0)
+    with models.precision_policy(config.train.mixed_precision):
+        with choice.strategy.scope():
+            model = build_and_compile()
+        _configure_model(model, config)
+        train_data, eval_data = _distributed_datasets(config, inputs, tft_output, choice)
+        steps_per_epoch = min(config.train.steps_per_epoch, inputs.train_steps)
+        save_freq: int | str = max(1, config.train.checkpoint_every_steps // config.strategy.steps_per_execution)
+        if choice.uses_coordinator:
+            # Keras backs up a parameter-server run at epoch ends only, so
+            # epochs are no longer than the backup interval.
+            steps_per_epoch = min(steps_per_epoch, config.train.checkpoint_every_steps)
+            save_freq = "epoch"
+        backup = TrainingBackup(backup_dir(inputs), save_freq=save_freq, delete_checkpoint=False)
+        model.fit(
+            train_data,
+            steps_per_epoch=steps_per_epoch,
+            epochs=math.ceil(inputs.train_steps / steps_per_epoch),
+            callbacks=[backup, _ResumeLog(backup.backup_dir), *callbacks],
+            verbose=2,
+        )
+        results = model.evaluate(eval_data, steps=inputs.eval_steps, return_dict=True, verbose=0)
     logging.info("Trainer: eval after training: %s", results)
     return model, results
+
+
+def _check_settings(config: PipelineConfig, choice: strategies.StrategyChoice) -> None:
+    train = config.train
+    if train.grad_accum_steps < 1:
+        raise ConfigError(f"train.grad_accum_steps: expected an integer >= 1 (1 disables accumulation), got {train.grad_accum_steps}")
+    if train.checkpoint_every_steps < 1:
+        raise ConfigError(f"train.checkpoint_every_steps: expected an integer >= 1, got {train.checkpoint_every_steps}")
+    if config.strategy.steps_per_execution < 1:
+        raise ConfigError(f"strategy.steps_per_execution: expected an integer >= 1, got {config.strategy.steps_per_execution}")
+    strategies.check_batch_sizes(
+        config.ingestion.batch_size, config.ingestion.eval_batch_size, choice.num_replicas, choice.kind
+    )
+    if train.mixed_precision == "mixed_float16":
+        if choice.kind == "tpu":
+            raise ConfigError("train.mixed_precision: TPUs compute in bfloat16; use 'mixed_bfloat16'")
+        if not tf.config.list_physical_devices("GPU"):
+            logging.warning("Trainer: train.mixed_precision 'mixed_float16' without a GPU runs, but slowly; use 'mixed_bfloat16' on CPU")
+
+
+def _configure_model(model: keras.Model, config: PipelineConfig) -> None:
+    """Applies accumulation and steps-per-execution settings to the compiled model."""
+    steps = config.train.grad_accum_steps
+    if steps > 1:
+        if not getattr(model, "supports_gradient_accumulation", False):
+            raise ConfigError(
+                f"train.grad_accum_steps: model {model.name!r} ({type(model).__name__}) cannot accumulate gradients; "
+                "mix components.models.GradientAccumulationMixin into its class (a custom train_step then calls "
+                "models.accumulate_gradients), or set train.grad_accum_steps: 1"
+            )
+        model.grad_accum_steps = steps
+    if config.strategy.steps_per_execution > 1:
+        model.steps_per_execution = config.strategy.steps_per_execution
+
+
+def _distributed_datasets(
+    config: PipelineConfig,
+    inputs: TrainingInputs,
+    tft_output: tft.TFTransformOutput,
+    choice: strategies.StrategyChoice,
+):
+    """Per-input-pipeline train and eval datasets, distributed by the strategy."""
+    accum = config.train.grad_accum_steps
+
+    def train_fn(input_context):
+        train, _ = make_datasets(config, inputs, tft_output, input_context=input_context)
+        # N micro-batches stacked per step: one optimizer update per element.
+        return train.batch(accum, drop_remainder=True) if accum > 1 else train
+
+    def eval_fn(input_context):
+        _, evaluation = make_datasets(config, inputs, tft_output, input_context=input_context)
+        # Coordinator-scheduled steps must never run out of data on a worker.
+        return evaluation.repeat() if choice.uses_coordinator else evaluation
+
+    if choice.uses_coordinator:
+        # Built once eagerly on the coordinator: the input checks that cannot
+        # run inside the workers' traced dataset functions fail here, early.
+        make_datasets(config, inputs, tft_output)
+        creator = keras.utils.experimental.DatasetCreator
+        return creator(train_fn), creator(eval_fn)
+    strategy = choice.strategy
+    return strategy.distribute_datasets_from_function(train_fn), strategy.distribute_datasets_from_function(eval_fn)
+
+
+BACKUP_DIR_NAME = "backup"
+
+
+def backup_dir(inputs: TrainingInputs) -> str:
+    """Where `fit` keeps its crash-recovery backup (see `TrainingInputs.from_fn_args`)."""
+    return inputs.backup_dir or os.path.join(inputs.model_run_dir, BACKUP_DIR_NAME)
+
+
+def remove_backup(inputs: TrainingInputs, choice: strategies.StrategyChoice) -> None:
+    """Deletes the backup once the model is safely exported (chief only).
+
+    Until then a re-run resumes from the last backup instead of retraining;
+    other workers' backup copies live in temporary directories Keras removes.
+    """
+    path = backup_dir(inputs)
+    if choice.is_chief and tf.io.gfile.exists(path):
+        tf.io.gfile.rmtree(path)
+        logging.info("Trainer: removed the training backup %s after export", path)
+
+
+class TrainingBackup(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` that also covers the one-device and central-storage strategies.
+
+    tf_keras keeps an allow-list of strategies; its backup is a
+    `tf.train.Checkpoint` of the model, its optimizer and two counters, which
+    these two strategies save and restore like any other checkpoint (the
+    fault-tolerance test resumes a one-device run from it).
+    """
+
+    def __init__(self, backup_dir: str, **kwargs):
+        super().__init__(backup_dir, **kwargs)
+        self._supported_strategies = (
+            *self._supported_strategies,
+            tf.distribute.OneDeviceStrategy,
+            tf.distribute.experimental.CentralStorageStrategy,
+        )
+
+
+class _ResumeLog(keras.callbacks.Callback):
+    """Logs whether training resumed from a backup, and from which step."""
+
+    def __init__(self, directory: str):
+        super().__init__()
+        self._directory = directory
+
+    def on_train_begin(self, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step:
+            logging.info("Trainer: resumed from the backup in %s at step %d", self._directory, step)
+        else:
+            logging.info("Trainer: no backup in %s; training from step 0", self._directory)

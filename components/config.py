@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import types
 import typing
@@ -124,6 +125,8 @@ class LabelConfig:
     num_classes: int = 2
 
     def validate(self, path: str) -> None:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
+            _fail(f"{path}.name", f"expected an identifier ([A-Za-z_][A-Za-z0-9_]*), got {self.name!r}")
         if self.num_classes < 2:
             _fail(f"{path}.num_classes", f"expected an integer >= 2, got {self.num_classes}")
 
@@ -181,14 +184,19 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TransformConfig:
-    """How Transform writes its output.
+    """How Transform writes its output (recorded for the Trainer in `tfxkit_layout.json`).
 
     Attributes:
       num_shards: Output files per split; 0 picks a default sized for parallel
-        reads and per-worker file sharding (at least 2 x workers).
-      compression: `gzip` (TFX's default) or `none` (faster to read).
-      pack_features: Write dense numeric transformed features as one
-        fixed-length float vector per example.
+        reads and per-worker file sharding: at least 8 and at least
+        2 x `strategy.workers`, a multiple of the workers.
+      compression: `gzip` (TFX's default, `.gz` files) or `none`
+        (`.tfrecord` files: faster to read, larger on disk).
+      pack_features: Write every dense numeric transformed feature (label
+        included) as one fixed-length float32 vector per example, so parsing
+        costs one feature. Integer ids must stay below 2^24 (exact in float32;
+        the Transform fails naming the feature otherwise). Stock TFX readers
+        (`data_accessor`) cannot unpack it: keep it off for user `run_fn`s.
     """
 
     num_shards: int = 0
@@ -207,12 +215,18 @@ class IngestionConfig:
     Attributes:
       batch_size: Global batch size (split across replicas).
       eval_batch_size: Global batch size for evaluation.
-      shuffle_buffer: Examples in the shuffle buffer (0 disables shuffling).
-      cache: `none`, `memory`, or `file` (under the model run directory).
+      shuffle_buffer: Examples mixed together when training (0 disables
+        shuffling): files are reshuffled every epoch, parsed batches are
+        shuffled in a buffer of about this many examples and examples are
+        permuted within windows of this many.
+      cache: `none`, `memory`, or `file` (under the model run directory): keep
+        the parsed training data after the first epoch, so later epochs skip
+        reading and parsing. Needs the (packed) data to fit in memory / disk.
       num_parallel_reads: Files read concurrently (0 = autotune).
       num_parallel_calls: Parallel parse calls (0 = autotune).
       prefetch: Batches prefetched (0 = autotune).
-      deterministic: Keep element order reproducible (slower).
+      deterministic: Keep element order reproducible across runs (slower);
+        without shuffling, every epoch then has the same order.
     """
 
     batch_size: int = 256
@@ -250,18 +264,22 @@ class StrategyConfig:
 
     Attributes:
       kind: One of `auto`, `one_device`, `mirrored`, `multi_worker_mirrored`,
-        `parameter_server`, `central_storage`, `tpu`.
+        `parameter_server`, `central_storage`, `tpu` (see
+        `components.strategies` for what `auto` picks).
       num_gpus: GPUs to use on this machine (0: all visible for mirrored,
-        CPU otherwise).
+        CPU otherwise); more than are visible fails before training.
       num_cpu_devices: Logical CPU devices to create when there is no GPU
         (lets `mirrored` run on CPU; 0 keeps TensorFlow's default of one).
-      communication: Collective implementation, `auto`, `ring` or `nccl`.
+      communication: Collective implementation, `auto`, `ring` or `nccl`
+        (multi-worker all-reduce; `nccl` also selects NCCL for `mirrored`).
       all_reduce_pack_bytes: Pack small gradients into chunks of this size
-        for all-reduce (0: TensorFlow's default).
+        for the multi-worker all-reduce (0: TensorFlow's default).
       tpu: TPU name or address for `TPUClusterResolver` ('' = local / env).
       workers: Expected worker replicas (used to size shards and TFJobs).
       parameter_servers: Expected parameter-server replicas.
-      steps_per_execution: Steps per `tf.function` call (parameter server, TPU).
+      steps_per_execution: Steps per `tf.function` call (fewer round trips;
+        matters most for parameter server and TPU). Backups are counted in
+        steps regardless.
     """
 
     kind: StrategyKind = "auto"
@@ -283,6 +301,10 @@ class StrategyConfig:
                 _fail(f"{path}.{name}", f"expected an integer >= 1, got {getattr(self, name)}")
         if self.kind == "parameter_server" and self.parameter_servers < 1 and self.workers > 1:
             _fail(f"{path}.parameter_servers", "expected >= 1 parameter server for kind 'parameter_server'")
+        if self.kind == "one_device" and self.num_gpus > 1:
+            _fail(f"{path}.num_gpus", f"kind 'one_device' uses one device, got num_gpus {self.num_gpus}; use kind 'mirrored' for several GPUs")
+        if self.kind == "tpu" and self.communication == "nccl":
+            _fail(f"{path}.communication", "'nccl' is for GPUs; TPUs have their own interconnect (use 'auto')")
 
 
 @dataclass(frozen=True)
@@ -296,8 +318,12 @@ class TrainConfig:
       learning_rate: Adam learning rate.
       mixed_precision: `none`, `mixed_float16` (GPU) or `mixed_bfloat16`
         (TPU / CPU).
-      grad_accum_steps: Micro-batches per optimizer update (1 = off).
-      checkpoint_every_steps: `BackupAndRestore` save frequency in steps.
+      grad_accum_steps: Micro-batches per optimizer update (1 = off); each
+        micro-batch holds `ingestion.batch_size` examples, so an update sees
+        `grad_accum_steps * batch_size`, and `train_steps` counts updates.
+      checkpoint_every_steps: `BackupAndRestore` save frequency in steps (a
+        killed Trainer resumes from the last one; under `parameter_server`
+        epochs are shortened to it, as Keras backs up at epoch ends there).
       seed: Random seed for initialisation and shuffling.
     """
 
@@ -346,20 +372,30 @@ class ModelConfig:
             _fail(f"{path}.dropout", f"expected a number in [0, 1), got {self.dropout}")
 
 
+# Teacher inputs of the Distiller component (one named input each).
+MAX_TEACHERS = 8
+
+
 @dataclass(frozen=True)
 class DistillationConfig:
-    """Teacher-then-student distillation.
+    """Teacher-then-student distillation (see `components.distillation`).
 
     Attributes:
-      enabled: Add the distillation stage after the teacher Trainer.
-      alpha: Weight of the soft-target loss; `1 - alpha` weighs the hard loss.
-      temperature: Softmax temperature T of the soft targets.
-      num_teachers: Teacher Trainers (different seeds) whose soft targets are
-        averaged.
+      enabled: Add the distillation stage after the teacher Trainer: the
+        Distiller trains the `student` shape on the teachers' soft targets,
+        and the Evaluator gates it against the first teacher.
+      alpha: Weight of the soft-target loss; `1 - alpha` weighs the hard loss
+        (cross-entropy at T = 1).
+      temperature: Softmax temperature T of the soft targets (the soft loss
+        is scaled by T^2).
+      num_teachers: Teacher Trainers (seeds `train.seed + i`) whose soft
+        targets are averaged; at most `MAX_TEACHERS`.
       teacher_weights: Optional weights of the teachers (normalised).
-      cache_teacher_logits: Compute teacher logits once per run.
-      require_compression: Reject a student with as many parameters as the
-        teacher or more.
+      cache_teacher_logits: Keep each distinct example's teacher soft
+        targets in memory instead of running the teachers at every step
+        (exact: teachers are frozen; not with the parameter-server strategy).
+      require_compression: Reject, before training, a student with as many
+        parameters as a teacher or more.
     """
 
     enabled: bool = False
@@ -375,8 +411,8 @@ class DistillationConfig:
             _fail(f"{path}.alpha", f"expected a number in [0, 1], got {self.alpha}")
         if not self.temperature > 0:
             _fail(f"{path}.temperature", f"expected a number > 0, got {self.temperature}")
-        if self.num_teachers < 1:
-            _fail(f"{path}.num_teachers", f"expected an integer >= 1, got {self.num_teachers}")
+        if not 1 <= self.num_teachers <= MAX_TEACHERS:
+            _fail(f"{path}.num_teachers", f"expected an integer in [1, {MAX_TEACHERS}], got {self.num_teachers}")
         if self.teacher_weights:
             if len(self.teacher_weights) != self.num_teachers:
                 _fail(f"{path}.teacher_weights", f"expected {self.num_teachers} weights (one per teacher), got {len(self.teacher_weights)}")
@@ -402,6 +438,25 @@ class EvaluationConfig:
             _fail(f"{path}.min_accuracy", f"expected a number in [0, 1], got {self.min_accuracy}")
         if not 0.0 <= self.max_accuracy_drop <= 1.0:
             _fail(f"{path}.max_accuracy_drop", f"expected a number in [0, 1], got {self.max_accuracy_drop}")
+
+
+# Kubernetes extended resources and GKE node labels of accelerators.
+GPU_RESOURCE = "nvidia.com/gpu"
+TPU_RESOURCE = "google.com/tpu"
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+GKE_TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+# GKE TPU accelerator label -> dimensions of its slice topology (v4 and v5p
+# slices are 3-D tori such as 2x2x4; v3, v5e and v6e are 2-D such as 2x4).
+TPU_TOPOLOGY_DIMS = {
+    "tpu-v3-slice": 2,
+    "tpu-v3-device": 2,
+    "tpu-v4-podslice": 3,
+    "tpu-v5-lite-podslice": 2,
+    "tpu-v5-lite-device": 2,
+    "tpu-v5p-slice": 3,
+    "tpu-v6e-slice": 2,
+}
 
 
 @dataclass(frozen=True)
@@ -431,8 +486,14 @@ class Placement:
       accelerator_type: e.g. `nvidia-l4`, `nvidia-tesla-a100`, `tpu-v5-lite-podslice`.
       accelerator_count: Accelerators per replica.
       tpu_topology: TPU slice topology such as `2x4` (TPU only).
-      node_selector: Node labels the pod requires.
+      node_selector: Node labels the pod requires. The GKE accelerator
+        labels (`cloud.google.com/gke-accelerator`,
+        `cloud.google.com/gke-tpu-accelerator`, `cloud.google.com/gke-tpu-topology`)
+        are derived from the accelerator fields and need not be repeated.
       tolerations: Taints the pod tolerates.
+      beam_args: Extra Beam pipeline args for this component only (Beam-based
+        components such as Transform and StatisticsGen), appended to
+        `kubeflow.beam_args`, e.g. to run it on Dataflow.
     """
 
     image: str = ""
@@ -445,14 +506,101 @@ class Placement:
     tpu_topology: str = ""
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    beam_args: tuple[str, ...] = ()
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.accelerator_type.startswith("tpu-")
+
+    @property
+    def accelerator_resource(self) -> str:
+        """The Kubernetes extended resource the accelerator is requested as ('' for none)."""
+        if not self.accelerator_type:
+            return ""
+        return TPU_RESOURCE if self.is_tpu else GPU_RESOURCE
+
+    def effective_node_selector(self) -> dict[str, str]:
+        """`node_selector` plus the GKE labels that pick the accelerator's node pool."""
+        labels: dict[str, str] = {}
+        if self.is_tpu:
+            labels[GKE_TPU_ACCELERATOR_LABEL] = self.accelerator_type
+            labels[GKE_TPU_TOPOLOGY_LABEL] = self.tpu_topology
+        elif self.accelerator_type:
+            labels[GKE_ACCELERATOR_LABEL] = self.accelerator_type
+        return {**labels, **self.node_selector}
 
     def validate(self, path: str) -> None:
+        if self == Placement():
+            _fail(path, "empty placement: it names no node pool (node_selector or accelerator_type) and no image or resources; fill it in or remove the entry")
+        for name in ("cpu_request", "cpu_limit"):
+            value = getattr(self, name)
+            if value and not re.fullmatch(r"([0-9]*[.])?[0-9]+m?", value):
+                _fail(f"{path}.{name}", f"expected a CPU quantity such as '4', '0.5' or '500m', got {value!r}")
+        for name in ("memory_request", "memory_limit"):
+            value = getattr(self, name)
+            if value and not re.fullmatch(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?", value):
+                _fail(f"{path}.{name}", f"expected a memory quantity such as '16Gi' or '512Mi', got {value!r}")
         if self.accelerator_count < 0:
             _fail(f"{path}.accelerator_count", f"expected an integer >= 0, got {self.accelerator_count}")
         if self.accelerator_count and not self.accelerator_type:
             _fail(f"{path}.accelerator_type", "accelerator_count is set but accelerator_type is empty; name the accelerator (e.g. nvidia-l4)")
+        if self.accelerator_type:
+            self._validate_accelerator(path)
+        elif self.tpu_topology:
+            _fail(f"{path}.tpu_topology", "tpu_topology is set but accelerator_type is empty; name the TPU (e.g. tpu-v5-lite-podslice)")
+        if self.tolerations and not self.node_selector and not self.accelerator_type:
+            _fail(
+                path,
+                "the tolerations let the pod onto a tainted node pool, but neither node_selector nor "
+                "accelerator_type selects a pool; add node_selector (e.g. cloud.google.com/gke-nodepool: <pool>) "
+                "or accelerator_type",
+            )
+        for key, value in self.node_selector.items():
+            if not key or not value:
+                _fail(f"{path}.node_selector", f"expected non-empty label keys and values, got {key!r}: {value!r}")
         for i, tol in enumerate(self.tolerations):
             tol.validate(f"{path}.tolerations[{i}]")
+
+    def _validate_accelerator(self, path: str) -> None:
+        kind = self.accelerator_type
+        if self.accelerator_count < 1:
+            _fail(f"{path}.accelerator_count", f"expected an integer >= 1 with accelerator_type {kind!r}, got {self.accelerator_count}")
+        if not self.is_tpu:
+            if not kind.startswith("nvidia-"):
+                _fail(
+                    f"{path}.accelerator_type",
+                    f"expected a GKE accelerator name: nvidia-* for GPUs (e.g. nvidia-l4) or one of {sorted(TPU_TOPOLOGY_DIMS)}, got {kind!r}",
+                )
+            if self.tpu_topology:
+                _fail(f"{path}.tpu_topology", f"tpu_topology is for TPU accelerators only, but accelerator_type is the GPU {kind!r}")
+        else:
+            if kind not in TPU_TOPOLOGY_DIMS:
+                _fail(f"{path}.accelerator_type", f"unknown TPU {kind!r}; expected one of {sorted(TPU_TOPOLOGY_DIMS)}")
+            dims = TPU_TOPOLOGY_DIMS[kind]
+            example = "2x4" if dims == 2 else "2x2x2"
+            if not self.tpu_topology:
+                _fail(f"{path}.tpu_topology", f"a TPU slice needs its topology (GKE schedules {kind} by it), e.g. {example!r}")
+            if not re.fullmatch(r"[1-9][0-9]*(x[1-9][0-9]*)*", self.tpu_topology):
+                _fail(f"{path}.tpu_topology", f"expected a topology such as {example!r}, got {self.tpu_topology!r}")
+            sizes = [int(s) for s in self.tpu_topology.split("x")]
+            if len(sizes) != dims:
+                _fail(
+                    f"{path}.tpu_topology",
+                    f"{self.tpu_topology!r} does not match {kind}: its slices have a {dims}-D topology (e.g. {example!r})",
+                )
+            chips = math.prod(sizes)
+            if self.accelerator_count > chips or chips % self.accelerator_count:
+                _fail(
+                    f"{path}.accelerator_count",
+                    f"{self.accelerator_count} chips per pod does not divide the {chips} chips of topology {self.tpu_topology!r}",
+                )
+        derived = self._derived_labels()
+        for key, value in self.node_selector.items():
+            if key in derived and value != derived[key]:
+                _fail(f"{path}.node_selector.{key}", f"{value!r} contradicts the accelerator fields, which select {derived[key]!r}; drop the label")
+
+    def _derived_labels(self) -> dict[str, str]:
+        return dataclasses.replace(self, node_selector={}).effective_node_selector()
 
 
 @dataclass(frozen=True)
@@ -461,27 +609,59 @@ class KubeflowConfig:
 
     Attributes:
       image: Default container image of every component.
-      pipeline_root: Pipeline root URI on the cluster (e.g. gs://bucket/root).
+      pipeline_root: Pipeline root URI on the cluster (e.g. gs://bucket/root);
+        every pod (and every TFJob replica) reads and writes artifacts there.
       serving_dir: Push destination URI on the cluster.
-      placements: Component id -> Placement.
+      data_uri: Directory URI of the input files on the cluster (all files in
+        it are ExampleGen's input). Required for built-in data, which lives
+        on the machine that compiles; defaults to `data.path` otherwise.
+      placements: Component id -> Placement. When the Trainer runs as a TFJob
+        (strategy `multi_worker_mirrored` or `parameter_server` with more than
+        one replica) its placement applies to the TFJob's chief and worker
+        replicas; the pipeline step that submits and watches the job keeps
+        only the image and runs on the default pool.
       beam_args: Beam pipeline args for Beam-based components on the cluster.
-      tfjob_timeout_seconds: Bound on the wait for a multi-worker TFJob.
-      namespace: Kubernetes namespace of TFJobs.
+      tfjob_timeout_seconds: Bound on the wait for a multi-worker TFJob (also
+        its `activeDeadlineSeconds`); the job is deleted when it passes.
+      tfjob_backoff_limit: Replica restarts the TFJob allows (preempted
+        replicas resume from their `BackupAndRestore` checkpoint).
+      tfjob_ps_placement: Placement of parameter-server replicas (default:
+        the default node pool with the Trainer's image).
+      tfjob_service_account: Service account of TFJob replicas ('' = the
+        namespace default); it needs access to `pipeline_root`.
+      namespace: Kubernetes namespace of TFJobs ('' = the namespace of the
+        pipeline step's pod).
     """
 
     image: str = "tfxkit:0.1.0"
     pipeline_root: str = ""
     serving_dir: str = ""
+    data_uri: str = ""
     placements: dict[str, Placement] = field(default_factory=dict)
     beam_args: tuple[str, ...] = ()
     tfjob_timeout_seconds: int = 3600
+    tfjob_backoff_limit: int = 3
+    tfjob_ps_placement: Placement | None = None
+    tfjob_service_account: str = ""
     namespace: str = "kubeflow"
 
     def validate(self, path: str) -> None:
+        if not self.image:
+            _fail(f"{path}.image", "expected the default container image (e.g. us-docker.pkg.dev/<project>/tfxkit/tfxkit:0.1.0)")
         for name, placement in self.placements.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                _fail(f"{path}.placements.{name}", "expected a component id (letters, digits, '_', '.', '-')")
             placement.validate(f"{path}.placements.{name}")
+        if self.tfjob_ps_placement is not None:
+            self.tfjob_ps_placement.validate(f"{path}.tfjob_ps_placement")
+            if self.tfjob_ps_placement.beam_args:
+                _fail(f"{path}.tfjob_ps_placement.beam_args", "parameter servers run no Beam pipeline; remove beam_args")
         if self.tfjob_timeout_seconds < 1:
             _fail(f"{path}.tfjob_timeout_seconds", f"expected an integer >= 1, got {self.tfjob_timeout_seconds}")
+        if self.tfjob_backoff_limit < 0:
+            _fail(f"{path}.tfjob_backoff_limit", f"expected an integer >= 0, got {self.tfjob_backoff_limit}")
+        if self.namespace and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.namespace):
+            _fail(f"{path}.namespace", f"expected a Kubernetes namespace name (lowercase letters, digits, '-'), got {self.namespace!r}")
 
 
 @dataclass(frozen=True)
@@ -515,6 +695,8 @@ class PipelineConfig:
             value = getattr(self, f.name)
             if hasattr(value, "validate"):
                 value.validate(_join(path, f.name))
+        for where, text in _strings(self, path):
+            reject_secret(where, text)
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), sort_keys=True)
@@ -522,6 +704,61 @@ class PipelineConfig:
     @classmethod
     def from_json(cls, text: str) -> PipelineConfig:
         return from_dict(json.loads(text))
+
+
+# --------------------------------------------------------------------------- #
+# Secrets never enter the config
+# --------------------------------------------------------------------------- #
+
+_SECRET_PATTERNS = (
+    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+    ("an AWS access key id", re.compile(r"\bAKIA[0-9A-Z]{16}\b")),
+    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
+    ("a Google OAuth access token", re.compile(r"\bya29\.[0-9A-Za-z_\-]{20,}")),
+    ("a GitHub token", re.compile(r"\b(gh[pousr]_[0-9A-Za-z]{20,}|github_pat_[0-9A-Za-z_]{20,})")),
+    ("a GitLab token", re.compile(r"\bglpat-[0-9A-Za-z_\-]{20,}")),
+    ("a Slack token", re.compile(r"\bxox[abprs]-[0-9A-Za-z\-]{10,}")),
+    ("an API secret key", re.compile(r"\bsk-[0-9A-Za-z]{20,}")),
+    (
+        "a credential assignment",
+        re.compile(r"(password|passwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key)[\"']?\s*[=:]\s*[^\s/]\S*", re.I),
+    ),
+)
+
+
+def reject_secret(path: str, text: str) -> None:
+    """Raises if `text` looks like a credential.
+
+    Config values travel into ML Metadata execution properties, compiled
+    Kubeflow specs and logs, all readable by anyone with pipeline access.
+
+    Raises:
+      ConfigError: naming the field and pointing to Kubernetes secrets.
+    """
+    for kind, pattern in _SECRET_PATTERNS:
+        if pattern.search(text):
+            _fail(
+                path,
+                f"looks like {kind}; secrets must not be in the config (it is stored in ML Metadata, "
+                "compiled Kubeflow specs and logs). Put it in a Kubernetes Secret and read it from the "
+                "environment of the pod that needs it",
+            )
+
+
+def _strings(obj: Any, path: str):
+    """Yields (field path, string) for every string (and mapping key) in a config."""
+    if dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            yield from _strings(getattr(obj, f.name), _join(path, f.name))
+    elif isinstance(obj, tuple | list):
+        for i, v in enumerate(obj):
+            yield from _strings(v, f"{path}[{i}]")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield f"{path}.{k}", str(k)
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(obj, str):
+        yield path, obj
 
 
 # --------------------------------------------------------------------------- #

@@ -142,3 +142,48 @@ def test_missing_yaml_file(tmp_path):
 
 def test_to_dict_round_trips_through_yaml(taxi_config):
     assert from_dict(yaml.safe_load(yaml.safe_dump(to_dict(taxi_config)))) == taxi_config
+
+
+@pytest.mark.parametrize(
+    "path, value, kind",
+    [
+        ("beam_args", ["--password=hunter2"], "a credential assignment"),
+        ("beam_args", ["--api_key=abcdef123"], "a credential assignment"),
+        ("kubeflow.image", "gcr.io/p/img:AKIAABCDEFGHIJKLMNOP", "an AWS access key id"),
+        ("kubeflow.beam_args", ["--token=ya29.abcdefghijklmnopqrstuvwxyz0123"], "a Google OAuth access token"),
+        ("data.path", "/data/ghp_abcdefghijklmnopqrstuvwx/x.csv", "a GitHub token"),
+        ("kubeflow.pipeline_root", "-----BEGIN RSA PRIVATE KEY-----", "a private key"),
+    ],
+)
+def test_secret_looking_values_are_rejected(path, value, kind):
+    data = _mutate(path, value)
+    if path == "data.path":
+        del data["data"]["builtin"]
+    with pytest.raises(ConfigError, match=rf"looks like {kind}; secrets must not be in the config.*Kubernetes Secret"):
+        from_dict(data)
+
+
+def test_secret_in_a_mapping_key_is_rejected():
+    placement = {"node_selector": {"token=abc123": "x"}, "accelerator_type": "nvidia-l4", "accelerator_count": 1}
+    with pytest.raises(ConfigError, match=r"kubeflow\.placements\.Trainer\.node_selector\.token=abc123: looks like"):
+        from_dict(_mutate("kubeflow.placements", {"Trainer": placement}))
+
+
+def test_credential_file_paths_are_allowed():
+    config = from_dict(_mutate("beam_args", ["--service_account_key_file=/var/secrets/key.json"]))
+    assert config.beam_args == ("--service_account_key_file=/var/secrets/key.json",)
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        ("name", "../../etc"),
+        ("data.label.name", "../label"),
+        ("data.features.0.name", "../../fare"),
+    ],
+)
+def test_names_used_in_paths_cannot_escape(path, value):
+    # The pipeline name becomes serving/<name>; feature names become
+    # vocabulary file names in the transform graph.
+    with pytest.raises(ConfigError, match=r"expected (an identifier|letters, digits)"):
+        from_dict(_mutate(path, value))

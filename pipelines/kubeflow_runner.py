@@ -1,0 +1,304 @@
+"""Compiles `create_pipeline` for Kubeflow Pipelines (KFP v2) with node-pool placement.
+
+TFX's `KubeflowV2DagRunner` compiles the very same pipeline the local runner
+runs; this module then places each component from the `kubeflow` config
+section, because the runner itself sets resources for some components only
+(`with_platform_config`, ignored by ExampleGen, TFX issue 6146) and has no
+hook for node selectors or tolerations:
+
+- CPU / memory requests and limits and the accelerator (`nvidia.com/gpu` or
+  `google.com/tpu`, the resource names KFP's driver requests) go into the
+  pipeline spec's container executors;
+- node selectors (GKE accelerator and TPU topology labels, or any label) and
+  tolerations go into the kfp-kubernetes platform spec
+  (`KubernetesExecutorConfig`), as `kfp.kubernetes` writes them;
+- images per component, pipeline-level Beam args and per-component Beam args.
+
+The result is one YAML file (pipeline spec, then platform spec) that
+`kfp.components.load_component_from_file` loads and `kfp.Client` uploads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+from typing import Any
+
+from google.protobuf import json_format
+
+from components import tfjob
+from components.config import ConfigError, PipelineConfig, Placement
+from components.data import ResolvedInput
+from pipelines.pipeline import PipelinePaths, create_pipeline
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledPipeline:
+    """A compiled pipeline.
+
+    Attributes:
+      path: The YAML file written.
+      pipeline_spec: The KFP `PipelineSpec` message.
+      platform_spec: The KFP `PlatformSpec` message (kubernetes placement).
+    """
+
+    path: str
+    pipeline_spec: Any
+    platform_spec: Any
+
+
+def cluster_input(config: PipelineConfig) -> ResolvedInput:
+    """ExampleGen's input on the cluster: `kubeflow.data_uri`, else `data.path`.
+
+    Raises:
+      ConfigError: built-in data without `kubeflow.data_uri`, or a local path.
+    """
+    uri = config.kubeflow.data_uri
+    if not uri:
+        if config.data.builtin:
+            raise ConfigError(
+                f"kubeflow.data_uri: data.builtin {config.data.builtin!r} lives on the machine that compiles; "
+                "copy it to a bucket (kubeflow/README.md, step 1) and set kubeflow.data_uri to that directory"
+            )
+        uri = config.data.path
+    if "://" not in uri:
+        raise ConfigError(
+            f"kubeflow.data_uri: {uri!r} is a local path, which pods on the cluster cannot read; "
+            "use a directory URI such as gs://<bucket>/data/<name>"
+        )
+    return ResolvedInput(input_base=uri.rstrip("/"), pattern="*", format=config.data.format)
+
+
+def cluster_paths(config: PipelineConfig) -> PipelinePaths:
+    """Pipeline root and push destination on the cluster (no SQLite: KFP owns ML Metadata).
+
+    Raises:
+      ConfigError: naming the missing or local URI.
+    """
+    kf = config.kubeflow
+    for name in ("pipeline_root", "serving_dir"):
+        value = getattr(kf, name)
+        if "://" not in value:
+            got = f"got {value!r}" if value else "it is empty"
+            raise ConfigError(
+                f"kubeflow.{name}: expected a URI every pod can reach, such as gs://<bucket>/{config.name}/"
+                f"{'root' if name == 'pipeline_root' else 'serving'} ({got})"
+            )
+    return PipelinePaths(pipeline_root=kf.pipeline_root, serving_dir=kf.serving_dir)
+
+
+def _check_placements(config: PipelineConfig, pipeline) -> None:
+    """Every placement names a containerised component of the pipeline; Beam args only on Beam components."""
+    from tfx.dsl.components.base import base_component, executor_spec
+
+    nodes = {node.id: node for node in pipeline.components}
+    containers = sorted(i for i, n in nodes.items() if isinstance(n, base_component.BaseComponent))
+    for name, placement in config.kubeflow.placements.items():
+        path = f"kubeflow.placements.{name}"
+        if name not in nodes:
+            raise ConfigError(f"{path}: the pipeline has no component {name!r}; its components are {containers}")
+        if name not in containers:
+            raise ConfigError(f"{path}: {name!r} is a {type(nodes[name]).__name__} that runs inside the orchestrator, not in a pod; remove the entry")
+        if placement.beam_args and not isinstance(nodes[name].executor_spec, executor_spec.BeamExecutorSpec):
+            beam = sorted(i for i in containers if isinstance(nodes[i].executor_spec, executor_spec.BeamExecutorSpec))
+            raise ConfigError(f"{path}.beam_args: {name!r} runs no Beam pipeline; Beam-based components: {beam}")
+
+
+def _tfjob_components(config: PipelineConfig, pipeline) -> set[str]:
+    """Trainer steps that submit a TFJob (their placement goes to the replicas)."""
+    from components.trainer.executor import Executor
+
+    if not tfjob.uses_tfjob(config.strategy):
+        return set()
+    return {
+        node.id
+        for node in pipeline.components
+        if isinstance(getattr(getattr(node, "executor_spec", None), "executor_class", None), type)
+        and issubclass(node.executor_spec.executor_class, Executor)
+    }
+
+
+# Memory quantity suffix -> bytes (Kubernetes quantities).
+_MEMORY_UNITS = {
+    "": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+
+
+def cpu_quantity(value: str) -> float:
+    """CPUs of a Kubernetes CPU quantity ('500m' -> 0.5), as KFP stores them."""
+    return float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+
+
+def memory_quantity(value: str) -> float:
+    """Decimal gigabytes of a Kubernetes memory quantity ('16Gi' -> 17.18), as KFP stores them."""
+    number = value.rstrip("KMGTPEi")
+    return int(number) * _MEMORY_UNITS[value[len(number):]] / 10**9
+
+
+def resource_spec(placement: Placement):
+    """The pipeline spec's `ResourceSpec` of a placement (KFP units: CPUs, GB)."""
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    spec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec()
+    if placement.cpu_request:
+        spec.cpu_request = cpu_quantity(placement.cpu_request)
+    if placement.cpu_limit:
+        spec.cpu_limit = cpu_quantity(placement.cpu_limit)
+    if placement.memory_request:
+        spec.memory_request = memory_quantity(placement.memory_request)
+    if placement.memory_limit:
+        spec.memory_limit = memory_quantity(placement.memory_limit)
+    if placement.accelerator_resource:
+        # KFP's driver requests the accelerator type verbatim as a Kubernetes
+        # resource name; the GPU / TPU model is picked by the node selector.
+        spec.accelerator.type = placement.accelerator_resource
+        spec.accelerator.count = placement.accelerator_count
+    return spec
+
+
+def kubernetes_executor_config(placement: Placement):
+    """The kfp-kubernetes `KubernetesExecutorConfig` (node selector, tolerations) of a placement."""
+    from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
+
+    msg = k8s.KubernetesExecutorConfig()
+    msg.node_selector.labels.update(placement.effective_node_selector())
+    for t in placement.tolerations:
+        msg.tolerations.append(k8s.Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect))
+    return msg
+
+
+def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeline:
+    """Compiles `create_pipeline(config)` into a KFP v2 YAML file with placement.
+
+    Args:
+      config: A validated config with a `kubeflow` section.
+      output_path: The `.yaml` file to write (directories are created).
+
+    Returns:
+      The compiled pipeline.
+
+    Raises:
+      ConfigError: naming the config entry that cannot be compiled.
+    """
+    from kfp.compiler import pipeline_spec_builder
+    from kfp.pipeline_spec import pipeline_spec_pb2
+    from tfx import v1 as tfx
+    from tfx.orchestration.kubeflow.v2 import pipeline_builder
+
+    if not output_path.endswith((".yaml", ".yml")):
+        raise ConfigError(f"--output: {output_path!r} must end in .yaml (the platform spec is a second YAML document)")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,127}", config.name):
+        raise ConfigError(f"name: Kubeflow pipeline names are lowercase letters, digits and '-' ([a-z0-9][a-z0-9-]*), got {config.name!r}")
+    kf = config.kubeflow
+    tfjob.check_strategy(config.strategy)
+    pipeline = create_pipeline(config, cluster_input(config), cluster_paths(config), beam_pipeline_args=list(kf.beam_args))
+    _check_placements(config, pipeline)
+    by_id = {node.id: node for node in pipeline.components}
+    for name, placement in kf.placements.items():
+        if placement.beam_args:
+            by_id[name].with_beam_pipeline_args(list(placement.beam_args))
+    images = {name: p.image for name, p in kf.placements.items() if p.image}
+    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+            default_image={**images, pipeline_builder.DEFAULT_IMAGE_PATH_KEY: kf.image},
+            use_pipeline_spec_2_1=True,
+        ),
+        output_dir=tempfile.gettempdir(),
+    )
+    job = runner.run(pipeline, write_out=False)
+    spec_dict = job["pipelineSpec"]
+    # KFP reads the root from the pipeline spec; TFX writes it only into the
+    # (Vertex) job's runtime config.
+    spec_dict["defaultPipelineRoot"] = kf.pipeline_root
+    executors = spec_dict["deploymentSpec"]["executors"]
+    launchers = _tfjob_components(config, pipeline)
+    platform: dict[str, Any] = {}
+    for node in pipeline.components:
+        label = spec_dict["components"].get(node.id, {}).get("executorLabel")
+        container = executors.get(label, {}).get("container") if label else None
+        if container is None:
+            continue
+        container["env"] = [
+            {"name": tfjob.ORCHESTRATOR_ENV, "value": tfjob.KUBEFLOW},
+            {"name": tfjob.COMPONENT_ID_ENV, "value": node.id},
+        ]
+        placement = kf.placements.get(node.id)
+        if placement is None or node.id in launchers:
+            # A TFJob launcher only submits and watches: its replicas get the
+            # placement (components.tfjob.build_manifest), the step does not.
+            continue
+        resources = resource_spec(placement)
+        if resources.ByteSize():
+            container["resources"] = json_format.MessageToDict(resources)
+        k8s = kubernetes_executor_config(placement)
+        if k8s.ByteSize():
+            platform[label] = json_format.MessageToDict(k8s)
+    pipeline_spec = pipeline_spec_pb2.PipelineSpec()
+    json_format.ParseDict(spec_dict, pipeline_spec)
+    platform_spec = pipeline_spec_pb2.PlatformSpec()
+    if platform:
+        json_format.ParseDict({"platforms": {"kubernetes": {"deploymentSpec": {"executors": platform}}}}, platform_spec)
+    directory = os.path.dirname(os.path.abspath(output_path))
+    os.makedirs(directory, exist_ok=True)
+    pipeline_spec_builder.write_pipeline_spec_to_file(
+        pipeline_spec,
+        f"tfxkit pipeline {config.name!r} compiled from create_pipeline by KubeflowV2DagRunner",
+        platform_spec,
+        output_path,
+    )
+    return CompiledPipeline(output_path, pipeline_spec, platform_spec)
+
+
+def submit(
+    package_path: str,
+    host: str,
+    pipeline_name: str,
+    *,
+    version_name: str | None = None,
+    run: bool = False,
+    experiment: str = "Default",
+    namespace: str | None = None,
+) -> dict[str, str]:
+    """Uploads a compiled pipeline through `kfp.Client` (a new version if the name exists).
+
+    Args:
+      package_path: The compiled YAML.
+      host: The KFP API endpoint (e.g. http://localhost:8080 after a port-forward).
+      pipeline_name: Name of the pipeline in KFP.
+      version_name: Name of the new version (default: the file name and a timestamp).
+      run: Also start a run of the uploaded version.
+      experiment: Experiment of the run.
+      namespace: Kubeflow profile namespace (multi-user deployments).
+
+    Returns:
+      `pipeline_id`, `version_id` and, with `run`, `run_id`.
+    """
+    import time
+
+    import kfp
+
+    client = kfp.Client(host=host, namespace=namespace)
+    pipeline_id = client.get_pipeline_id(pipeline_name)
+    if pipeline_id is None:
+        pipeline = client.upload_pipeline(package_path, pipeline_name=pipeline_name)
+        pipeline_id = pipeline.pipeline_id
+        # Uploading a new pipeline creates its first version; runs need its id.
+        versions = client.list_pipeline_versions(pipeline_id, page_size=1, sort_by="created_at desc")
+        version_id = versions.pipeline_versions[0].pipeline_version_id
+    else:
+        name = version_name or f"{os.path.basename(package_path)}-{time.strftime('%Y%m%d-%H%M%S')}"
+        version_id = client.upload_pipeline_version(package_path, name, pipeline_id=pipeline_id).pipeline_version_id
+    out = {"pipeline_id": pipeline_id, "version_id": version_id}
+    if run:
+        experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
+        result = client.run_pipeline(
+            experiment_id=experiment_id,
+            job_name=f"{pipeline_name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            pipeline_id=pipeline_id,
+            version_id=version_id,
+        )
+        out["run_id"] = result.run_id
+    return out

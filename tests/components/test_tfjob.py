@@ -1,0 +1,467 @@
+"""TFJob manifests against the operator's CRD schema, and the submit / wait /
+fail / timeout / delete paths through the real `kubernetes` client.
+
+The client talks HTTP to a local server on a free port that speaks the
+Kubernetes API for TFJobs and pods (the transport boundary); the server
+records every request and answers from a scripted sequence of job states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import json
+import os
+import threading
+import urllib.parse
+
+import jsonschema
+import portpicker
+import pytest
+import yaml
+from kubernetes import client as k8s_client
+
+from components import tfjob
+from components.config import CONFIG_KEY, ConfigError, Placement, StrategyConfig, Toleration
+from tests.conftest import SHARED_DATA
+
+CRD_PATH = os.path.join(os.path.dirname(SHARED_DATA), "kubeflow", "tfjob-crd-v1.9.0.yaml")
+TFJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
+INVOCATION_URI = "gs://bucket/root/Trainer/model_run/7/tfjob_invocation.json"
+
+
+# --------------------------------------------------------------------------- #
+# A Kubernetes API server speaking TFJobs and pods
+# --------------------------------------------------------------------------- #
+
+
+def _condition(kind, message="", reason=""):
+    return {"type": kind, "status": "True", "reason": reason or f"TFJob{kind}", "message": message}
+
+
+def _status(*conditions, **replicas):
+    return {"conditions": list(conditions), "replicaStatuses": replicas}
+
+
+def _pod(name, phase, terminated=None, unschedulable=None):
+    state = {"terminated": terminated} if terminated else {"waiting": {"reason": "ContainerCreating"}}
+    status = {
+        "phase": phase,
+        "containerStatuses": [
+            {"name": "tensorflow", "ready": False, "restartCount": 0, "image": "img", "imageID": "", "state": state}
+        ],
+    }
+    if unschedulable:
+        status = {
+            "phase": phase,
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}],
+        }
+    return {"metadata": {"name": name}, "status": status}
+
+
+class FakeKubernetes:
+    """Records requests; answers job reads from `states` (the last one repeats)."""
+
+    def __init__(self, states, pods=(), create_error=None, read_errors=()):
+        self.states = list(states)
+        self.pods = list(pods)
+        self.create_error = create_error
+        self.read_errors = list(read_errors)
+        self.requests: list[dict] = []
+        self.job = None
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, code, body):
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _handle(self):
+                url = urllib.parse.urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                fake.requests.append(
+                    {
+                        "method": self.command,
+                        "path": url.path,
+                        "query": urllib.parse.parse_qs(url.query),
+                        "body": body,
+                        "auth": self.headers.get("Authorization"),
+                    }
+                )
+                code, reply = fake.answer(self.command, url.path, body)
+                self._reply(code, reply)
+
+            do_GET = do_POST = do_DELETE = _handle
+
+        self.port = portpicker.pick_unused_port()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def host(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def answer(self, method, path, body):
+        if path.endswith("/pods"):
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": self.pods}
+        if method == "POST":
+            if self.create_error:
+                code, message = self.create_error
+                return code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code}
+            self.job = body
+            return 201, body
+        if method == "GET":
+            if self.read_errors:
+                return self.read_errors.pop(0), {"kind": "Status", "message": "etcd is busy"}
+            state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+            return 200, {**self.job, **({"status": state} if state is not None else {})}
+        if method == "DELETE":
+            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+        return 404, {"kind": "Status", "message": "not found"}
+
+    def calls(self):
+        return [(r["method"], r["path"]) for r in self.requests]
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def _api_client(host):
+    configuration = k8s_client.Configuration()
+    configuration.host = host
+    return k8s_client.ApiClient(configuration)
+
+
+# --------------------------------------------------------------------------- #
+# Manifests
+# --------------------------------------------------------------------------- #
+
+
+@pytest.fixture(scope="module")
+def tfjob_schema():
+    with open(CRD_PATH) as f:
+        crd = yaml.safe_load(f)
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == tfjob.VERSION]
+    assert crd["spec"]["group"] == tfjob.GROUP and crd["spec"]["names"]["plural"] == tfjob.PLURAL
+    return version["schema"]["openAPIV3Schema"]
+
+
+def unknown_fields(obj, schema, path=""):
+    """Fields the API server would silently prune (not declared in the structural schema)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    out = []
+    if isinstance(obj, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for key, value in obj.items():
+            if props is not None and key in props:
+                out += unknown_fields(value, props[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                out += unknown_fields(value, extra, f"{path}.{key}")
+            elif props is not None:
+                out.append(f"{path}.{key}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(obj):
+            out += unknown_fields(item, schema["items"], f"{path}[{i}]")
+    return out
+
+
+GPU_PLACEMENT = Placement(
+    image="registry/tfxkit:0.1.0",
+    cpu_request="4",
+    memory_request="16Gi",
+    accelerator_type="nvidia-l4",
+    accelerator_count=1,
+    node_selector={"cloud.google.com/gke-nodepool": "gpu-l4"},
+    tolerations=(Toleration(key="nvidia.com/gpu"),),
+)
+
+
+def _config(taxi_config, **strategy):
+    kubeflow = dataclasses.replace(taxi_config.kubeflow, placements={"Trainer": GPU_PLACEMENT}, tfjob_timeout_seconds=900)
+    return dataclasses.replace(
+        taxi_config, strategy=dataclasses.replace(taxi_config.strategy, **strategy), kubeflow=kubeflow
+    )
+
+
+def _manifest(config, name="taxi-trainer-abc"):
+    return tfjob.build_manifest(config, name=name, namespace="team-a", component_id="Trainer", invocation_uri=INVOCATION_URI)
+
+
+def _containers(manifest, rtype):
+    return manifest["spec"]["tfReplicaSpecs"][rtype]["template"]["spec"]["containers"]
+
+
+@pytest.mark.parametrize(
+    "strategy, shape",
+    [
+        (dict(kind="multi_worker_mirrored", workers=3), {"Worker": 3}),
+        (dict(kind="parameter_server", workers=2, parameter_servers=1), {"Chief": 1, "Worker": 2, "PS": 1}),
+    ],
+    ids=["multi_worker", "parameter_server"],
+)
+def test_manifest_validates_against_the_tfjob_crd(taxi_config, tfjob_schema, strategy, shape):
+    manifest = _manifest(_config(taxi_config, **strategy))
+    jsonschema.Draft7Validator(tfjob_schema).validate(manifest)
+    assert unknown_fields(manifest, tfjob_schema) == []
+    specs = manifest["spec"]["tfReplicaSpecs"]
+    assert {rtype: spec["replicas"] for rtype, spec in specs.items()} == shape
+    assert manifest["spec"]["runPolicy"]["activeDeadlineSeconds"] == 900
+    for rtype in shape:
+        (container,) = _containers(manifest, rtype)
+        assert container["name"] == "tensorflow"
+        assert container["command"] == ["python", "-m", "components.trainer.executor"]
+        assert {"name": tfjob.INVOCATION_ENV, "value": INVOCATION_URI} in container["env"]
+    # Chief and workers get the Trainer's GPU pool; parameter servers the default pool.
+    for rtype in set(shape) - {"PS"}:
+        (container,) = _containers(manifest, rtype)
+        pod = specs[rtype]["template"]["spec"]
+        assert container["image"] == "registry/tfxkit:0.1.0"
+        assert container["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": "1"}}
+        assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4", "cloud.google.com/gke-nodepool": "gpu-l4"}
+        assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    if "PS" in shape:
+        (container,) = _containers(manifest, "PS")
+        assert container["image"] == "registry/tfxkit:0.1.0"
+        assert "resources" not in container and "nodeSelector" not in specs["PS"]["template"]["spec"]
+
+
+def test_manifest_with_a_misspelled_field_is_caught_by_the_schema_check(taxi_config, tfjob_schema):
+    # Guards the checker itself: the API server would prune this field silently.
+    manifest = _manifest(_config(taxi_config, kind="multi_worker_mirrored", workers=2))
+    manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["nodeselector"] = {"a": "b"}
+    assert unknown_fields(manifest, tfjob_schema) == [".spec.tfReplicaSpecs.Worker.template.spec.nodeselector"]
+    manifest["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(tfjob_schema).validate(manifest)
+
+
+def test_ps_placement_and_tpu_workers(taxi_config, tfjob_schema):
+    tpu = Placement(accelerator_type="tpu-v5-lite-podslice", accelerator_count=4, tpu_topology="2x2",
+                    tolerations=(Toleration(key="google.com/tpu"),))
+    ps = Placement(cpu_request="2", memory_request="8Gi", node_selector={"cloud.google.com/gke-nodepool": "cpu-pool"})
+    config = _config(taxi_config, kind="parameter_server", workers=2, parameter_servers=2)
+    config = dataclasses.replace(config, kubeflow=dataclasses.replace(config.kubeflow, placements={"Trainer": tpu}, tfjob_ps_placement=ps))
+    manifest = _manifest(config)
+    jsonschema.Draft7Validator(tfjob_schema).validate(manifest)
+    worker = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "2x2",
+    }
+    assert worker["containers"][0]["resources"] == {"limits": {"google.com/tpu": "4"}}
+    ps_pod = manifest["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]
+    assert ps_pod["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-pool"}
+    assert manifest["spec"]["tfReplicaSpecs"]["PS"]["replicas"] == 2
+
+
+@pytest.mark.parametrize(
+    "strategy, match",
+    [
+        (dict(kind="multi_worker_mirrored", workers=1), r"^strategy\.workers: kind 'multi_worker_mirrored' on Kubeflow needs workers >= 2"),
+        (dict(kind="parameter_server", workers=1, parameter_servers=0), r"^strategy\.parameter_servers: kind 'parameter_server' on Kubeflow needs >= 1"),
+        (dict(kind="mirrored"), r"^strategy\.kind: 'mirrored' trains in one pod"),
+    ],
+)
+def test_strategies_that_cannot_form_a_cluster_are_rejected(taxi_config, strategy, match):
+    with pytest.raises(ConfigError, match=match):
+        _manifest(_config(taxi_config, **strategy))
+
+
+def test_which_strategies_use_a_tfjob():
+    assert tfjob.uses_tfjob(StrategyConfig(kind="multi_worker_mirrored", workers=2))
+    assert tfjob.uses_tfjob(StrategyConfig(kind="parameter_server", workers=1, parameter_servers=1))
+    assert not tfjob.uses_tfjob(StrategyConfig(kind="multi_worker_mirrored", workers=1))
+    assert not tfjob.uses_tfjob(StrategyConfig(kind="mirrored", workers=4))
+
+
+def test_job_names_are_dns_labels_short_enough_for_replica_services():
+    assert tfjob.job_name("taxi", "Trainer", "ab12") == "taxi-trainer-ab12"
+    long = tfjob.job_name("My_Pipeline" * 10, "Trainer")
+    # The operator names services <job>-worker-<i>; Kubernetes caps them at 63.
+    assert len(long) <= 45 and long == long.lower() and "_" not in long
+
+
+def test_only_a_step_on_kubeflow_launches(taxi_config):
+    config = _config(taxi_config, kind="multi_worker_mirrored", workers=2)
+    assert tfjob.should_launch(config, {tfjob.ORCHESTRATOR_ENV: tfjob.KUBEFLOW})
+    # A replica (no orchestrator variable) and a local run train in-process.
+    assert not tfjob.should_launch(config, {})
+    assert not tfjob.should_launch(_config(taxi_config, kind="mirrored"), {tfjob.ORCHESTRATOR_ENV: tfjob.KUBEFLOW})
+
+
+# --------------------------------------------------------------------------- #
+# Submit, wait, fail, time out, delete
+# --------------------------------------------------------------------------- #
+
+
+@pytest.fixture
+def mw_manifest(taxi_config):
+    return _manifest(_config(taxi_config, kind="multi_worker_mirrored", workers=2))
+
+
+JOB = TFJOBS.format(ns="team-a")
+
+
+def test_success_submits_waits_and_deletes(mw_manifest):
+    states = [
+        None,
+        _status(_condition("Created")),
+        _status(_condition("Created"), _condition("Running"), Worker={"active": 2}),
+        _status(_condition("Created"), _condition("Succeeded", "TFJob taxi-trainer-abc successfully completed."), Worker={"succeeded": 2}),
+    ]
+    lines = []
+    with FakeKubernetes(states) as fake:
+        status = tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=30, poll_seconds=0.01, log=lines.append)
+    assert status.phase == "Succeeded" and status.replicas == {"Worker": {"active": 0, "succeeded": 2, "failed": 0}}
+    assert fake.calls() == [("POST", JOB)] + [("GET", f"{JOB}/taxi-trainer-abc")] * 4 + [("DELETE", f"{JOB}/taxi-trainer-abc")]
+    assert fake.requests[0]["body"] == mw_manifest
+    assert fake.requests[-1]["body"]["propagationPolicy"] == "Background"
+    assert "TFJob team-a/taxi-trainer-abc: Running; Worker: 2 active, 0 succeeded, 0 failed" in lines
+    assert lines[-1] == "TFJob team-a/taxi-trainer-abc: deleted"
+
+
+def test_failure_surfaces_replica_status_and_pod_reasons_and_keeps_the_job(mw_manifest):
+    states = [
+        _status(_condition("Running"), Worker={"active": 2}),
+        _status(_condition("Failed", "TFJob taxi-trainer-abc has failed because 1 Worker replica(s) failed."), Worker={"active": 1, "failed": 1}),
+    ]
+    pods = [
+        _pod("taxi-trainer-abc-worker-1", "Failed", terminated={"exitCode": 137, "reason": "OOMKilled"}),
+        _pod("taxi-trainer-abc-worker-0", "Running"),
+    ]
+    with FakeKubernetes(states, pods) as fake:
+        with pytest.raises(tfjob.TFJobFailed) as err:
+            tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=30, poll_seconds=0.01, log=lambda _: None)
+    message = str(err.value)
+    assert "failed because 1 Worker replica(s) failed" in message
+    assert "Worker: 1 active, 0 succeeded, 1 failed" in message
+    assert "pod taxi-trainer-abc-worker-1 (Failed): tensorflow terminated: OOMKilled (exit code 137)" in message
+    assert "worker-0" not in message
+    assert "kept for inspection" in message
+    assert ("DELETE", f"{JOB}/taxi-trainer-abc") not in fake.calls()
+    (pods_call,) = [r for r in fake.requests if r["path"] == "/api/v1/namespaces/team-a/pods"]
+    assert pods_call["query"]["labelSelector"] == ["training.kubeflow.org/job-name=taxi-trainer-abc"]
+
+
+def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
+    states = [_status(_condition("Created"), Worker={"active": 0})]
+    pods = [_pod("taxi-trainer-abc-worker-0", "Pending", unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
+    with FakeKubernetes(states, pods) as fake:
+        with pytest.raises(tfjob.TFJobTimeout) as err:
+            tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=0.3, poll_seconds=0.05, log=lambda _: None)
+    message = str(err.value)
+    assert "did not finish within kubeflow.tfjob_timeout_seconds=0.3" in message
+    assert "unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in message
+    assert fake.calls()[-1] == ("DELETE", f"{JOB}/taxi-trainer-abc")
+    gets = [c for c in fake.calls() if c[0] == "GET" and "tfjobs" in c[1]]
+    assert 2 <= len(gets) <= 20  # polled, and the wait was bounded
+
+
+def test_transient_read_errors_are_retried(mw_manifest):
+    states = [_status(_condition("Succeeded"), Worker={"succeeded": 2})]
+    lines = []
+    with FakeKubernetes(states, read_errors=[503]) as fake:
+        status = tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=30, poll_seconds=0.01, log=lines.append)
+    assert status.phase == "Succeeded"
+    assert any("status read failed (503" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "code, hint",
+    [(403, "needs create/get/delete on tfjobs.kubeflow.org"), (404, "is the Kubeflow Training Operator (TFJob CRD) installed?")],
+)
+def test_refused_submission_names_the_cause(mw_manifest, code, hint):
+    with FakeKubernetes([None], create_error=(code, "tfjobs.kubeflow.org is forbidden")) as fake:
+        with pytest.raises(tfjob.TFJobError, match="submission refused") as err:
+            tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=30, poll_seconds=0.01, log=lambda _: None)
+    assert hint in str(err.value)
+    assert fake.calls() == [("POST", JOB)]
+
+
+# --------------------------------------------------------------------------- #
+# The Trainer step on Kubeflow
+# --------------------------------------------------------------------------- #
+
+
+def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(taxi_config, tmp_path, monkeypatch):
+    from tfx.types import artifact_utils, standard_artifacts
+
+    from components.trainer.executor import Executor
+
+    def artifact(cls, name):
+        a = cls()
+        a.uri = str(tmp_path / name)
+        os.makedirs(a.uri, exist_ok=True)
+        return a
+
+    examples = artifact(standard_artifacts.Examples, "examples")
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    inputs = {
+        "examples": [examples],
+        "transform_graph": [artifact(standard_artifacts.TransformGraph, "transform_graph")],
+        "schema": [artifact(standard_artifacts.Schema, "schema")],
+    }
+    outputs = {"model": [artifact(standard_artifacts.Model, "model")], "model_run": [artifact(standard_artifacts.ModelRun, "model_run")]}
+    config = _config(taxi_config, kind="multi_worker_mirrored", workers=2)
+    config = dataclasses.replace(config, kubeflow=dataclasses.replace(config.kubeflow, namespace="team-a"))
+    exec_properties = {
+        "custom_config": json.dumps({CONFIG_KEY: config.to_json()}),
+        "train_args": '{"num_steps": 20, "splits": ["train"]}',
+        "run_fn": "components.trainer.run_fn.run_fn",
+    }
+    states = [_status(_condition("Succeeded"), Worker={"succeeded": 2})]
+    with FakeKubernetes(states) as fake:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": fake.host}}],
+                    "users": [{"name": "step", "user": {"token": "step-token"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "step"}}],
+                    "current-context": "fake",
+                }
+            )
+        )
+        # Outside a pod the client falls back to the kubeconfig (in-cluster config is absent).
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        monkeypatch.setenv(tfjob.ORCHESTRATOR_ENV, tfjob.KUBEFLOW)
+        monkeypatch.setenv(tfjob.COMPONENT_ID_ENV, "Trainer")
+        Executor().Do(inputs, outputs, exec_properties)
+
+    assert [c[0] for c in fake.calls()] == ["POST", "GET", "DELETE"]
+    assert fake.requests[0]["auth"] == "Bearer step-token"
+    job = fake.requests[0]["body"]
+    assert job["metadata"]["namespace"] == "team-a" and job["metadata"]["name"].startswith("taxi-trainer-")
+    assert job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2
+    invocation_uri = os.path.join(outputs["model_run"][0].uri, tfjob.INVOCATION_FILE)
+    (container,) = _containers(job, "Worker")
+    assert {"name": tfjob.INVOCATION_ENV, "value": invocation_uri} in container["env"]
+    # The replicas get the step's exact artifacts and properties back.
+    invocation = tfjob.read_invocation(invocation_uri)
+    assert invocation["exec_properties"] == exec_properties
+    replica_inputs = artifact_utils.parse_artifact_dict(invocation["input_dict"])
+    replica_outputs = artifact_utils.parse_artifact_dict(invocation["output_dict"])
+    assert {k: [a.uri for a in v] for k, v in replica_inputs.items()} == {k: [a.uri for a in v] for k, v in inputs.items()}
+    assert {k: [a.uri for a in v] for k, v in replica_outputs.items()} == {k: [a.uri for a in v] for k, v in outputs.items()}
+    assert replica_inputs["examples"][0].split_names == examples.split_names
+    # The step itself trained nothing.
+    assert os.listdir(outputs["model"][0].uri) == []

@@ -1,0 +1,448 @@
+"""Kubeflow compilation: the shipped pipelines compiled into KFP v2 YAML,
+loaded with the kfp SDK's own loader, their placement read back through the
+kfp-kubernetes protos, their DAG compared with the local pipeline's, and
+`submit` run against a local HTTP endpoint that speaks the KFP API.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import http.server
+import json
+import threading
+import urllib.parse
+
+import portpicker
+import pytest
+import yaml
+from google.protobuf import json_format
+from kfp import components as kfp_components
+from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
+
+from components import tfjob
+from components.config import SHIPPED_CONFIG_DIR, ConfigError, from_dict, load_config
+from pipelines import cli, kubeflow_runner, local_runner
+from pipelines.pipeline import create_pipeline
+
+NAMES = ["taxi", "digits"]
+
+
+def _compile_with_cli(name, directory, capsys):
+    path = str(directory / f"{name}.yaml")
+    assert cli.main(["compile", "--config", name, "--output", path]) == 0
+    assert f"wrote {path}" in capsys.readouterr().out
+    return path
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """name -> (config, kfp component loaded from the compiled file, path)."""
+    directory = tmp_path_factory.mktemp("kfp")
+    out = {}
+    for name in NAMES:
+        config = load_config(name)
+        path = kubeflow_runner.compile_pipeline(config, str(directory / f"{name}.yaml")).path
+        out[name] = (config, kfp_components.load_component_from_file(path), path)
+    return out
+
+
+def _executor_label(component, task_id):
+    spec = component.pipeline_spec
+    return spec.components[spec.root.dag.tasks[task_id].component_ref.name].executor_label
+
+
+def _executor(component, task_id):
+    deployment = json_format.MessageToDict(component.pipeline_spec.deployment_spec)
+    return deployment["executors"][_executor_label(component, task_id)]
+
+
+def _container(component, task_id):
+    return _executor(component, task_id)["container"]
+
+
+def _k8s_config(component, task_id):
+    """The task's `KubernetesExecutorConfig`, parsed with kfp-kubernetes' proto (None if absent)."""
+    platforms = component.platform_spec.platforms
+    if "kubernetes" not in platforms:
+        return None
+    executors = platforms["kubernetes"].deployment_spec.executors
+    label = _executor_label(component, task_id)
+    if label not in executors:
+        return None
+    msg = k8s_pb2.KubernetesExecutorConfig()
+    json_format.ParseDict(json_format.MessageToDict(executors[label]), msg)
+    return msg
+
+
+# --------------------------------------------------------------------------- #
+# Shipped pipelines
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cli_compile_writes_a_file_kfp_loads(name, tmp_path, capsys):
+    path = _compile_with_cli(name, tmp_path, capsys)
+    with open(path) as f:
+        pipeline_doc, platform_doc = yaml.safe_load_all(f)
+    component = kfp_components.load_component_from_file(path)
+    assert component.name == name
+    assert pipeline_doc["defaultPipelineRoot"] == load_config(name).kubeflow.pipeline_root
+    assert set(platform_doc["platforms"]) == {"kubernetes"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_configured_component_is_placed(compiled, name):
+    config, component, _ = compiled[name]
+    kf = config.kubeflow
+    assert kf.placements, "the shipped configs place components"
+    for task_id in component.pipeline_spec.root.dag.tasks:
+        container = _executor(component, task_id).get("container")
+        if container is None:  # a resolver runs inside the orchestrator
+            assert task_id not in kf.placements
+            continue
+        placement = kf.placements.get(task_id)
+        k8s = _k8s_config(component, task_id)
+        assert {e["name"]: e["value"] for e in container["env"]} == {
+            "TFXKIT_ORCHESTRATOR": "kubeflow",
+            "TFXKIT_COMPONENT_ID": task_id,
+        }
+        if placement is None:
+            assert container["image"] == kf.image
+            assert "resources" not in container and k8s is None
+            continue
+        assert container["image"] == (placement.image or kf.image)
+        resources = container.get("resources", {})
+        expected = {}
+        if placement.cpu_request:
+            expected["cpuRequest"] = kubeflow_runner.cpu_quantity(placement.cpu_request)
+        if placement.cpu_limit:
+            expected["cpuLimit"] = kubeflow_runner.cpu_quantity(placement.cpu_limit)
+        if placement.memory_request:
+            expected["memoryRequest"] = kubeflow_runner.memory_quantity(placement.memory_request)
+        if placement.memory_limit:
+            expected["memoryLimit"] = kubeflow_runner.memory_quantity(placement.memory_limit)
+        if placement.accelerator_type:
+            expected["accelerator"] = {"type": "nvidia.com/gpu", "count": str(placement.accelerator_count)}
+        assert resources == expected
+        selector = dict(k8s.node_selector.labels) if k8s else {}
+        assert selector == placement.effective_node_selector()
+        tolerations = [(t.key, t.operator, t.value, t.effect) for t in k8s.tolerations] if k8s else []
+        assert tolerations == [(t.key, t.operator, t.value, t.effect) for t in placement.tolerations]
+
+
+def test_taxi_trainer_is_on_one_l4_with_the_gpu_toleration(compiled):
+    _, component, _ = compiled["taxi"]
+    resources = _container(component, "Trainer")["resources"]
+    assert resources["accelerator"] == {"type": "nvidia.com/gpu", "count": "1"}
+    assert resources["cpuRequest"] == 6.0
+    assert resources["memoryRequest"] == pytest.approx(24 * 2**30 / 1e9)
+    k8s = _k8s_config(component, "Trainer")
+    assert dict(k8s.node_selector.labels) == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    (toleration,) = k8s.tolerations
+    assert (toleration.key, toleration.operator, toleration.effect) == ("nvidia.com/gpu", "Exists", "NoSchedule")
+    # ExampleGen ignores TFX's with_platform_config (TFX issue 6146); the
+    # compiler's placement reaches every container, ExampleGen included.
+    assert "CsvExampleGen" in component.pipeline_spec.root.dag.tasks
+
+
+def test_beam_args_pipeline_wide_and_per_component(compiled):
+    config, component, _ = compiled["taxi"]
+    pipeline_wide = list(config.kubeflow.beam_args)
+    transform_args = _container(component, "Transform")["args"]
+    stats_args = _container(component, "StatisticsGen")["args"]
+    own = list(config.kubeflow.placements["Transform"].beam_args)
+    assert transform_args[-(len(pipeline_wide) + len(own)):] == pipeline_wide + own
+    assert "--runner=DataflowRunner" in transform_args
+    assert stats_args[-len(pipeline_wide):] == pipeline_wide and "--runner=DataflowRunner" not in stats_args
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dag_equals_the_local_pipeline(compiled, name, tmp_path):
+    """Same components, wiring and parameters; only data location, push destination and placement differ."""
+    from tfx import v1 as tfx
+
+    from components.data import resolve_input
+
+    config, component, _ = compiled[name]
+    local = create_pipeline(config, resolve_input(config.data, str(tmp_path / "data")), local_runner.paths_for(config, str(tmp_path)))
+    local_spec = tfx.orchestration.experimental.KubeflowV2DagRunner(
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(use_pipeline_spec_2_1=True), output_dir=str(tmp_path)
+    ).run(local, write_out=False)["pipelineSpec"]
+    tasks = json_format.MessageToDict(component.pipeline_spec)["root"]["dag"]["tasks"]
+    assert set(tasks) == {node.id for node in local.components}
+    for node in local.components:
+        assert set(tasks[node.id].get("dependentTasks", [])) == {n.id for n in node.upstream_nodes}
+    gen = next(t for t in ("CsvExampleGen", "ImportExampleGen") if t in tasks)
+    where = {(gen, "input_base"), (gen, "input_config"), ("Pusher", "push_destination")}
+    differing = set()
+    for task_id, task in local_spec["root"]["dag"]["tasks"].items():
+        assert tasks[task_id]["inputs"].get("artifacts") == task["inputs"].get("artifacts")
+        assert set(tasks[task_id]["inputs"].get("parameters", {})) == set(task["inputs"].get("parameters", {}))
+        for key, value in task["inputs"].get("parameters", {}).items():
+            if tasks[task_id]["inputs"]["parameters"][key] != value:
+                differing.add((task_id, key))
+    assert differing <= where and (gen, "input_base") in differing
+
+    def constant(params, key):
+        return params[key]["runtimeValue"]["constant"]
+
+    cluster, here = tasks[gen]["inputs"]["parameters"], local_spec["root"]["dag"]["tasks"][gen]["inputs"]["parameters"]
+    assert constant(cluster, "input_base") == config.kubeflow.data_uri
+    # The input config differs in the file pattern only (all files of the
+    # cluster directory vs. the local file); the split names are the same.
+    cluster_splits, local_splits = json.loads(constant(cluster, "input_config")), json.loads(constant(here, "input_config"))
+    assert [s["name"] for s in cluster_splits["splits"]] == [s["name"] for s in local_splits["splits"]]
+    assert cluster_splits["splits"][0]["pattern"] == "*"
+    assert config.kubeflow.serving_dir in constant(tasks["Pusher"]["inputs"]["parameters"], "push_destination")
+
+
+# --------------------------------------------------------------------------- #
+# TPU and multi-worker placements (test configs)
+# --------------------------------------------------------------------------- #
+
+
+def _taxi(**kubeflow_and_strategy):
+    data = yaml.safe_load((SHIPPED_CONFIG_DIR / "taxi.yaml").read_text())
+    data["kubeflow"].update(kubeflow_and_strategy.pop("kubeflow", {}))
+    data.update(kubeflow_and_strategy)
+    return data
+
+
+TPU_TRAINER = {
+    "accelerator_type": "tpu-v5-lite-podslice",
+    "accelerator_count": 8,
+    "tpu_topology": "2x4",
+    "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+def test_tpu_slice_placement(tmp_path):
+    config = from_dict(_taxi(strategy={"kind": "tpu"}, kubeflow={"placements": {"Trainer": TPU_TRAINER}}))
+    component = kfp_components.load_component_from_file(
+        kubeflow_runner.compile_pipeline(config, str(tmp_path / "tpu.yaml")).path
+    )
+    assert _container(component, "Trainer")["resources"] == {"accelerator": {"type": "google.com/tpu", "count": "8"}}
+    k8s = _k8s_config(component, "Trainer")
+    assert dict(k8s.node_selector.labels) == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "2x4",
+    }
+    assert [t.key for t in k8s.tolerations] == ["google.com/tpu"]
+
+
+def test_multi_worker_trainer_step_leaves_the_gpu_to_its_tfjob_replicas(tmp_path):
+    config = from_dict(_taxi(strategy={"kind": "multi_worker_mirrored", "workers": 2}))
+    component = kfp_components.load_component_from_file(
+        kubeflow_runner.compile_pipeline(config, str(tmp_path / "mw.yaml")).path
+    )
+    trainer = _container(component, "Trainer")
+    assert "resources" not in trainer and _k8s_config(component, "Trainer") is None
+    assert trainer["image"] == config.kubeflow.image
+    assert {"name": "TFXKIT_ORCHESTRATOR", "value": "kubeflow"} in trainer["env"]
+    assert _container(component, "Transform")["resources"]["cpuRequest"] == 1.0
+    # The replicas the step will submit carry the Trainer's placement instead.
+    manifest = tfjob.build_manifest(config, name="taxi-trainer-x", namespace="kubeflow", component_id="Trainer", invocation_uri="gs://b/i.json")
+    worker = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "24Gi"}
+    assert worker["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+
+
+# --------------------------------------------------------------------------- #
+# Bad input: each fails at compile time naming the entry
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize(
+    "placement, match",
+    [
+        ({"accelerator_count": 2}, r"^kubeflow\.placements\.Trainer\.accelerator_type: accelerator_count is set but accelerator_type is empty"),
+        ({**TPU_TRAINER, "tpu_topology": "2x2x2"}, r"^kubeflow\.placements\.Trainer\.tpu_topology: '2x2x2' does not match tpu-v5-lite-podslice: its slices have a 2-D topology"),
+        ({**TPU_TRAINER, "accelerator_type": "tpu-v4-podslice", "accelerator_count": 4}, r"^kubeflow\.placements\.Trainer\.tpu_topology: '2x4' does not match tpu-v4-podslice: its slices have a 3-D"),
+        ({**TPU_TRAINER, "accelerator_count": 3}, r"^kubeflow\.placements\.Trainer\.accelerator_count: 3 chips per pod does not divide the 8 chips"),
+        ({"accelerator_type": "tpu-v5-lite-podslice", "accelerator_count": 4}, r"^kubeflow\.placements\.Trainer\.tpu_topology: a TPU slice needs its topology"),
+        ({"accelerator_type": "nvidia-l4", "accelerator_count": 1, "tpu_topology": "2x2"}, r"^kubeflow\.placements\.Trainer\.tpu_topology: tpu_topology is for TPU accelerators only"),
+        ({"accelerator_type": "nvidia-l4", "accelerator_count": 1, "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}}, r"^kubeflow\.placements\.Trainer\.node_selector\.cloud\.google\.com/gke-accelerator: 'nvidia-tesla-t4' contradicts"),
+        ({"tolerations": [{"key": "nvidia.com/gpu"}]}, r"^kubeflow\.placements\.Trainer: the tolerations let the pod onto a tainted node pool, but neither node_selector nor accelerator_type selects a pool"),
+        ({}, r"^kubeflow\.placements\.Trainer: empty placement: it names no node pool \(node_selector or accelerator_type\)"),
+        ({"accelerator_type": "a100", "accelerator_count": 1}, r"^kubeflow\.placements\.Trainer\.accelerator_type: expected a GKE accelerator name: nvidia-\*"),
+        ({"memory_request": "16GB"}, r"^kubeflow\.placements\.Trainer\.memory_request: expected a memory quantity"),
+    ],
+    ids=["count_without_type", "topology_dims_v5e", "topology_dims_v4", "count_vs_topology", "tpu_without_topology",
+         "topology_on_gpu", "selector_contradicts", "tolerations_without_pool", "empty", "unknown_accelerator", "memory_unit"],
+)
+def test_bad_placements_name_the_entry(tmp_path, capsys, placement, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(_taxi(kubeflow={"placements": {"Trainer": placement}})))
+    assert cli.main(["compile", "--config", str(path), "--output", str(tmp_path / "out.yaml")]) == 2
+    err = capsys.readouterr().err
+    with pytest.raises(ConfigError, match=match):
+        from_dict(yaml.safe_load(path.read_text()))
+    assert "kubeflow.placements.Trainer" in err
+    assert not (tmp_path / "out.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"kubeflow": {"placements": {"Tuner": {"cpu_request": "2"}}}}, r"^kubeflow\.placements\.Tuner: the pipeline has no component 'Tuner'; its components are \[.*'Trainer'"),
+        ({"kubeflow": {"placements": {"latest_validated_schema": {"cpu_request": "2"}}}}, r"^kubeflow\.placements\.latest_validated_schema: .* runs inside the orchestrator, not in a pod"),
+        ({"kubeflow": {"placements": {"Trainer": {"cpu_request": "2", "beam_args": ["--runner=DataflowRunner"]}}}}, r"^kubeflow\.placements\.Trainer\.beam_args: 'Trainer' runs no Beam pipeline; Beam-based components: \[.*'Transform'"),
+        ({"strategy": {"kind": "multi_worker_mirrored", "workers": 1}}, r"^strategy\.workers: kind 'multi_worker_mirrored' on Kubeflow needs workers >= 2"),
+        ({"strategy": {"kind": "parameter_server", "workers": 1, "parameter_servers": 0}}, r"^strategy\.parameter_servers: kind 'parameter_server' on Kubeflow needs >= 1"),
+        ({"kubeflow": {"data_uri": ""}}, r"^kubeflow\.data_uri: data\.builtin 'taxi' lives on the machine that compiles"),
+        ({"kubeflow": {"data_uri": "/data/taxi"}}, r"^kubeflow\.data_uri: '/data/taxi' is a local path"),
+        ({"kubeflow": {"pipeline_root": "/tmp/root"}}, r"^kubeflow\.pipeline_root: expected a URI every pod can reach"),
+        ({"kubeflow": {"serving_dir": ""}}, r"^kubeflow\.serving_dir: expected a URI every pod can reach, .*\(it is empty\)"),
+        ({"name": "Taxi_v2"}, r"^name: Kubeflow pipeline names are lowercase letters, digits and '-'"),
+    ],
+    ids=["unknown_component", "resolver_node", "beam_args_on_trainer", "one_worker", "no_ps", "builtin_without_uri",
+         "local_data", "local_root", "no_serving_dir", "pipeline_name"],
+)
+def test_compile_rejects_what_the_cluster_cannot_run(tmp_path, changes, match):
+    data = _taxi(**changes)
+    if "placements" in changes.get("kubeflow", {}):
+        data["kubeflow"]["placements"] = changes["kubeflow"]["placements"]
+    with pytest.raises(ConfigError, match=match):
+        kubeflow_runner.compile_pipeline(from_dict(data), str(tmp_path / "out.yaml"))
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_json_output_is_refused(taxi_config, tmp_path):
+    with pytest.raises(ConfigError, match=r"^--output: .*must end in \.yaml"):
+        kubeflow_runner.compile_pipeline(taxi_config, str(tmp_path / "p.json"))
+
+
+# --------------------------------------------------------------------------- #
+# submit through kfp.Client
+# --------------------------------------------------------------------------- #
+
+
+class FakeKfp:
+    """A KFP API v2beta1 endpoint on a free port that records every request."""
+
+    def __init__(self, existing_pipeline=None):
+        self.existing = existing_pipeline
+        self.requests: list[dict] = []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _handle(self):
+                url = urllib.parse.urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                record = {"method": self.command, "path": url.path, "query": urllib.parse.parse_qs(url.query)}
+                if self.headers.get_content_type() == "multipart/form-data":
+                    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                        f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + raw
+                    )
+                    record["files"] = {
+                        part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
+                        for part in message.iter_parts()
+                    }
+                elif raw:
+                    record["body"] = json.loads(raw)
+                fake.requests.append(record)
+                data = json.dumps(fake.answer(self.command, url.path)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _handle
+
+        self.port = portpicker.pick_unused_port()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def host(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def answer(self, method, path):
+        api = "/apis/v2beta1"
+        if path == f"{api}/healthz":
+            return {"multi_user": False}
+        if path == f"{api}/pipelines" and method == "GET":
+            return {"pipelines": [{"pipeline_id": "p-1", "display_name": self.existing}]} if self.existing else {}
+        if path == f"{api}/pipelines/upload":
+            return {"pipeline_id": "p-1", "display_name": "taxi"}
+        if path == f"{api}/pipelines/upload_version":
+            return {"pipeline_id": "p-1", "pipeline_version_id": "v-2"}
+        if path == f"{api}/pipelines/p-1/versions":
+            return {"pipeline_versions": [{"pipeline_id": "p-1", "pipeline_version_id": "v-1"}]}
+        if path == f"{api}/experiments" and method == "GET":
+            return {}
+        if path == f"{api}/experiments":
+            return {"experiment_id": "e-1", "display_name": "Default"}
+        if path == f"{api}/runs":
+            return {"run_id": "r-1", "experiment_id": "e-1"}
+        return {}
+
+    def paths(self):
+        return [(r["method"], r["path"]) for r in self.requests]
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def test_submit_uploads_the_compiled_file_and_starts_a_run(compiled, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))  # kfp.Client reads ~/.config/kfp/context.json
+    _, _, path = compiled["taxi"]
+    with FakeKfp() as fake:
+        code = cli.main(["submit", "--package", path, "--host", fake.host, "--name", "taxi", "--run", "--experiment", "nightly"])
+    assert code == 0, capsys.readouterr().err
+    assert "pipeline_id=p-1, version_id=v-1, run_id=r-1" in capsys.readouterr().out
+    (upload,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/pipelines/upload"]
+    assert upload["method"] == "POST" and upload["query"]["name"] == ["taxi"]
+    filename, content = upload["files"]["uploadfile"]
+    with open(path, "rb") as f:
+        assert content == f.read()
+    (run,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/runs"]
+    assert run["body"]["pipeline_version_reference"] == {"pipeline_id": "p-1", "pipeline_version_id": "v-1"}
+    assert run["body"]["experiment_id"] == "e-1"
+    (experiment,) = [r for r in fake.requests if r["method"] == "POST" and r["path"] == "/apis/v2beta1/experiments"]
+    assert experiment["body"]["display_name"] == "nightly"
+
+
+def test_submit_adds_a_version_when_the_pipeline_exists(compiled, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _, _, path = compiled["digits"]
+    with FakeKfp(existing_pipeline="digits") as fake:
+        assert cli.main(["submit", "--package", path, "--host", fake.host, "--version", "v2"]) == 0
+    assert "pipeline_id=p-1, version_id=v-2" in capsys.readouterr().out
+    (upload,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/pipelines/upload_version"]
+    assert upload["query"]["name"] == ["v2"] and upload["query"]["pipelineid"] == ["p-1"]
+    with open(path, "rb") as f:
+        assert upload["files"]["uploadfile"][1] == f.read()
+    assert ("POST", "/apis/v2beta1/pipelines/upload") not in fake.paths()
+    assert not any(p == "/apis/v2beta1/runs" for _, p in fake.paths())
+
+
+def test_submit_of_a_missing_package_fails_clearly(capsys, tmp_path):
+    assert cli.main(["submit", "--package", str(tmp_path / "nope.yaml"), "--host", "http://127.0.0.1:9"]) == 2
+    assert "--package:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "kubeflow, match",
+    [
+        ({"tfjob_ps_placement": {"cpu_request": "1", "beam_args": ["--x"]}}, r"^kubeflow\.tfjob_ps_placement\.beam_args: parameter servers run no Beam"),
+        ({"namespace": "Team_A"}, r"^kubeflow\.namespace: expected a Kubernetes namespace name"),
+        ({"tfjob_backoff_limit": -1}, r"^kubeflow\.tfjob_backoff_limit: expected an integer >= 0"),
+        ({"image": ""}, r"^kubeflow\.image: expected the default container image"),
+    ],
+)
+def test_other_kubeflow_fields_are_checked(kubeflow, match):
+    with pytest.raises(ConfigError, match=match):
+        from_dict(_taxi(kubeflow=kubeflow))

@@ -10,6 +10,7 @@ CONFIG ?= taxi
 OUTPUT ?= runs
 RUNNER ?= beam
 PYTEST_ARGS ?=
+BENCHES ?= ingestion strategies distillation reliability
 
 .PHONY: setup run test bench lint lock clean
 
@@ -31,8 +32,9 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# Each benchmark prints JSON lines, its headline figures last.
 bench: setup
-	$(BIN)/python benchmarks/ingestion.py
+	set -e; for b in $(BENCHES); do echo "== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py; done
 
 lint: setup
 	$(BIN)/ruff check components pipelines tests benchmarks

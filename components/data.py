@@ -118,14 +118,23 @@ def _csv_header(path: str) -> list[str]:
     return next(csv.reader(io.StringIO(first)))
 
 
+# tf.Examples omit missing values, so a column counts as present if any of
+# the first records of a file has it.
+_RECORDS_TO_CHECK = 1000
+
+
 def _first_example_keys(path: str) -> set[str]:
+    keys: set[str] = set()
+    seen = 0
     try:
-        for record in tf.data.TFRecordDataset(path, compression_type=_compression_of(path)).take(1):
-            example = tf.train.Example.FromString(record.numpy())
-            return set(example.features.feature.keys())
+        for record in tf.data.TFRecordDataset(path, compression_type=_compression_of(path)).take(_RECORDS_TO_CHECK):
+            keys.update(tf.train.Example.FromString(record.numpy()).features.feature.keys())
+            seen += 1
     except tf.errors.OpError as e:
         raise DataError(f"data.path: {path!r} is not a readable TFRecord file: {e.message}") from e
-    raise DataError(f"data.path: {path!r} holds no records")
+    if not seen:
+        raise DataError(f"data.path: {path!r} holds no records")
+    return keys
 
 
 def _compression_of(path: str) -> str:

@@ -100,6 +100,10 @@ def summarize_run(metadata_path: str, pipeline_name: str) -> dict[str, Any]:
     pushed_model = None
     for node, execution in sorted(executions.items(), key=lambda kv: kv[1].id):
         state = _STATE.get(execution.last_known_state, "unknown")
+        if execution.type.endswith("Resolver") and state == "failed":
+            # A resolver with nothing to resolve (e.g. no baseline on a first
+            # run) is recorded as failed, yet its consumers run without it.
+            state = "empty"
         seconds = max(0.0, (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000.0)
         components[node] = {"status": state, "seconds": round(seconds, 2)}
         for artifact in _output_artifacts(store, execution.id):

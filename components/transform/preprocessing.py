@@ -3,7 +3,7 @@
 Every transformed feature is rank 2 (`[batch, size]`), so the Trainer's parse
 spec, the model's inputs and the serving graph agree on shapes:
 
-- floats: missing values imputed (configured `fill_value` or the mean of the
+- floats: missing, NaN and infinite values imputed (configured `fill_value` or the mean of the
   present values), then z-scored with the statistics of the present values
   (`zscore`), bucketized into quantiles (`bucketize`, an int id) or passed
   through as float32 (`identity`);
@@ -60,18 +60,33 @@ def _present_values(x: Any) -> tf.Tensor:
     return tf.reshape(x, [-1])
 
 
+def _map_values(x: Any, fn) -> Any:
+    if isinstance(x, tf.SparseTensor):
+        return tf.SparseTensor(x.indices, fn(x.values), x.dense_shape)
+    if isinstance(x, tf.RaggedTensor):
+        return x.with_flat_values(fn(x.flat_values))
+    return fn(x)
+
+
 def transform_feature(feature: FeatureConfig, x: Any) -> tf.Tensor:
     """Applies the configured transform to one raw feature tensor."""
     t = feature.effective_transform
+    if feature.kind != "string_categorical" and x.dtype == tf.string:
+        # A CSV column with no values at all is inferred as string; the gate
+        # has already rejected columns holding actual non-numeric text.
+        x = _map_values(x, lambda v: tf.strings.to_number(v, tf.float32 if feature.kind == "float" else tf.int64))
     if feature.kind == "float":
         # Every analyzer below reads raw present values only, so the whole
         # preprocessing_fn is one analysis phase (one pass over the data), and
         # imputed values do not bias the statistics.
+        # NaN and +-Inf count as missing: they are excluded from the
+        # statistics and imputed like absent values.
         values = tf.cast(_present_values(x), tf.float32)
+        values = tf.boolean_mask(values, tf.math.is_finite(values))
         mean = tft.mean(values)
         fill = mean if feature.fill_value is None else tf.constant(feature.fill_value, tf.float32)
         dense = _to_dense(tf.cast(x, tf.float32), float("nan"), feature.size)
-        filled = tf.where(tf.math.is_nan(dense), tf.fill(tf.shape(dense), fill), dense)
+        filled = tf.where(tf.math.is_finite(dense), dense, tf.fill(tf.shape(dense), fill))
         if t == "zscore":
             std = tf.sqrt(tft.var(values))
             centered = filled - mean

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -33,6 +31,8 @@ ROWS = [
     {"fare": [], "miles": [2.0], "company": [b"b"], "area": [], "hour": [30], "pixels": [3.0, 4.0], "label": [0]},
     {"fare": [20.0], "miles": [], "company": [b"a"], "area": [7], "hour": [], "pixels": [5.0, 6.0], "label": [1]},
     {"fare": [30.0], "miles": [3.0], "company": [], "area": [8], "hour": [23], "pixels": [7.0, 8.0], "label": [0]},
+    # Non-finite floats are treated as missing.
+    {"fare": [float("nan")], "miles": [float("inf")], "company": [b"b"], "area": [8], "hour": [1], "pixels": [3.0, 4.0], "label": [1]},
 ]
 SPEC = {
     "fare": tf.io.VarLenFeature(tf.float32),
@@ -69,15 +69,18 @@ def test_zscore_has_zero_mean_and_imputes_with_mean(transformed):
     present = np.array([10.0, 20.0, 30.0])
     expected_present = (present - present.mean()) / present.std()
     np.testing.assert_allclose(fare[[0, 2, 3]], expected_present, rtol=1e-5)
-    # The missing fare is imputed with the mean, i.e. z-score 0.
+    # The missing and the NaN fare are imputed with the mean, i.e. z-score 0.
     assert fare[1] == pytest.approx(0.0, abs=1e-6)
+    assert fare[4] == pytest.approx(0.0, abs=1e-6)
     assert fare.mean() == pytest.approx(0.0, abs=1e-6)
+    assert np.isfinite(_column(data, "miles_xf")).all()
 
 
 def test_vector_feature_keeps_its_width(transformed):
     data, _ = transformed
     pixels = _column(data, "pixels_xf")
-    assert pixels.shape == (4, 2)
+    assert pixels.shape == (5, 2)
+    # z-scored over all values of the vector feature (elementwise=False).
     assert pixels.mean() == pytest.approx(0.0, abs=1e-5)
 
 
@@ -97,6 +100,7 @@ def test_vocabularies_are_built_with_oov(transformed):
     assert num_ids(FEATURES[2], tft_output) == 2 + 2
     ids = _column(data, "company_xf").reshape(-1)
     assert ids[0] == ids[2]  # both "a"
+    assert ids[1] == ids[4]  # both "b"
     assert ids[3] >= 2 and ids[3] < 4
     area_vocab = tft_output.vocabulary_by_name(vocabulary_name(FEATURES[3]))
     assert {int(v) for v in area_vocab} == {7, 8, -1}
@@ -105,13 +109,13 @@ def test_vocabularies_are_built_with_oov(transformed):
 def test_identity_maps_out_of_range_and_missing_to_extra_bucket(transformed):
     data, tft_output = transformed
     hours = _column(data, "hour_xf").reshape(-1)
-    assert list(hours) == [3, 24, 24, 23]
+    assert list(hours) == [3, 24, 24, 23, 1]
     assert num_ids(FEATURES[4], tft_output) == 25
 
 
 def test_label_passes_through(transformed):
     data, _ = transformed
-    assert list(_column(data, "label")) == [1, 0, 1, 0]
+    assert list(_column(data, "label")) == [1, 0, 1, 0, 1]
 
 
 def test_every_output_is_rank_two_except_label(transformed):
@@ -121,7 +125,3 @@ def test_every_output_is_rank_two_except_label(transformed):
     for feature in FEATURES:
         assert spec[feature.transformed_name].shape == [feature.size]
 
-
-def test_fill_value_is_used_for_missing_vector_values():
-    cfg = dataclasses.replace(FEATURES[5], size=3)
-    assert cfg.fill_value == 0.0

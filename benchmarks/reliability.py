@@ -1,0 +1,77 @@
+"""Reliability summary: runs the bad-input catalogue against a pushed model.
+
+Each case (tests/pipelines/reliability_cases.py) starts from a copy of a run
+that already pushed a model, breaks one thing and runs the real pipeline.
+Prints one JSON line per case, then the summary as the last line:
+{"cases", "as_documented", "wrongly_pushed", "lost_models"}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+from components.config import load_config  # noqa: E402
+from pipelines import local_runner  # noqa: E402
+from tests.pipelines.reliability_cases import CASES, baseline_config, run_case  # noqa: E402
+
+
+def main() -> None:
+    base = load_config("taxi")
+    base = dataclasses.replace(
+        base,
+        train=dataclasses.replace(base.train, train_steps=20, eval_steps=2, steps_per_epoch=10),
+        evaluation=dataclasses.replace(base.evaluation, min_accuracy=0.0),
+    )
+    with tempfile.TemporaryDirectory(prefix="tfxkit-reliability-") as work:
+        config = baseline_config(base, work)
+        baseline_dir = os.path.join(work, "baseline")
+        with open(os.devnull, "w") as quiet:
+            local_runner.run(config, baseline_dir, stream=quiet)
+        results = []
+        for case in CASES:
+            case_dir = os.path.join(work, case.name)
+            start = time.monotonic()
+            with open(os.devnull, "w") as quiet:
+                stdout, sys.stdout = sys.stdout, quiet
+                try:
+                    result = run_case(case, baseline_dir, case_dir, config)
+                finally:
+                    sys.stdout = stdout
+            results.append(result)
+            print(
+                json.dumps(
+                    {
+                        "case": case.name,
+                        "expected": case.outcome,
+                        "as_documented": result.as_documented,
+                        "wrongly_pushed": result.wrongly_pushed,
+                        "lost_models": result.lost_models,
+                        "seconds": round(time.monotonic() - start, 1),
+                        "detail": result.detail.splitlines()[0][:200] if result.detail else "",
+                    }
+                ),
+                flush=True,
+            )
+    print(
+        json.dumps(
+            {
+                "cases": len(results),
+                "as_documented": sum(r.as_documented for r in results),
+                "wrongly_pushed": sum(r.wrongly_pushed for r in results),
+                "lost_models": sum(r.lost_models for r in results),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

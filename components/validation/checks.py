@@ -1,0 +1,123 @@
+"""Data checks that stop a run before Transform (pure: TFDV protos in, messages out).
+
+Three sources of problems, each reported as one line naming the split, the
+feature and the fix:
+
+1. ExampleValidator's anomalies (statistics vs this run's inferred schema);
+2. schema drift: this run's statistics vs the schema of the last run that
+   passed the gate (a dropped column, a changed type). Value domains, shapes
+   and presence fractions are relaxed first, because new categories go to OOV
+   buckets and missing values are imputed by design;
+3. the config's promises: no empty split, labels present and inside
+   `[0, num_classes)`, feature kinds that match the data's types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import tensorflow_data_validation as tfdv
+from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
+
+from components.config import DataConfig
+
+_NUMERIC = {statistics_pb2.FeatureNameStatistics.INT, statistics_pb2.FeatureNameStatistics.FLOAT}
+_TYPE_NAME = statistics_pb2.FeatureNameStatistics.Type.Name
+
+
+def anomaly_messages(split: str, anomalies: anomalies_pb2.Anomalies, source: str) -> list[str]:
+    """One line per anomalous feature (and dataset-level anomaly)."""
+    messages = []
+    for feature, info in sorted(anomalies.anomaly_info.items()):
+        messages.append(f"split '{split}', feature '{feature}': {info.short_description} ({info.description}) [{source}]")
+    if anomalies.HasField("dataset_anomaly_info"):
+        info = anomalies.dataset_anomaly_info
+        messages.append(f"split '{split}': {info.short_description} ({info.description}) [{source}]")
+    return messages
+
+
+def relaxed(schema: schema_pb2.Schema) -> schema_pb2.Schema:
+    """A copy of `schema` that checks presence and type only."""
+    out = schema_pb2.Schema()
+    out.CopyFrom(schema)
+    del out.string_domain[:]
+    for feature in out.feature:
+        for field in ("domain", "string_domain", "int_domain", "float_domain", "shape", "value_count", "distribution_constraints"):
+            feature.ClearField(field)
+        feature.presence.ClearField("min_fraction")
+    return out
+
+
+def drift_messages(split: str, stats: statistics_pb2.DatasetFeatureStatisticsList, baseline: schema_pb2.Schema) -> list[str]:
+    anomalies = tfdv.validate_statistics(stats, relaxed(baseline))
+    return anomaly_messages(split, anomalies, "schema drift against the last validated run")
+
+
+def _features(stats: statistics_pb2.DatasetFeatureStatisticsList) -> dict[str, statistics_pb2.FeatureNameStatistics]:
+    dataset = stats.datasets[0]
+    return {(f.path.step[0] if f.path.step else f.name): f for f in dataset.features}
+
+
+def _num_present(stat: statistics_pb2.FeatureNameStatistics) -> int:
+    kind = stat.WhichOneof("stats")
+    return getattr(stat, kind).common_stats.num_non_missing if kind else 0
+
+
+def config_messages(split: str, stats: statistics_pb2.DatasetFeatureStatisticsList, data: DataConfig) -> list[str]:
+    """Checks the data against what the config promises."""
+    if not stats.datasets or stats.datasets[0].num_examples == 0:
+        return [f"split '{split}' has no examples; check data.path and the train/eval buckets"]
+    features = _features(stats)
+    messages = []
+    label = features.get(data.label.name)
+    if label is None:
+        messages.append(f"data.label.name: split '{split}' has no column '{data.label.name}'")
+    elif label.type not in _NUMERIC:
+        messages.append(
+            f"data.label.name: label '{data.label.name}' has {_TYPE_NAME(label.type)} values in split '{split}'; "
+            f"labels must be integers in [0, {data.label.num_classes})"
+        )
+    else:
+        common = label.num_stats.common_stats
+        if common.num_missing:
+            messages.append(f"data.label.name: label '{data.label.name}' is missing in {common.num_missing} examples of split '{split}'")
+        lo, hi = label.num_stats.min, label.num_stats.max
+        if lo < 0 or hi > data.label.num_classes - 1:
+            messages.append(
+                f"data.label.num_classes: label '{data.label.name}' takes values in [{lo:g}, {hi:g}] in split '{split}', "
+                f"outside the configured classes [0, {data.label.num_classes - 1}]; fix the data or data.label.num_classes"
+            )
+    for i, feature in enumerate(data.features):
+        stat = features.get(feature.name)
+        if stat is None:
+            messages.append(f"data.features[{i}]: feature '{feature.name}' is absent from split '{split}'")
+            continue
+        if _num_present(stat) == 0:
+            continue  # an all-empty column has no type to check; it is imputed
+        wrong = (feature.kind == "float" and stat.type not in _NUMERIC) or (
+            feature.kind == "int_categorical" and stat.type != statistics_pb2.FeatureNameStatistics.INT
+        )
+        if wrong:
+            messages.append(
+                f"data.features[{i}]: '{feature.name}' is configured as {feature.kind} but split '{split}' has "
+                f"{_TYPE_NAME(stat.type)} values (a non-numeric cell makes the whole CSV column a string); fix the data or the kind"
+            )
+    return messages
+
+
+def gate_messages(
+    stats_by_split: Mapping[str, statistics_pb2.DatasetFeatureStatisticsList],
+    anomalies_by_split: Mapping[str, anomalies_pb2.Anomalies],
+    data: DataConfig,
+    baseline: schema_pb2.Schema | None,
+) -> list[str]:
+    """All problems that must stop the run, in a stable order."""
+    messages: list[str] = []
+    for split in sorted(stats_by_split):
+        stats = stats_by_split[split]
+        messages += config_messages(split, stats, data)
+        if split in anomalies_by_split:
+            messages += anomaly_messages(split, anomalies_by_split[split], "ExampleValidator")
+        if baseline is not None and stats.datasets and stats.datasets[0].num_examples:
+            messages += drift_messages(split, stats, baseline)
+    return messages

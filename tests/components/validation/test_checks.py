@@ -1,0 +1,123 @@
+"""DataGate checks on real TFDV statistics of small DataFrames."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import tensorflow_data_validation as tfdv
+
+from components.config import DataConfig, FeatureConfig, LabelConfig
+from components.validation.checks import config_messages, gate_messages
+
+DATA = DataConfig(
+    builtin="taxi",
+    label=LabelConfig(name="label", num_classes=2),
+    features=(
+        FeatureConfig(name="fare", kind="float"),
+        FeatureConfig(name="company", kind="string_categorical"),
+        FeatureConfig(name="hour", kind="int_categorical"),
+    ),
+)
+
+
+def _frame(**overrides):
+    frame = pd.DataFrame(
+        {
+            "fare": [1.0, 2.5, 3.0, 4.0],
+            "company": ["a", "b", "a", "c"],
+            "hour": [1, 2, 3, 4],
+            "extra": [9, 9, 9, 9],
+            "label": [0, 1, 1, 0],
+        }
+    )
+    for column, values in overrides.items():
+        if values is None:
+            frame = frame.drop(columns=[column])
+        else:
+            frame[column] = values
+    return frame
+
+
+def _stats(frame):
+    return tfdv.generate_statistics_from_dataframe(frame)
+
+
+def test_good_data_passes():
+    stats = _stats(_frame())
+    baseline = tfdv.infer_schema(stats)
+    assert gate_messages({"train": stats, "eval": stats}, {}, DATA, baseline) == []
+
+
+def test_label_outside_classes_names_field_and_range():
+    messages = config_messages("train", _stats(_frame(label=[0, 1, 3, 0])), DATA)
+    assert len(messages) == 1
+    assert messages[0].startswith("data.label.num_classes: label 'label' takes values in [0, 3] in split 'train'")
+
+
+def test_negative_label_is_rejected():
+    assert config_messages("eval", _stats(_frame(label=[0, -1, 1, 0])), DATA)
+
+
+def test_missing_label_values_are_rejected():
+    messages = config_messages("train", _stats(_frame(label=[0.0, None, 1.0, 0.0])), DATA)
+    assert any("is missing in 1 examples of split 'train'" in m for m in messages)
+
+
+def test_string_label_is_rejected():
+    messages = config_messages("train", _stats(_frame(label=["yes", "no", "no", "yes"])), DATA)
+    assert messages == [
+        "data.label.name: label 'label' has STRING values in split 'train'; labels must be integers in [0, 2)"
+    ]
+
+
+def test_string_in_float_column_names_feature():
+    messages = config_messages("train", _stats(_frame(fare=["1.0", "abc", "3", "4"])), DATA)
+    assert len(messages) == 1
+    assert messages[0].startswith("data.features[0]: 'fare' is configured as float but split 'train' has STRING values")
+
+
+def test_float_in_int_categorical_names_feature():
+    messages = config_messages("train", _stats(_frame(hour=[1.5, 2.0, 3.0, 4.0])), DATA)
+    assert messages and messages[0].startswith("data.features[2]: 'hour' is configured as int_categorical")
+
+
+def test_empty_split_is_rejected():
+    empty = _stats(_frame().iloc[0:0])
+    assert config_messages("eval", empty, DATA) == [
+        "split 'eval' has no examples; check data.path and the train/eval buckets"
+    ]
+
+
+def test_dropped_column_is_drift_against_the_baseline():
+    baseline = tfdv.infer_schema(_stats(_frame()))
+    stats = _stats(_frame(extra=None))
+    messages = gate_messages({"train": stats}, {}, DATA, baseline)
+    assert len(messages) == 1
+    assert messages[0].startswith("split 'train', feature 'extra': Column dropped")
+    assert messages[0].endswith("[schema drift against the last validated run]")
+
+
+def test_type_change_is_drift_against_the_baseline():
+    baseline = tfdv.infer_schema(_stats(_frame()))
+    stats = _stats(_frame(extra=["x", "y", "z", "w"]))
+    messages = gate_messages({"train": stats}, {}, DATA, baseline)
+    assert any("feature 'extra'" in m and "drift" in m for m in messages)
+
+
+@pytest.mark.parametrize("column, values", [("company", ["a", "b", "new-cab", "c"]), ("fare", [1.0, None, 3.0, 4.0])])
+def test_new_category_and_missing_values_are_not_drift(column, values):
+    # New categories go to OOV buckets and missing floats are imputed by design.
+    baseline = tfdv.infer_schema(_stats(_frame()))
+    assert gate_messages({"train": _stats(_frame(**{column: values}))}, {}, DATA, baseline) == []
+
+
+def test_example_validator_anomalies_are_reported():
+    stats = _stats(_frame(extra=None))
+    anomalies = tfdv.validate_statistics(stats, tfdv.infer_schema(_stats(_frame())))
+    messages = gate_messages({"train": stats}, {"train": anomalies}, DATA, None)
+    assert messages and messages[0].endswith("[ExampleValidator]")
+
+
+def test_all_empty_column_has_no_type_to_check():
+    # pandas gives an all-None column object dtype, which TFDV records as STRING.
+    assert config_messages("train", _stats(_frame(hour=[None, None, None, None])), DATA) == []

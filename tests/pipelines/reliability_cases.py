@@ -1,0 +1,302 @@
+"""The catalogue of bad inputs, shared by tests/pipelines/test_reliability.py and
+benchmarks/reliability.py.
+
+Every case starts from a copy of a finished run that already pushed a model
+(same pipeline root, ML Metadata and serving directory), breaks one thing,
+runs the real pipeline again and checks the promise:
+
+- the run fails or proceeds exactly as documented (`outcome`), with a message
+  matching `message` (the cause, named);
+- a failing run pushes nothing;
+- every previously pushed model is byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from components.config import ConfigError, PipelineConfig, from_dict, to_dict
+from components.data import DataError, taxi_csv_path
+from pipelines import local_runner
+
+# Small enough for a fast run, large enough for every split and vocabulary.
+BASE_ROWS = 2000
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One bad input.
+
+    Attributes:
+      name: Identifier (test id).
+      what: The bad input, in words (README table).
+      outcome: `rejected` (before any component runs), `fails` (a component
+        fails and the run stops) or `proceeds` (documented tolerance).
+      message: Regex the error (or, for `proceeds`, nothing) must match.
+      sees: What the user sees, in words (README table).
+      make: Writes the bad input under a work dir and returns the config.
+    """
+
+    name: str
+    what: str
+    outcome: str
+    message: str
+    sees: str
+    make: Callable[[str, PipelineConfig], PipelineConfig]
+
+
+@dataclasses.dataclass
+class Result:
+    case: str
+    as_documented: bool
+    wrongly_pushed: int
+    lost_models: int
+    detail: str
+
+
+def read_taxi_rows(n: int = BASE_ROWS) -> tuple[list[str], list[dict[str, str]]]:
+    with open(taxi_csv_path()) as f:
+        reader = csv.DictReader(f)
+        rows = [row for _, row in zip(range(n), reader, strict=False)]
+        return list(reader.fieldnames), rows
+
+
+def write_csv(path: str, fields: list[str], rows: list[dict[str, str]]) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def with_data(config: PipelineConfig, path: str, fmt: str = "csv") -> PipelineConfig:
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, builtin="", path=path, format=fmt))
+
+
+def _csv_case(mutate: Callable[[list[str], list[dict[str, str]]], tuple[list[str], list[dict[str, str]]]]):
+    def make(work: str, base: PipelineConfig) -> PipelineConfig:
+        fields, rows = read_taxi_rows()
+        fields, rows = mutate(fields, [dict(r) for r in rows])
+        return with_data(base, write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows))
+
+    return make
+
+
+def _every(rows, step, **values):
+    for i, row in enumerate(rows):
+        if i % step == 0:
+            row.update(values)
+    return rows
+
+
+def _malformed_row(work: str, base: PipelineConfig) -> PipelineConfig:
+    fields, rows = read_taxi_rows()
+    path = write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows)
+    with open(path, "a") as f:
+        f.write("1,2,3\n")  # three cells where the header has nineteen
+    return with_data(base, path)
+
+
+def _example(row: dict[str, str], config: PipelineConfig) -> bytes:
+    feature = {}
+    kinds = {f.name: f.kind for f in config.data.features}
+    for key, value in row.items():
+        if value == "" or (key not in kinds and key != config.data.label.name):
+            continue
+        kind = kinds.get(key, "int_categorical")
+        if kind == "float":
+            feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(value)]))
+        elif kind == "int_categorical":
+            feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(float(value))]))
+        else:
+            feature[key] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def _corrupt_shard(work: str, base: PipelineConfig) -> PipelineConfig:
+    # Every configured column filled in, so each feature is in the first
+    # records of each shard (tf.Examples omit missing values, and some taxi
+    # columns are almost always empty); this case is about corruption.
+    _, rows = read_taxi_rows()
+    kinds = {f.name: f.kind for f in base.data.features}
+    for row in rows:
+        for name, kind in kinds.items():
+            if row[name] == "":
+                row[name] = "unknown" if kind == "string_categorical" else "0"
+    directory = os.path.join(work, "data", "tfrecords")
+    os.makedirs(directory, exist_ok=True)
+    half = len(rows) // 2
+    for shard, part in (("part-0.tfrecord", rows[:half]), ("part-1.tfrecord", rows[half:])):
+        with tf.io.TFRecordWriter(os.path.join(directory, shard)) as writer:
+            for row in part:
+                writer.write(_example(row, base))
+    broken = os.path.join(directory, "part-1.tfrecord")
+    size = os.path.getsize(broken)
+    with open(broken, "r+b") as f:
+        f.truncate(size // 2)  # cut mid-record, as an interrupted upload would
+    return with_data(base, directory, fmt="tfrecord")
+
+
+def _config_case(path: str, value):
+    def make(work: str, base: PipelineConfig) -> PipelineConfig:
+        data = to_dict(base)
+        node = data
+        keys = path.split(".")
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+        return from_dict(data)
+
+    return make
+
+
+CASES: tuple[Case, ...] = (
+    Case(
+        "malformed_csv_row",
+        "a CSV row with fewer cells than the header",
+        "fails",
+        r"CsvExampleGen|[Cc]olumns do not match|csv|CSV",
+        "ExampleGen fails naming the CSV problem; nothing downstream runs",
+        _malformed_row,
+    ),
+    Case(
+        "wrong_type",
+        "text in a numeric feature column (fare = 'abc')",
+        "fails",
+        r"data\.features\[0\]: 'fare' is configured as float but split '\w+' has STRING values",
+        "DataGate fails naming the feature, its configured kind and the type found",
+        _csv_case(lambda f, r: (f, _every(r, 50, fare="abc"))),
+    ),
+    Case(
+        "nan_inf_floats",
+        "NaN and Inf in float features",
+        "proceeds",
+        "",
+        "run succeeds: non-finite values are treated as missing and imputed with the mean",
+        _csv_case(lambda f, r: (f, _every(_every(r, 7, fare="nan"), 11, trip_miles="inf"))),
+    ),
+    Case(
+        "empty_input",
+        "a CSV with a header and no rows (every split empty)",
+        "fails",
+        r"no examples|empty|[Nn]o data",
+        "the run fails before Transform naming the empty split",
+        _csv_case(lambda f, r: (f, [])),
+    ),
+    Case(
+        "label_out_of_range",
+        "label values outside the configured classes (big_tipper = 2)",
+        "fails",
+        r"data\.label\.num_classes: label 'big_tipper' takes values in \[0, 2\]",
+        "DataGate fails naming the label, the range found and the configured classes",
+        _csv_case(lambda f, r: (f, _every(r, 13, big_tipper="2"))),
+    ),
+    Case(
+        "new_category",
+        "a category never seen before in a vocabulary feature",
+        "proceeds",
+        "",
+        "run succeeds: the new value maps to an out-of-vocabulary bucket",
+        _csv_case(lambda f, r: (f, _every(r, 5, company="Brand New Cab Co", payment_type="Crypto"))),
+    ),
+    Case(
+        "dropped_column",
+        "a column of the last validated run's schema is gone (trip_start_timestamp)",
+        "fails",
+        r"feature 'trip_start_timestamp': Column dropped .*schema drift against the last validated run",
+        "DataGate fails naming the dropped column (schema drift)",
+        _csv_case(lambda f, r: ([c for c in f if c != "trip_start_timestamp"], r)),
+    ),
+    Case(
+        "dropped_feature_column",
+        "a configured feature column is missing from the CSV (company)",
+        "rejected",
+        r"data\.features: feature column 'company' is not in '.*taxi\.csv'",
+        "refused before any component runs, naming the file and the column",
+        _csv_case(lambda f, r: ([c for c in f if c != "company"], r)),
+    ),
+    Case(
+        "corrupt_tfrecord_shard",
+        "a TFRecord shard truncated mid-record",
+        "rejected",
+        r"data\.path: '.*part-1\.tfrecord' is not a readable TFRecord file: .*truncated record",
+        "refused before any component runs, naming the shard (the pre-check reads each shard's first 1000 "
+        "records; corruption further in fails ExampleGen, also naming the file)",
+        _corrupt_shard,
+    ),
+    Case(
+        "invalid_config",
+        "an out-of-range config value (distillation.temperature = 0)",
+        "rejected",
+        r"distillation\.temperature: expected a number > 0",
+        "refused before any component runs, naming the field and the expected form",
+        _config_case("distillation.temperature", 0),
+    ),
+    Case(
+        "secret_in_config",
+        "a credential in the config (beam_args: --password=...)",
+        "rejected",
+        r"beam_args\[\d\]: looks like a credential assignment; secrets must not be in the config",
+        "refused before any component runs, pointing to Kubernetes secrets",
+        _config_case("beam_args", ["--direct_num_workers=1", "--password=hunter2"]),
+    ),
+)
+
+
+def tree_digest(path: str) -> dict[str, str]:
+    """sha256 of every file under `path`, keyed by relative path."""
+    out = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, path)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def serving_versions(serving_dir: str) -> dict[str, dict[str, str]]:
+    if not os.path.isdir(serving_dir):
+        return {}
+    return {v: tree_digest(os.path.join(serving_dir, v)) for v in sorted(os.listdir(serving_dir)) if v.isdigit()}
+
+
+def run_case(case: Case, baseline_dir: str, work: str, base: PipelineConfig) -> Result:
+    """Runs one case against a copy of `baseline_dir` and checks the promise."""
+    out = os.path.join(work, "out")
+    shutil.copytree(baseline_dir, out)
+    serving = local_runner.paths_for(base, out).serving_dir
+    before = serving_versions(serving)
+    outcome, detail = "proceeds", ""
+    try:
+        config = case.make(work, base)
+        summary = local_runner.run(config, out)
+        detail = f"status={summary['status']} pushed={summary['pushed_model']}"
+    except (ConfigError, DataError) as e:
+        outcome, detail = "rejected", str(e)
+    except RuntimeError as e:
+        outcome, detail = "fails", str(e)
+    after = serving_versions(serving)
+    new_versions = set(after) - set(before)
+    lost = sum(1 for v, digest in before.items() if after.get(v) != digest)
+    matched = outcome == case.outcome and (not case.message or re.search(case.message, detail) is not None)
+    if case.outcome == "proceeds":
+        wrongly = 0
+        matched = matched and len(new_versions) == 1
+    else:
+        wrongly = len(new_versions)
+    return Result(case.name, matched and wrongly == 0 and lost == 0, wrongly, lost, f"{outcome}: {detail[:2000]}")
+
+
+def baseline_config(base: PipelineConfig, work: str) -> PipelineConfig:
+    """The good run every case starts from: the same pipeline on clean rows."""
+    fields, rows = read_taxi_rows()
+    return with_data(base, write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows))

@@ -1,0 +1,189 @@
+"""Bad inputs against a pipeline that already pushed a model (see reliability_cases)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from ml_metadata.proto import metadata_store_pb2
+
+from pipelines import local_runner
+from pipelines.summary import latest_run_executions, open_store
+from tests.conftest import tiny
+from tests.pipelines.reliability_cases import CASES, baseline_config, run_case, serving_versions
+
+LOCK_WAIT_SECONDS = 120
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory, taxi_config):
+    """A finished run with one pushed model; each case runs against a copy."""
+    work = str(tmp_path_factory.mktemp("baseline"))
+    config = baseline_config(tiny(taxi_config), work)
+    out = os.path.join(work, "out")
+    summary = local_runner.run(config, out)
+    assert summary["pushed_model"], summary
+    return out, config
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_behaves_as_documented(case, baseline, tmp_path):
+    baseline_dir, config = baseline
+    result = run_case(case, baseline_dir, str(tmp_path), config)
+    assert result.wrongly_pushed == 0, result
+    assert result.lost_models == 0, result
+    assert result.as_documented, result
+
+
+@pytest.mark.e2e
+def test_concurrent_run_on_same_root_is_refused_and_metadata_stays_intact(baseline, tmp_path):
+    baseline_dir, config = baseline
+    out = str(tmp_path / "out")
+    shutil.copytree(baseline_dir, out)
+    before = serving_versions(local_runner.paths_for(config, out).serving_dir)
+    # A second process holds the run lock, as a concurrently started run does.
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                from pipelines.local_runner import exclusive_run
+                with exclusive_run({out!r}):
+                    print("locked", flush=True)
+                    time.sleep({LOCK_WAIT_SECONDS})
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(local_runner.ConcurrentRunError, match=rf"another tfxkit run \(pid {holder.pid}\) is using {out}"):
+            local_runner.run(config, out)
+    finally:
+        holder.kill()
+        holder.wait(timeout=LOCK_WAIT_SECONDS)
+    # The refused run touched nothing; once the holder is gone, runs work again.
+    assert serving_versions(local_runner.paths_for(config, out).serving_dir) == before
+    summary = local_runner.run(config, out)
+    assert summary["status"] == "succeeded"
+
+
+@pytest.mark.e2e
+def test_transform_killed_mid_run_then_rerun_consumes_no_partial_artifact(baseline, tmp_path, taxi_config):
+    _, config = baseline
+    # A changed Transform config so Transform really executes (no cache hit).
+    config = dataclasses.replace(config, transform=dataclasses.replace(config.transform, compression="none"))
+    out = str(tmp_path / "out")
+    script = textwrap.dedent(
+        f"""
+        from components.config import PipelineConfig
+        from pipelines import local_runner
+        local_runner.run(PipelineConfig.from_json({config.to_json()!r}), {out!r})
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line or "> Transform started" in line:
+                break
+        assert proc.poll() is None, "the run ended before Transform started"
+        time.sleep(3)  # inside Transform's Beam job
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+
+    store = open_store(os.path.join(out, "metadata.sqlite"))
+    killed = latest_run_executions(store, config.name)["Transform"]
+    assert killed.last_known_state == metadata_store_pb2.Execution.RUNNING
+    assert not (tmp_path / "out" / "serving").exists()
+
+    summary = local_runner.run(config, out)
+    assert summary["status"] == "succeeded" and summary["pushed_model"]
+    store = open_store(os.path.join(out, "metadata.sqlite"))
+    executions = latest_run_executions(store, config.name)
+    transform, trainer = executions["Transform"], executions["Trainer"]
+    assert transform.id != killed.id
+    assert transform.last_known_state == metadata_store_pb2.Execution.COMPLETE
+    # The Trainer's transformed examples were published by the completed
+    # Transform execution, never by the killed one.
+    events = store.get_events_by_execution_ids([trainer.id])
+    inputs = {e.artifact_id for e in events if e.type == metadata_store_pb2.Event.INPUT}
+    producers = {
+        e.execution_id
+        for e in store.get_events_by_artifact_ids(list(inputs))
+        if e.type == metadata_store_pb2.Event.OUTPUT
+    }
+    assert killed.id not in producers
+    assert transform.id in producers
+
+
+class _Capture(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.mark.e2e
+def test_trainer_killed_after_a_backup_resumes_on_rerun(baseline, tmp_path):
+    _, config = baseline
+    # Enough steps that the Trainer is still running after its first backup.
+    config = dataclasses.replace(
+        config, train=dataclasses.replace(config.train, train_steps=3000, steps_per_epoch=50, checkpoint_every_steps=50)
+    )
+    out = str(tmp_path / "out")
+    script = textwrap.dedent(
+        f"""
+        from components.config import PipelineConfig
+        from pipelines import local_runner
+        local_runner.run(PipelineConfig.from_json({config.to_json()!r}), {out!r})
+        """
+    )
+    backups = os.path.join(out, "pipeline_root", "Trainer", "backups")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any("checkpoint" in files for _, _, files in os.walk(backups)):
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before the Trainer's first backup"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+    assert not (tmp_path / "out" / "serving").exists()
+
+    capture = _Capture()
+    logging.getLogger("absl").addHandler(capture)
+    try:
+        summary = local_runner.run(config, out)
+    finally:
+        logging.getLogger("absl").removeHandler(capture)
+    assert summary["status"] == "succeeded" and summary["pushed_model"]
+    resumed = [m for m in capture.messages if "resumed from the backup" in m]
+    assert resumed, "the re-run trained from step 0"
+    step = int(resumed[0].rsplit(" ", 1)[-1])
+    assert step > 0
+    # The backup is removed once the model is exported.
+    assert not any("checkpoint" in files for _, _, files in os.walk(backups))

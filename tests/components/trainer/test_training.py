@@ -432,7 +432,15 @@ def test_killed_trainer_resumes_from_its_backup_and_exports(penguin_data):
         config, train={"train_steps": 400, "steps_per_epoch": 50, "checkpoint_every_steps": 10}
     )
     inputs = penguins.inputs_for(data, root, "killed", config)
-    backup = os.path.join(inputs["model_run_dir"], training.BACKUP_DIR_NAME)
+    from tfx.components.trainer.fn_args_utils import FnArgs
+
+    # Where the Trainer's run_fn keeps the backup: keyed by its inputs, so a
+    # re-executed Trainer (new model_run_dir) with the same inputs finds it.
+    again = training.TrainingInputs.from_fn_args(
+        FnArgs(**inputs, custom_config={CONFIG_KEY: config.to_json()}), config
+    )
+    backup = training.backup_dir(again)
+    assert not backup.startswith(inputs["model_run_dir"])
     job = {"kind": "run_fn", "config": config.to_json(), "inputs": inputs}
     with open(os.path.join(root, "killed.log"), "w") as log:
         victim, _ = start_worker([job], root, "killed", log=log)
@@ -450,7 +458,8 @@ def test_killed_trainer_resumes_from_its_backup_and_exports(penguin_data):
     assert not os.path.exists(inputs["serving_model_dir"])
 
     probe = StepProbe()
-    again = training.TrainingInputs(**inputs)
+    # A new execution: a fresh model_run_dir, the same inputs.
+    again = dataclasses.replace(again, model_run_dir=again.model_run_dir + "-rerun")
     model, _ = run_fn.run(config, again, one_device(), callbacks=[probe])
     assert probe.start_step >= 10, "the re-run started from step 0 instead of the backup"
     assert probe.start_step < 400

@@ -1,9 +1,17 @@
 """`create_pipeline(config, paths)`: the TFX DAG. Knows no orchestrator.
 
-ExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator -> Transform
-(tfxkit) -> Trainer (tfxkit) -> Evaluator (TFMA value thresholds) -> Pusher
-(only when blessed). The local and Kubeflow runners both call this function;
+ExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator -> DataGate
+(anomalies, drift against the last validated schema, label range) ->
+Transform (tfxkit) -> Trainer (tfxkit) -> Evaluator (TFMA value thresholds)
+-> Pusher (only when blessed, atomic copy). The local and Kubeflow runners both call this function;
 only paths, placement and the runner differ.
+
+With `distillation.enabled`, `distillation.num_teachers` teacher Trainers
+(`Trainer`, `Trainer_1`, ...; seeds `train.seed + i`) feed the Distiller,
+and the Evaluator compares the distilled student (candidate) against the
+first teacher (baseline): accuracy must reach `evaluation.min_accuracy` and
+may drop at most `evaluation.max_accuracy_drop` below the teacher's. The
+Pusher then pushes the student, and only when it is blessed.
 """
 
 from __future__ import annotations
@@ -15,8 +23,11 @@ from tfx import v1 as tfx
 
 from components.config import PipelineConfig
 from components.data import ResolvedInput
+from components.distiller.component import Distiller
+from components.pusher.component import Pusher
 from components.trainer.component import Trainer
 from components.transform.component import Transform
+from components.validation.component import DataGate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +79,65 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     )
 
 
+def distillation_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    """`eval_config` with the student as candidate and the teacher as baseline.
+
+    Adds a change threshold to accuracy: the candidate may score at most
+    `evaluation.max_accuracy_drop` (absolute) below the baseline.
+    """
+    result = eval_config(config)
+    (spec,) = result.model_specs
+    candidate, baseline = tfma.ModelSpec(), tfma.ModelSpec()
+    candidate.CopyFrom(spec)
+    baseline.CopyFrom(spec)
+    candidate.name, baseline.name, baseline.is_baseline = "candidate", "baseline", True
+    del result.model_specs[:]
+    result.model_specs.extend([candidate, baseline])
+    for metrics_spec in result.metrics_specs:
+        for metric in metrics_spec.metrics:
+            if metric.class_name == "SparseCategoricalAccuracy":
+                metric.threshold.change_threshold.CopyFrom(
+                    tfma.GenericChangeThreshold(
+                        direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+                        absolute={"value": -config.evaluation.max_accuracy_drop},
+                    )
+                )
+    return result
+
+
+def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> list:
+    """Extra teacher Trainers and the Distiller that learns from all teachers.
+
+    Args:
+      config: The validated config (`distillation.enabled`).
+      transform: The Transform component.
+      schema: The SchemaGen component.
+      teacher: The first teacher Trainer (id `Trainer`).
+
+    Returns:
+      The components to add after `teacher`; the Distiller is the last one.
+    """
+    teachers = [teacher]
+    for i in range(1, config.distillation.num_teachers):
+        seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=config.train.seed + i))
+        teachers.append(
+            Trainer(
+                config=seeded,
+                examples=transform.outputs["transformed_examples"],
+                transform_graph=transform.outputs["transform_graph"],
+                schema=schema.outputs["schema"],
+            ).with_id(f"Trainer_{i}")
+        )
+    distiller = Distiller(
+        config=config,
+        examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        schema=schema.outputs["schema"],
+        teacher_models=[t.outputs["model"] for t in teachers],
+    )
+    return [*teachers[1:], distiller]
+
+
 def example_gen(config: PipelineConfig, data: ResolvedInput):
     """CSV or TFRecord ExampleGen with hash-bucketed train / eval splits."""
     input_config = tfx.proto.Input(splits=[tfx.proto.Input.Split(name="single_split", pattern=data.pattern)])
@@ -105,26 +175,48 @@ def create_pipeline(
     validator = tfx.components.ExampleValidator(
         statistics=statistics.outputs["statistics"], schema=schema.outputs["schema"]
     )
+    # The drift baseline: the schema of the last run whose data passed the gate.
+    baseline_schema = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestArtifactStrategy,
+        schema=tfx.dsl.Channel(
+            type=tfx.types.standard_artifacts.Schema, producer_component_id="DataGate", output_key="validated_schema"
+        ),
+    ).with_id("latest_validated_schema")
+    gate = DataGate(
+        config=config,
+        statistics=statistics.outputs["statistics"],
+        schema=schema.outputs["schema"],
+        anomalies=validator.outputs["anomalies"],
+        baseline_schema=baseline_schema.outputs["schema"],
+    )
     transform = Transform(config=config, examples=gen.outputs["examples"], schema=schema.outputs["schema"])
+    # Ordering only (not data), so an unchanged run's Transform stays cached
+    # even though the gate re-checks against a newer baseline every run.
+    transform.add_upstream_node(gate)
     trainer = Trainer(
         config=config,
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         schema=schema.outputs["schema"],
     )
+    candidate, baseline, distill, evaluation = trainer.outputs["model"], None, [], eval_config(config)
+    if config.distillation.enabled:
+        distill = distillation_stage(config, transform, schema, trainer)
+        candidate, baseline, evaluation = distill[-1].outputs["model"], trainer.outputs["model"], distillation_eval_config(config)
     evaluator = tfx.components.Evaluator(
         examples=gen.outputs["examples"],
-        model=trainer.outputs["model"],
-        eval_config=eval_config(config),
+        model=candidate,
+        baseline_model=baseline,
+        eval_config=evaluation,
     )
-    pusher = tfx.components.Pusher(
-        model=trainer.outputs["model"],
+    pusher = Pusher(
+        model=candidate,
         model_blessing=evaluator.outputs["blessing"],
         push_destination=tfx.proto.PushDestination(
             filesystem=tfx.proto.PushDestination.Filesystem(base_directory=paths.serving_dir)
         ),
     )
-    components = [gen, statistics, schema, validator, transform, trainer, evaluator, pusher]
+    components = [gen, statistics, schema, validator, baseline_schema, gate, transform, trainer, *distill, evaluator, pusher]
     metadata = (
         tfx.orchestration.metadata.sqlite_metadata_connection_config(paths.metadata_path)
         if paths.metadata_path

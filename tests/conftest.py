@@ -27,4 +27,29 @@ def tiny(config: PipelineConfig, **train_overrides) -> PipelineConfig:
     train = dataclasses.replace(
         config.train, train_steps=20, eval_steps=2, steps_per_epoch=10, checkpoint_every_steps=10, **train_overrides
     )
-    return dataclasses.replace(config, train=train, evaluation=dataclasses.replace(config.evaluation, min_accuracy=0.0))
+    # Thresholds any model passes: a tiny run tests the plumbing, not quality.
+    evaluation = dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0)
+    return dataclasses.replace(config, train=train, evaluation=evaluation)
+
+
+@pytest.fixture(scope="session")
+def digits_distillation_run(tmp_path_factory, digits_config):
+    """One tiny digits run with distillation from two teachers, shared by the
+    distiller component tests and the gate tests.
+
+    The student must reach accuracy 1.0 (`evaluation.min_accuracy`), which
+    20 steps cannot, so this run is not blessed and pushes nothing.
+
+    Returns:
+      `(output_dir, config, summary)`.
+    """
+    from pipelines import local_runner
+
+    config = tiny(digits_config)
+    config = dataclasses.replace(
+        config,
+        distillation=dataclasses.replace(config.distillation, enabled=True, num_teachers=2),
+        evaluation=dataclasses.replace(config.evaluation, min_accuracy=1.0),
+    )
+    output = str(tmp_path_factory.mktemp("digits_distillation"))
+    return output, config, local_runner.run(config, output, runner="beam")

@@ -1,0 +1,321 @@
+"""Distillation: teacher vs student from scratch vs distilled student.
+
+One run, one machine, per dataset (`digits`, `mnist` = `../shared/data/
+mnist_1000.tfrecord`, `taxi`):
+
+1. ExampleGen -> StatisticsGen -> SchemaGen -> tfxkit Transform run once
+   through TFX (BeamDagRunner) into `--workdir` (reused when it is there);
+2. for each of `--seeds` seeds, on that Transform output and with the
+   config's `train` settings (same steps, batch and learning rate for all):
+   the teacher (`teacher` shape, hard labels), the student from scratch
+   (`student` shape, hard labels only) and the distilled student (`student`
+   shape, `distillation` settings, taught by that seed's teacher), each
+   trained with the Trainer's `training.fit` and exported with the Trainer's
+   serving export;
+3. every exported model is measured through its `serving_default`
+   signature on the raw eval split (`pipelines.report.measure_model`):
+   accuracy, trainable parameters, median latency at batch 1 and 256;
+4. the speed-up of teacher-target caching: steady-state steps/s of the
+   distilled student (Keras epochs after the first, when every example has
+   been seen) with `distillation.cache_teacher_logits` off and on (seed 0);
+5. on `--sweep-dataset` (digits), distilled accuracy for T in {1, 2, 5, 10,
+   20} x alpha in {0.1, 0.5, 0.9} over the first `--sweep-seeds` teachers.
+
+Output: one JSON line per dataset with `dataset`, `teacher_acc`,
+`scratch_acc`, `distilled_acc` (means over seeds, with `_std`),
+`gap_recovered` = (distilled - scratch) / (teacher - scratch),
+`param_ratio` and `latency_ratio_b1` / `latency_ratio_b256` (student /
+teacher), the cache figures and the targets; a line for the sweep; and last,
+one JSON object with key `datasets` holding the per-dataset objects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_transform as tft  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+from components import strategies  # noqa: E402
+from components.config import PipelineConfig, from_dict, load_config, to_dict  # noqa: E402
+from components.distiller.run_fn import train_student  # noqa: E402
+from components.export import export_serving_model  # noqa: E402
+from components.trainer import training  # noqa: E402
+from pipelines import report  # noqa: E402
+
+MNIST_PATH = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "mnist_1000.tfrecord"))
+TEMPERATURES = (1.0, 2.0, 5.0, 10.0, 20.0)
+ALPHAS = (0.1, 0.5, 0.9)
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def mnist_config() -> PipelineConfig:
+    """MNIST-1000 with the digits config's training settings and Hinton-like shapes.
+
+    The teacher is Hinton et al.'s MNIST teacher shape (2 x 1200 ReLU units,
+    dropout); the student is one hidden layer of 64 units (about 2% of the
+    teacher's parameters).
+    """
+    data = to_dict(load_config("digits"))
+    data.pop("kubeflow", None)
+    data.update(
+        name="mnist",
+        data={
+            "path": MNIST_PATH,
+            "format": "tfrecord",
+            "label": {"name": "image_class", "num_classes": 10},
+            "features": [{"name": "image_floats", "kind": "float", "size": 784, "transform": "identity"}],
+        },
+        teacher={"hidden_units": [1200, 1200], "dropout": 0.3},
+        student={"hidden_units": [64]},
+    )
+    return from_dict(data)
+
+
+def dataset_config(name: str) -> PipelineConfig:
+    return mnist_config() if name == "mnist" else load_config(name)
+
+
+def run_transform(config: PipelineConfig, workdir: str) -> dict[str, str]:
+    """Runs ExampleGen -> Statistics -> Schema -> Transform; returns artifact paths."""
+    from tfx import v1 as tfx
+    from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+
+    from components.data import check_input, resolve_input
+    from components.transform.component import Transform
+    from pipelines.pipeline import example_gen
+
+    root = os.path.join(workdir, config.name)
+    data = resolve_input(config.data, os.path.join(root, "data"))
+    check_input(config.data, data)
+    gen = example_gen(config, data)
+    stats = tfx.components.StatisticsGen(examples=gen.outputs["examples"])
+    schema = tfx.components.SchemaGen(statistics=stats.outputs["statistics"], infer_feature_shape=True)
+    transform = Transform(config=config, examples=gen.outputs["examples"], schema=schema.outputs["schema"])
+    pipeline = tfx.dsl.Pipeline(
+        pipeline_name=f"bench-{config.name}",
+        pipeline_root=os.path.join(root, "pipeline_root"),
+        components=[gen, stats, schema, transform],
+        enable_cache=True,
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            os.path.join(root, "metadata.sqlite")
+        ),
+        beam_pipeline_args=list(config.beam_args),
+    )
+    BeamDagRunner().run(pipeline)
+
+    def newest(*parts):
+        matches = tf.io.gfile.glob(os.path.join(root, "pipeline_root", *parts))
+        return max(matches, key=lambda p: int(p.rstrip("/").split("/")[-1]))
+
+    examples = newest("Transform", "transformed_examples", "*")
+    return {
+        "train": os.path.join(examples, "Split-train", "*"),
+        "eval": os.path.join(examples, "Split-eval", "*"),
+        "transform_graph": newest("Transform", "transform_graph", "*"),
+        "raw_eval": os.path.join(newest(gen.id, "examples", "*"), "Split-eval", "*"),
+    }
+
+
+class SteadyStateTimer(keras.callbacks.Callback):
+    """Steps/s over the Keras epochs after the first (tracing and cache filling excluded)."""
+
+    def __init__(self):
+        super().__init__()
+        self.start, self.steps, self.steps_per_second = None, 0, float("nan")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:
+            self.start = time.perf_counter()
+            self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.start is not None:
+            self.steps += 1
+
+    def on_train_end(self, logs=None):
+        if self.start is not None and self.steps:
+            self.steps_per_second = self.steps / (time.perf_counter() - self.start)
+
+
+class Bench:
+    """Trains and measures the three roles on one dataset's Transform output."""
+
+    def __init__(self, config: PipelineConfig, paths: dict[str, str], workdir: str, choice):
+        self.config, self.paths, self.workdir, self.choice = config, paths, workdir, choice
+        self.tft_output = tft.TFTransformOutput(paths["transform_graph"])
+        self.serialized, self.labels = report.read_eval_examples(paths["raw_eval"], config.data.label.name)
+
+    def inputs(self, run: str) -> training.TrainingInputs:
+        base = os.path.join(self.workdir, self.config.name, "runs", run)
+        if tf.io.gfile.exists(base):
+            tf.io.gfile.rmtree(base)
+        return training.TrainingInputs(
+            train_files=(self.paths["train"],),
+            eval_files=(self.paths["eval"],),
+            transform_output=self.paths["transform_graph"],
+            serving_model_dir=os.path.join(base, "serving"),
+            model_run_dir=os.path.join(base, "run"),
+            train_steps=self.config.train.train_steps,
+            eval_steps=self.config.train.eval_steps,
+        )
+
+    def export(self, model: keras.Model, inputs: training.TrainingInputs) -> str:
+        export_serving_model(model, self.tft_output, self.config.data.label.name, inputs.serving_model_dir)
+        return inputs.serving_model_dir
+
+    def train_classifier(self, config: PipelineConfig, role: str, run: str) -> str:
+        shape = config.teacher if role == "teacher" else config.student
+        inputs = self.inputs(run)
+
+        def build_and_compile():
+            model = training.build_model(config, self.tft_output, shape, role)
+            training.compile_classifier(model, config)
+            return model
+
+        model, _ = training.fit(config, inputs, build_and_compile, choice=self.choice)
+        return self.export(model, inputs)
+
+    def distil(self, config: PipelineConfig, teacher_dir: str, run: str, timer: SteadyStateTimer | None = None) -> str:
+        inputs = self.inputs(run)
+        student, _ = train_student(config, inputs, [teacher_dir], self.choice, callbacks=[timer] if timer else ())
+        return self.export(student, inputs)
+
+    def measure(self, serving_dir: str, latency: bool = True) -> dict[str, float]:
+        if latency:
+            return report.measure_model(serving_dir, self.serialized, self.labels)
+        loaded = tf.saved_model.load(serving_dir)
+        probs = loaded.signatures["serving_default"](examples=tf.constant(self.serialized))["probabilities"].numpy()
+        known = self.labels >= 0
+        return {"accuracy": float(np.mean(np.argmax(probs[known], axis=1) == self.labels[known]))}
+
+
+def with_seed(config: PipelineConfig, seed: int, **distillation) -> PipelineConfig:
+    return dataclasses.replace(
+        config,
+        train=dataclasses.replace(config.train, seed=seed),
+        distillation=dataclasses.replace(config.distillation, **distillation),
+    )
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def bench_dataset(bench: Bench, seeds: list[int]) -> tuple[dict, list[str]]:
+    config = bench.config
+    rows = {"teacher": [], "scratch": [], "distilled": []}
+    teacher_dirs = []
+    timers = {}
+    for seed in seeds:
+        seeded = with_seed(config, seed)
+        teacher_dir = bench.train_classifier(seeded, "teacher", f"seed{seed}/teacher")
+        teacher_dirs.append(teacher_dir)
+        scratch_dir = bench.train_classifier(seeded, "student", f"seed{seed}/scratch")
+        cached = seed == seeds[0] or config.distillation.cache_teacher_logits
+        timer = SteadyStateTimer()
+        distilled_dir = bench.distil(with_seed(config, seed, cache_teacher_logits=cached), teacher_dir, f"seed{seed}/distilled", timer)
+        if seed == seeds[0]:
+            timers["cached"] = timer
+            timers["uncached"] = SteadyStateTimer()
+            bench.distil(with_seed(config, seed, cache_teacher_logits=False), teacher_dir, f"seed{seed}/distilled_uncached", timers["uncached"])
+        for role, d in (("teacher", teacher_dir), ("scratch", scratch_dir), ("distilled", distilled_dir)):
+            rows[role].append(bench.measure(d))
+        print(
+            f"# {config.name} seed {seed}: "
+            + ", ".join(f"{role} {rows[role][-1]['accuracy']:.4f}" for role in rows),
+            file=sys.stderr,
+            flush=True,
+        )
+    result: dict = {"dataset": config.name, "seeds": len(seeds)}
+    for role in rows:
+        mean, std = _mean_std([r["accuracy"] for r in rows[role]])
+        result[f"{role}_acc"], result[f"{role}_acc_std"] = mean, std
+    gap = result["teacher_acc"] - result["scratch_acc"]
+    result["gap_recovered"] = (result["distilled_acc"] - result["scratch_acc"]) / gap if gap > 0 else None
+    result["retained"] = result["distilled_acc"] / result["teacher_acc"]
+    teacher_params, student_params = rows["teacher"][0]["params"], rows["distilled"][0]["params"]
+    result["teacher_params"], result["student_params"] = teacher_params, student_params
+    result["param_ratio"] = student_params / teacher_params
+    for batch in report.LATENCY_BATCHES:
+        t = statistics.median(r[f"latency_ms_b{batch}"] for r in rows["teacher"])
+        s = statistics.median(r[f"latency_ms_b{batch}"] for r in rows["distilled"])
+        result[f"teacher_latency_ms_b{batch}"], result[f"student_latency_ms_b{batch}"] = t, s
+        result[f"latency_ratio_b{batch}"] = s / t
+    result["distill_steps_per_s_uncached"] = timers["uncached"].steps_per_second
+    result["distill_steps_per_s_cached"] = timers["cached"].steps_per_second
+    result["cache_speedup"] = timers["cached"].steps_per_second / timers["uncached"].steps_per_second
+    result["targets"] = {
+        "param_ratio_le_0.1": result["param_ratio"] <= 0.1,
+        "latency_ratio_b256_le_1/3": result["latency_ratio_b256"] <= 1 / 3,
+        "distilled_beats_scratch": result["distilled_acc"] > result["scratch_acc"],
+        "gap_recovered_ge_0.5": result["gap_recovered"] is not None and result["gap_recovered"] >= 0.5,
+        "retained_ge_0.97": result["retained"] >= 0.97,
+    }
+    return result, teacher_dirs
+
+
+def sweep(bench: Bench, teacher_dirs: list[str], seeds: list[int]) -> dict:
+    results = []
+    for temperature in TEMPERATURES:
+        for alpha in ALPHAS:
+            accs = []
+            for seed, teacher_dir in zip(seeds, teacher_dirs, strict=False):
+                config = with_seed(bench.config, seed, temperature=temperature, alpha=alpha, cache_teacher_logits=True)
+                accs.append(bench.measure(bench.distil(config, teacher_dir, f"sweep/T{temperature}_a{alpha}_s{seed}"), latency=False)["accuracy"])
+            mean, std = _mean_std(accs)
+            results.append({"temperature": temperature, "alpha": alpha, "distilled_acc": mean, "distilled_acc_std": std})
+            print(f"# sweep T={temperature} alpha={alpha}: {mean:.4f}", file=sys.stderr, flush=True)
+    best = max(results, key=lambda r: r["distilled_acc"])
+    return {"sweep": bench.config.name, "seeds": len(teacher_dirs), "results": results, "best": best}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", default="digits,mnist,taxi")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--sweep-dataset", default="digits")
+    parser.add_argument("--sweep-seeds", type=int, default=3, help="0 skips the T x alpha sweep")
+    parser.add_argument("--train-steps", type=int, default=0, help="override train.train_steps (0: the config's)")
+    parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "bench_distillation"))
+    args = parser.parse_args(argv)
+
+    choice = strategies.create_strategy(load_config("digits").strategy)
+    seeds = list(range(args.seeds))
+    summaries = []
+    sweep_line = None
+    for name in args.datasets.split(","):
+        config = dataset_config(name)
+        if args.train_steps:
+            config = dataclasses.replace(config, train=dataclasses.replace(config.train, train_steps=args.train_steps))
+        started = time.perf_counter()
+        paths = run_transform(config, args.workdir)
+        bench = Bench(config, paths, args.workdir, choice)
+        result, teacher_dirs = bench_dataset(bench, seeds)
+        if name == args.sweep_dataset and args.sweep_seeds:
+            sweep_line = sweep(bench, teacher_dirs[: args.sweep_seeds], seeds[: args.sweep_seeds])
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        emit(result)
+        summaries.append(result)
+    if sweep_line is not None:
+        emit(sweep_line)
+    emit({"datasets": summaries})
+
+
+if __name__ == "__main__":
+    main()

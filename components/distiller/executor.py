@@ -1,0 +1,43 @@
+"""Distiller executor: the Trainer's executor with the teachers passed to `run_fn`.
+
+The teacher model directories are added to `custom_config` before the
+Trainer executor runs, so they reach `run_fn` both in-process and when the
+Trainer executor hands the invocation to the replicas of a multi-worker job.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tfx.types import standard_component_specs
+from tfx.utils import path_utils
+
+from components.distiller.run_fn import TEACHER_DIRS_KEY
+from components.trainer import executor as trainer_executor
+
+TEACHER_KEY_PREFIX = "teacher_model_"
+
+
+def teacher_model_dirs(input_dict) -> list[str]:
+    """Serving model directories of the teacher inputs, in input-key order."""
+    keys = sorted(
+        (k for k in input_dict if k.startswith(TEACHER_KEY_PREFIX) and input_dict[k]),
+        key=lambda k: int(k[len(TEACHER_KEY_PREFIX):]),
+    )
+    dirs = []
+    for key in keys:
+        for artifact in input_dict[key]:
+            dirs.append(path_utils.serving_model_path(artifact.uri, path_utils.is_old_model_artifact(artifact)))
+    return dirs
+
+
+class Executor(trainer_executor.Executor):
+    """Validates the config, adds the teacher directories, then trains."""
+
+    def Do(self, input_dict, output_dict, exec_properties):
+        key = standard_component_specs.CUSTOM_CONFIG_KEY
+        custom_config = exec_properties.get(key) or "{}"
+        if isinstance(custom_config, str):
+            custom_config = json.loads(custom_config)
+        custom_config = {**custom_config, TEACHER_DIRS_KEY: teacher_model_dirs(input_dict)}
+        super().Do(input_dict, output_dict, {**exec_properties, key: json.dumps(custom_config)})

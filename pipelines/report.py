@@ -1,0 +1,203 @@
+"""Teacher-vs-student report of a distillation run: a table and a PNG chart.
+
+Every figure is measured on what the run produced: the exported serving
+models of the teacher Trainers and the Distiller (found through ML
+Metadata), served on the raw eval split that ExampleGen wrote (the examples
+the Evaluator scores), through the same `serving_default` signature that
+serving uses:
+
+- accuracy and log loss over the eval split (at most `MAX_EVAL_EXAMPLES`);
+- trainable parameters;
+- SavedModel size on disk;
+- serving latency: median wall time of one `serving_default` call on a
+  batch of 1 and of 256 serialized examples (parse + transform + model).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from components.config import PipelineConfig
+from components.distillation import count_params
+from pipelines.summary import latest_run_executions, open_store
+
+MAX_EVAL_EXAMPLES = 20000
+LATENCY_BATCHES = (1, 256)
+CHART_FILE = "distillation_report.png"
+_REPEATS = {1: 50, 256: 20}
+
+
+def _outputs_of_type(store, execution_id: int, type_name: str) -> list:
+    from ml_metadata.proto import metadata_store_pb2
+
+    events = store.get_events_by_execution_ids([execution_id])
+    ids = [e.artifact_id for e in events if e.type == metadata_store_pb2.Event.OUTPUT]
+    artifacts = store.get_artifacts_by_id(ids) if ids else []
+    return [a for a in artifacts if store.get_artifact_types_by_id([a.type_id])[0].name == type_name]
+
+
+def _is_teacher_node(node: str) -> bool:
+    return node == "Trainer" or (node.startswith("Trainer_") and node[len("Trainer_"):].isdigit())
+
+
+def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str, str, str]], str]:
+    """The newest run's models and raw eval data, from ML Metadata.
+
+    Returns:
+      `([(role, node, serving_dir), ...], eval_examples_glob)` with teachers
+      first (in node order) and the student last.
+
+    Raises:
+      ValueError: if the run has no teacher or no student model.
+    """
+    from tfx.utils import path_utils
+
+    store = open_store(metadata_path)
+    executions = latest_run_executions(store, pipeline_name)
+    models, eval_glob = [], ""
+    for node in sorted(executions, key=lambda n: (not _is_teacher_node(n), n)):
+        execution = executions[node]
+        if _is_teacher_node(node) or node == "Distiller":
+            for artifact in _outputs_of_type(store, execution.id, "Model"):
+                role = "student" if node == "Distiller" else "teacher"
+                models.append((role, node, path_utils.serving_model_path(artifact.uri)))
+        elif node.endswith("ExampleGen"):
+            for artifact in _outputs_of_type(store, execution.id, "Examples"):
+                eval_glob = os.path.join(artifact.uri, "Split-eval", "*")
+    roles = {role for role, _, _ in models}
+    if roles != {"teacher", "student"}:
+        raise ValueError(f"report: the newest run of {pipeline_name!r} has no teacher and student models (found {models})")
+    return models, eval_glob
+
+
+def _compression(path: str) -> str:
+    return "GZIP" if path.endswith(".gz") else ""
+
+
+def read_eval_examples(eval_glob: str, label_key: str, limit: int = MAX_EVAL_EXAMPLES) -> tuple[np.ndarray, np.ndarray]:
+    """Serialized raw eval examples (label removed) and their labels."""
+    files = sorted(tf.io.gfile.glob(eval_glob))
+    if not files:
+        raise ValueError(f"report: no eval examples match {eval_glob!r}")
+    records = tf.data.TFRecordDataset(files, compression_type=_compression(files[0])).take(limit)
+    serialized = np.array([r.numpy() for r in records], dtype=object)
+    parsed = tf.io.parse_example(serialized, {label_key: tf.io.FixedLenFeature([], tf.int64, default_value=-1)})
+    return serialized, parsed[label_key].numpy()
+
+
+def _dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in tf.io.gfile.walk(path):
+        for name in files:
+            total += tf.io.gfile.stat(os.path.join(root, name)).length
+    return total
+
+
+def _median_seconds(fn, batch: tf.Tensor, repeats: int) -> float:
+    fn(examples=batch)  # trace / warm caches
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(examples=batch)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_model(serving_dir: str, serialized: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Accuracy, log loss, size, parameters and latency of one serving model."""
+    loaded = tf.saved_model.load(serving_dir)
+    serve = loaded.signatures["serving_default"]
+    probs = np.concatenate(
+        [serve(examples=tf.constant(serialized[i : i + 1024]))["probabilities"].numpy() for i in range(0, len(serialized), 1024)]
+    )
+    known = labels >= 0
+    picked = probs[known, labels[known]]
+    result = {
+        "accuracy": float(np.mean(np.argmax(probs[known], axis=1) == labels[known])),
+        "log_loss": float(-np.mean(np.log(np.clip(picked, 1e-7, 1.0)))),
+        "eval_examples": int(known.sum()),
+        "params": count_params(loaded.trainable_variables),
+        "saved_model_bytes": _dir_bytes(serving_dir),
+    }
+    for size in LATENCY_BATCHES:
+        batch = tf.constant(np.resize(serialized, size))
+        result[f"latency_ms_b{size}"] = 1000.0 * _median_seconds(serve, batch, _REPEATS[size])
+    return result
+
+
+def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
+    teacher = next(r for r in rows if r["role"] == "teacher")
+    student = next(r for r in rows if r["role"] == "student")
+    keys = ["accuracy", "params", "saved_model_bytes", *(f"latency_ms_b{b}" for b in LATENCY_BATCHES)]
+    return {k: student[k] / teacher[k] if teacher[k] else float("nan") for k in keys}
+
+
+def write_chart(rows: list[dict[str, Any]], path: str) -> str:
+    """Accuracy against parameters and against batch-256 latency, one point per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    panels = [("params", "trainable parameters (log scale)"), ("latency_ms_b256", "serving latency, batch 256 (ms)")]
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        for row in rows:
+            color = "tab:blue" if row["role"] == "teacher" else "tab:orange"
+            ax.scatter(row[key], row["accuracy"], s=60, color=color, label=row["role"])
+            ax.annotate(row["node"], (row[key], row["accuracy"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        if key == "params":
+            ax.set_xscale("log")
+        # Room around the points so labels and the legend do not cover them.
+        ax.margins(x=0.25, y=0.25)
+        ax.set_xlabel(label)
+        ax.set_ylabel("eval accuracy")
+        ax.grid(True, alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles, strict=True))
+        ax.legend(unique.values(), unique.keys(), loc="best")
+    fig.suptitle("Teacher vs distilled student")
+    fig.tight_layout()
+    with tf.io.gfile.GFile(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
+    return path
+
+
+def distillation_report(metadata_path: str, config: PipelineConfig, output_dir: str) -> dict[str, Any]:
+    """Measures the newest run's teachers and student and writes the chart.
+
+    Returns:
+      `{"models": [row, ...], "student_vs_teacher": ratios, "chart": path}`;
+      the ratios compare the student with the first teacher (the Evaluator's
+      baseline).
+    """
+    models, eval_glob = find_models(metadata_path, config.name)
+    serialized, labels = read_eval_examples(eval_glob, config.data.label.name)
+    rows = [{"role": role, "node": node, "serving_dir": d, **measure_model(d, serialized, labels)} for role, node, d in models]
+    chart = write_chart(rows, os.path.join(output_dir, CHART_FILE))
+    return {"models": rows, "student_vs_teacher": _ratios(rows), "chart": chart}
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as an aligned text table."""
+    header = f"  {'model':<8} {'node':<10} {'accuracy':>8} {'log_loss':>8} {'params':>10} {'size_KiB':>9} {'ms@b1':>7} {'ms@b256':>8}"
+    lines = ["Teacher vs student (raw eval split, served through serving_default):", header]
+    for r in report["models"]:
+        lines.append(
+            f"  {r['role']:<8} {r['node']:<10} {r['accuracy']:>8.4f} {r['log_loss']:>8.4f} {r['params']:>10,d} "
+            f"{r['saved_model_bytes'] / 1024:>9.1f} {r['latency_ms_b1']:>7.2f} {r['latency_ms_b256']:>8.2f}"
+        )
+    q = report["student_vs_teacher"]
+    lines.append(
+        f"  {'student/teacher':<19} {q['accuracy']:>8.3f} {'':>8} {q['params']:>10.4f} "
+        f"{q['saved_model_bytes']:>9.3f} {q['latency_ms_b1']:>7.3f} {q['latency_ms_b256']:>8.3f}"
+    )
+    lines.append(f"Chart: {report['chart']}")
+    return "\n".join(lines)

@@ -1,0 +1,238 @@
+"""The Distiller component: construction, teacher checks before training, and
+its output on a real tiny pipeline run (`digits_distillation_run`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+from tfx.types import channel, standard_artifacts
+
+from components import distillation, models
+from components.config import CONFIG_KEY, MAX_TEACHERS, PipelineConfig
+from components.distiller import teachers as teachers_lib
+from components.distiller.component import Distiller, teacher_key
+from components.distiller.executor import teacher_model_dirs
+from components.distiller.run_fn import train_student
+from components.export import TRANSFORMED_LOGITS_SIGNATURE
+from components.trainer import training
+
+# --------------------------------------------------------------------------- #
+# Construction
+# --------------------------------------------------------------------------- #
+
+
+def _channels(n):
+    examples = channel.Channel(type=standard_artifacts.Examples)
+    graph = channel.Channel(type=standard_artifacts.TransformGraph)
+    models_ = [channel.Channel(type=standard_artifacts.Model) for _ in range(n)]
+    return examples, graph, models_
+
+
+def test_component_has_one_model_input_per_teacher(digits_config):
+    examples, graph, teachers = _channels(3)
+    component = Distiller(config=digits_config, examples=examples, transform_graph=graph, teacher_models=teachers)
+    assert {k for k in component.inputs if k.startswith("teacher_model_")} == {teacher_key(i) for i in range(3)}
+    for i, teacher in enumerate(teachers):
+        assert component.inputs[teacher_key(i)] is teacher
+    assert set(component.outputs) == {"model", "model_run"}
+    assert CONFIG_KEY in component.exec_properties["custom_config"]
+    assert component.exec_properties["run_fn"] == "components.distiller.run_fn.run_fn"
+
+
+def test_component_without_teacher_fails_at_build_time(digits_config):
+    examples, graph, _ = _channels(0)
+    with pytest.raises(ValueError, match=r"distillation: no teacher model was given"):
+        Distiller(config=digits_config, examples=examples, transform_graph=graph, teacher_models=[])
+
+
+def test_component_with_too_many_teachers_fails_at_build_time(digits_config):
+    examples, graph, teachers = _channels(MAX_TEACHERS + 1)
+    with pytest.raises(ValueError, match=rf"distillation\.num_teachers: at most {MAX_TEACHERS} teachers"):
+        Distiller(config=digits_config, examples=examples, transform_graph=graph, teacher_models=teachers)
+
+
+def test_executor_passes_teacher_dirs_in_input_order():
+    def model(uri):
+        artifact = standard_artifacts.Model()
+        artifact.uri = uri
+        return artifact
+
+    input_dict = {
+        "examples": [standard_artifacts.Examples()],
+        teacher_key(10): [model("/m/ten")],
+        teacher_key(2): [model("/m/two")],
+        teacher_key(0): [model("/m/zero")],
+        teacher_key(3): [],
+    }
+    assert teacher_model_dirs(input_dict) == ["/m/zero/Format-Serving", "/m/two/Format-Serving", "/m/ten/Format-Serving"]
+
+
+# --------------------------------------------------------------------------- #
+# Teacher checks, before any training (real SavedModels, no pipeline)
+# --------------------------------------------------------------------------- #
+
+PIXELS = 64
+
+
+def _save_teacher(path, num_classes=10, hidden=64, output_keys=("probabilities", "logits", "classes"), width=PIXELS, logits_signature=True):
+    """A SavedModel with the tfxkit serving signatures over the digits features."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((width,), name="pixels_xf")
+    logits = keras.layers.Dense(num_classes)(keras.layers.Dense(hidden, activation="relu")(inp))
+    model = keras.Model({"pixels_xf": inp}, logits)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve(examples):
+        parsed = tf.io.parse_example(examples, {"pixels": tf.io.FixedLenFeature([width], tf.float32)})
+        z = model({"pixels_xf": parsed["pixels"]})
+        outputs = {"probabilities": tf.nn.softmax(z), "logits": z, "classes": tf.argmax(z, axis=-1)}
+        return {k: outputs.get(k, z) for k in output_keys}
+
+    @tf.function(input_signature=[{"pixels_xf": tf.TensorSpec([None, width], tf.float32, name="pixels_xf")}])
+    def transformed_logits(features):
+        return {"logits": model(features)}
+
+    signatures = {"serving_default": serve.get_concrete_function()}
+    if logits_signature:
+        signatures[TRANSFORMED_LOGITS_SIGNATURE] = transformed_logits.get_concrete_function()
+    model.save(path, save_format="tf", signatures=signatures)
+    return str(path), model
+
+
+def _inputs(tmp_path) -> training.TrainingInputs:
+    """Paths where nothing exists: training would fail reading them, so an
+    error about the teachers proves the check ran first."""
+    return training.TrainingInputs(
+        train_files=(str(tmp_path / "no_data" / "train*"),),
+        eval_files=(str(tmp_path / "no_data" / "eval*"),),
+        transform_output=str(tmp_path / "no_transform_graph"),
+        serving_model_dir=str(tmp_path / "serving"),
+        model_run_dir=str(tmp_path / "run"),
+        train_steps=5,
+        eval_steps=1,
+    )
+
+
+def _distilling(config: PipelineConfig, **changes) -> PipelineConfig:
+    return dataclasses.replace(config, distillation=dataclasses.replace(config.distillation, enabled=True, **changes))
+
+
+def _fails_before_training(config, tmp_path, teacher_dirs, match):
+    with pytest.raises(ValueError, match=match):
+        train_student(config, _inputs(tmp_path), teacher_dirs)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "serving").exists()
+
+
+def test_no_teacher_fails_before_training(tmp_path, digits_config):
+    _fails_before_training(_distilling(digits_config), tmp_path, [], r"distillation: no teacher model was given")
+
+
+def test_teacher_with_other_number_of_classes_fails_before_training(tmp_path, digits_config):
+    path, _ = _save_teacher(tmp_path / "t", num_classes=3)
+    _fails_before_training(
+        _distilling(digits_config), tmp_path, [path], r"data\.label\.num_classes: teacher 0 .* predicts 3 classes but the student's task has 10"
+    )
+
+
+def test_teacher_with_other_output_keys_fails_before_training(tmp_path, digits_config):
+    path, _ = _save_teacher(tmp_path / "t", output_keys=("scores",))
+    _fails_before_training(_distilling(digits_config), tmp_path, [path], r"teacher 0 .* serves outputs \['scores'\] but the student serves")
+
+
+def test_teacher_on_other_features_fails_before_training(tmp_path, digits_config):
+    path, _ = _save_teacher(tmp_path / "t", width=32)
+    _fails_before_training(_distilling(digits_config), tmp_path, [path], r"data\.features: teacher 0 .* reads transformed features \{pixels_xf: \[32\]")
+
+
+def test_student_larger_than_teacher_fails_before_training(tmp_path, digits_config):
+    path, _ = _save_teacher(tmp_path / "t", hidden=2)
+    _fails_before_training(
+        _distilling(digits_config), tmp_path, [path], r"student: the student has \d+ parameters, not fewer than the 160 of teacher 0 .*require_compression"
+    )
+
+
+def test_student_larger_than_teacher_is_allowed_without_compression(tmp_path, digits_config):
+    path, _ = _save_teacher(tmp_path / "t", hidden=2)
+    # Past the teacher checks, training stops at the (missing) Transform output instead.
+    with pytest.raises((OSError, ValueError), match=r"does not exist|no transformed example files") as raised:
+        train_student(_distilling(digits_config, require_compression=False), _inputs(tmp_path), [path])
+    assert "require_compression" not in str(raised.value)
+
+
+def test_teacher_without_logits_signature_fails_before_training(tmp_path, digits_config):
+    path, _ = _save_teacher(tmp_path / "t", logits_signature=False)
+    _fails_before_training(_distilling(digits_config), tmp_path, [path], r"has no \['transformed_logits'\] signature")
+
+
+def test_missing_teacher_dir_fails_before_training(tmp_path, digits_config):
+    _fails_before_training(_distilling(digits_config), tmp_path, [str(tmp_path / "nope")], r"teacher model directory .*nope' does not exist")
+
+
+def test_teacher_weights_must_match_teacher_count(tmp_path, digits_config):
+    path, _ = _save_teacher(tmp_path / "t")
+    config = _distilling(digits_config, num_teachers=2, teacher_weights=(1.0, 1.0))
+    _fails_before_training(config, tmp_path, [path], r"distillation\.teacher_weights: 2 weights for 1 teacher models")
+
+
+def test_exported_teacher_returns_the_models_logits(tmp_path):
+    path, model = _save_teacher(tmp_path / "t")
+    teacher = teachers_lib.ExportedTeacher(path)
+    x = {"pixels_xf": np.random.default_rng(0).normal(size=(5, PIXELS)).astype(np.float32)}
+    np.testing.assert_allclose(teacher(x).numpy(), model(x).numpy(), rtol=1e-6)
+    info = teachers_lib.describe_teacher(path)
+    assert info.num_classes == 10 and info.num_params == distillation.count_params(model.trainable_weights)
+    assert not teacher.trainable_weights
+
+
+# --------------------------------------------------------------------------- #
+# On a real tiny pipeline run
+# --------------------------------------------------------------------------- #
+
+
+def _model_dirs(output):
+    """Serving dirs of the run's models, by producing node."""
+    from pipelines.report import find_models
+
+    found, _ = find_models(os.path.join(output, "metadata.sqlite"), "digits")
+    return {node: d for _, node, d in found}
+
+
+@pytest.mark.e2e
+def test_student_artifact_serves_like_its_teachers(digits_distillation_run):
+    output, config, _ = digits_distillation_run
+    dirs = _model_dirs(output)
+    assert set(dirs) == {"Trainer", "Trainer_1", "Distiller"}
+    assert tf.io.gfile.exists(os.path.join(dirs["Distiller"], "saved_model.pb"))
+    student = tf.saved_model.load(dirs["Distiller"])
+    for node in ("Trainer", "Trainer_1"):
+        teacher = tf.saved_model.load(dirs[node])
+        assert set(student.signatures) == set(teacher.signatures)
+        for name, fn in teacher.signatures.items():
+            assert student.signatures[name].structured_input_signature == fn.structured_input_signature, name
+            assert student.signatures[name].structured_outputs == fn.structured_outputs, name
+    # Raw serialized tf.Examples in (no label), as serving sends them.
+    records = tf.data.TFRecordDataset(os.path.join(output, "data", "digits", "digits.tfrecord")).take(8)
+    examples = []
+    for record in records:
+        example = tf.train.Example.FromString(record.numpy())
+        del example.features.feature[config.data.label.name]
+        examples.append(example.SerializeToString())
+    outputs = student.signatures["serving_default"](examples=tf.constant(examples))
+    assert outputs["probabilities"].shape == (8, 10)
+    np.testing.assert_allclose(outputs["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.e2e
+def test_student_has_the_configured_student_shape(digits_distillation_run):
+    output, config, _ = digits_distillation_run
+    dirs = _model_dirs(output)
+    expected = models.build_classifier(config.data, config.student, {}, "student")
+    got = distillation.count_params(tf.saved_model.load(dirs["Distiller"]).trainable_variables)
+    assert got == distillation.count_params(expected.trainable_weights)
+    teacher_params = distillation.count_params(tf.saved_model.load(dirs["Trainer"]).trainable_variables)
+    assert got * 10 <= teacher_params

@@ -1,0 +1,165 @@
+"""The distillation stage in the pipeline: teacher Trainers -> Distiller ->
+Evaluator (student = candidate, teacher = baseline) -> Pusher.
+
+The e2e tests share `digits_distillation_run` (two teachers, a gate the
+student cannot pass) and then re-run it in the same directory with reachable
+thresholds (the config travels into every component, so the whole DAG runs
+again), after which the Pusher must push the student.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import filecmp
+import json
+import os
+
+import pytest
+import tensorflow as tf
+import tensorflow_model_analysis as tfma
+from ml_metadata.proto import metadata_store_pb2
+
+from components.distillation import count_params
+from components.distiller.component import teacher_key
+from components.trainer.component import Trainer
+from pipelines import local_runner
+from pipelines.pipeline import PipelinePaths, create_pipeline, distillation_eval_config, eval_config
+from pipelines.report import CHART_FILE
+from pipelines.summary import latest_run_executions, open_store
+
+
+def _build(config, tmp_path):
+    from components.data import ResolvedInput
+
+    data = ResolvedInput(str(tmp_path), "*.tfrecord", "tfrecord")
+    paths = PipelinePaths(str(tmp_path / "root"), str(tmp_path / "serving"), str(tmp_path / "m.sqlite"))
+    return {c.id: c for c in create_pipeline(config, data, paths).components}
+
+
+def _distilling(config, num_teachers=1):
+    return dataclasses.replace(
+        config, distillation=dataclasses.replace(config.distillation, enabled=True, num_teachers=num_teachers)
+    )
+
+
+def test_distillation_pipeline_wiring(tmp_path, digits_config):
+    components = _build(_distilling(digits_config, num_teachers=3), tmp_path)
+    teachers = [components[n] for n in ("Trainer", "Trainer_1", "Trainer_2")]
+    assert all(isinstance(t, Trainer) for t in teachers)
+    seeds = [json.loads(json.loads(t.exec_properties["custom_config"])["tfxkit_config"])["train"]["seed"] for t in teachers]
+    assert seeds == [digits_config.train.seed + i for i in range(3)]
+    distiller, evaluator, pusher = components["Distiller"], components["Evaluator"], components["Pusher"]
+    for i, teacher in enumerate(teachers):
+        assert distiller.inputs[teacher_key(i)] is teacher.outputs["model"]
+    assert evaluator.inputs["model"] is distiller.outputs["model"]
+    assert evaluator.inputs["baseline_model"] is components["Trainer"].outputs["model"]
+    assert pusher.inputs["model"] is distiller.outputs["model"]
+    assert pusher.inputs["model_blessing"] is evaluator.outputs["blessing"]
+
+
+def test_pipeline_without_distillation_is_unchanged(tmp_path, digits_config):
+    plain = dataclasses.replace(digits_config, distillation=dataclasses.replace(digits_config.distillation, enabled=False))
+    components = _build(plain, tmp_path)
+    assert "Distiller" not in components and "Trainer_1" not in components
+    assert components["Evaluator"].inputs["model"] is components["Trainer"].outputs["model"]
+    assert "baseline_model" not in components["Evaluator"].inputs
+    assert components["Pusher"].inputs["model"] is components["Trainer"].outputs["model"]
+
+
+def test_eval_config_compares_student_with_teacher(digits_config):
+    config = dataclasses.replace(
+        digits_config, evaluation=dataclasses.replace(digits_config.evaluation, min_accuracy=0.8, max_accuracy_drop=0.03)
+    )
+    result = distillation_eval_config(config)
+    specs = {s.name: s for s in result.model_specs}
+    assert set(specs) == {"candidate", "baseline"}
+    assert specs["baseline"].is_baseline and not specs["candidate"].is_baseline
+    assert specs["candidate"].signature_name == eval_config(config).model_specs[0].signature_name
+    (accuracy,) = [m for s in result.metrics_specs for m in s.metrics if m.class_name == "SparseCategoricalAccuracy"]
+    assert accuracy.threshold.value_threshold.lower_bound.value == pytest.approx(0.8)
+    assert accuracy.threshold.change_threshold.absolute.value == pytest.approx(-0.03)
+    assert accuracy.threshold.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+
+
+def _store(output):
+    return open_store(os.path.join(output, "metadata.sqlite"))
+
+
+def _artifacts(store, execution, type_name, event_type=metadata_store_pb2.Event.OUTPUT):
+    ids = [e.artifact_id for e in store.get_events_by_execution_ids([execution.id]) if e.type == event_type]
+    found = store.get_artifacts_by_id(ids) if ids else []
+    return [a for a in found if store.get_artifact_types_by_id([a.type_id])[0].name == type_name]
+
+
+def _gate_artifacts(output, name):
+    """(student model, teacher model, blessing, Pusher's input models, pushed model) of the newest run."""
+    store = _store(output)
+    executions = latest_run_executions(store, name)
+    (student,) = _artifacts(store, executions["Distiller"], "Model")
+    (teacher,) = _artifacts(store, executions["Trainer"], "Model")
+    (blessing,) = _artifacts(store, executions["Evaluator"], "ModelBlessing")
+    pusher_inputs = _artifacts(store, executions["Pusher"], "Model", metadata_store_pb2.Event.INPUT)
+    (pushed,) = _artifacts(store, executions["Pusher"], "PushedModel")
+    return student, teacher, blessing, pusher_inputs, pushed
+
+
+@pytest.mark.e2e
+def test_unreachable_gate_blesses_nothing_and_pushes_nothing(digits_distillation_run):
+    output, config, summary = digits_distillation_run
+    assert summary["status"] == "succeeded"
+    assert summary["blessed"] is False
+    assert summary["pushed_model"] is None
+    serving = os.path.join(output, "serving", config.name)
+    assert not tf.io.gfile.exists(serving) or not tf.io.gfile.listdir(serving)
+    student, teacher, blessing, _, pushed = _gate_artifacts(output, config.name)
+    props = blessing.custom_properties
+    assert props["blessed"].int_value == 0
+    # TFMA compared the student (candidate) against the teacher (baseline).
+    assert props["current_model_id"].int_value == student.id
+    assert props["baseline_model_id"].int_value == teacher.id
+    assert pushed.custom_properties["pushed"].int_value == 0
+    # The accuracy change against the teacher was computed.
+    assert "accuracy_diff" in summary["metrics"]
+
+
+@pytest.mark.e2e
+def test_reachable_gate_pushes_the_student_not_the_teacher(digits_distillation_run):
+    output, config, _ = digits_distillation_run
+    reachable = dataclasses.replace(config, evaluation=dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0))
+    summary = local_runner.run(reachable, output, runner="beam")
+    assert summary["blessed"] is True and summary["pushed_model"]
+    student, teacher, blessing, pusher_inputs, pushed = _gate_artifacts(output, config.name)
+    assert blessing.custom_properties["blessed"].int_value == 1
+    assert student.id in {a.id for a in pusher_inputs} and teacher.id not in {a.id for a in pusher_inputs}
+    assert pushed.custom_properties["pushed"].int_value == 1
+    # The pushed files are the student's SavedModel.
+    pushed_dir = summary["pushed_model"]
+    student_dir = os.path.join(student.uri, "Format-Serving")
+    assert filecmp.cmp(os.path.join(pushed_dir, "saved_model.pb"), os.path.join(student_dir, "saved_model.pb"), shallow=False)
+    pushed_params = count_params(tf.saved_model.load(pushed_dir).trainable_variables)
+    teacher_params = count_params(tf.saved_model.load(os.path.join(teacher.uri, "Format-Serving")).trainable_variables)
+    assert pushed_params == count_params(tf.saved_model.load(student_dir).trainable_variables)
+    assert pushed_params * 10 <= teacher_params
+
+
+@pytest.mark.e2e
+def test_run_report_compares_teachers_and_student(digits_distillation_run):
+    output, _, summary = digits_distillation_run
+    report = summary["distillation"]
+    assert [(r["role"], r["node"]) for r in report["models"]] == [
+        ("teacher", "Trainer"),
+        ("teacher", "Trainer_1"),
+        ("student", "Distiller"),
+    ]
+    for row in report["models"]:
+        assert 0.0 <= row["accuracy"] <= 1.0 and row["params"] > 0 and row["saved_model_bytes"] > 0
+        assert row["latency_ms_b1"] > 0 and row["latency_ms_b256"] > 0
+    teacher, student = report["models"][0], report["models"][2]
+    assert report["student_vs_teacher"]["params"] == pytest.approx(student["params"] / teacher["params"])
+    # The Evaluator scored the same student on the same eval split.
+    assert student["accuracy"] == pytest.approx(summary["metrics"]["accuracy"], abs=1e-6)
+    assert report["chart"] == os.path.join(output, CHART_FILE)
+    with open(report["chart"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    on_disk = json.load(open(os.path.join(output, "summary.json")))
+    assert on_disk["distillation"]["models"][2]["node"] == "Distiller"

@@ -32,23 +32,16 @@ import glob
 import json
 import os
 import re
+import typing
 from collections.abc import Mapping
 from typing import Any
 
 import tensorflow as tf
 from absl import logging
 
-from components.config import ConfigError, StrategyConfig
+from components.config import ConfigError, StrategyConfig, StrategyKind
 
-KINDS = (
-    "auto",
-    "one_device",
-    "mirrored",
-    "multi_worker_mirrored",
-    "parameter_server",
-    "central_storage",
-    "tpu",
-)
+KINDS = typing.get_args(StrategyKind)
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 TF_CONFIG_ENV = "TF_CONFIG"
 # Environment variables that say a TPU is attached (Cloud TPU VMs, GKE TPU

@@ -9,8 +9,8 @@ import warnings
 # Google client libraries warn about Python versions on import; not actionable here.
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from components.config import ConfigError, load_config
-from components.data import DataError
+from components.config import ConfigError, load_config  # noqa: E402 (after the warning filter)
+from components.data import DataError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import tf_keras as keras
 from absl import logging
 
 from components import distillation, strategies
-from components.config import PipelineConfig, from_custom_config
+from components.config import PipelineConfig
 from components.distiller import teachers as teachers_lib
 from components.export import export_from_task
 from components.trainer import training
@@ -90,19 +90,11 @@ def train_student(
 
 def run_fn(fn_args) -> None:
     """Trains and exports the student (TFX `run_fn` contract)."""
-    config = from_custom_config(fn_args.custom_config)
-    if config is None:
-        raise ValueError("Distiller: custom_config carries no tfxkit config; use the tfxkit Distiller component")
-    # First: logical devices and collective ops must be set up before any
-    # other TensorFlow op (loading the teachers included) runs in this process.
-    choice = strategies.create_strategy(config.strategy)
-    if choice.role == strategies.ROLE_SERVER:
-        logging.info("Distiller: serving as %s:%d of the parameter-server cluster", choice.task_type, choice.task_id)
-        strategies.start_server(choice.tf_config).join()
+    # Before loading the teachers: see training.prepare_task.
+    task = training.prepare_task(fn_args, "Distiller")
+    if task is None:
         return
-    if choice.role == strategies.ROLE_EVALUATOR:
-        logging.info("Distiller: evaluator task; the Evaluator component evaluates the exported student, nothing to do")
-        return
+    config, choice = task
     teacher_dirs = list((fn_args.custom_config or {}).get(TEACHER_DIRS_KEY) or [])
     inputs = training.TrainingInputs.from_fn_args(fn_args, config)
     student, _ = train_student(config, inputs, teacher_dirs, choice)

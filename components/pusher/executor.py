@@ -21,6 +21,7 @@ from tfx.utils import io_utils, proto_utils
 
 from components.pusher.atomic import atomic_copy_model
 
+
 class Executor(tfx_pusher_executor.Executor):
     """Pushes a blessed model with an atomic rename (filesystem destinations)."""
 

@@ -18,26 +18,17 @@ import tf_keras as keras
 from absl import logging
 
 from components import strategies
-from components.config import PipelineConfig, from_custom_config
+from components.config import PipelineConfig
 from components.export import export_from_task
 from components.trainer import training
 
 
 def run_fn(fn_args) -> None:
     """Trains and exports the teacher (TFX `run_fn` contract)."""
-    config = from_custom_config(fn_args.custom_config)
-    if config is None:
-        raise ValueError("Trainer: custom_config carries no tfxkit config; use the tfxkit Trainer component")
-    # First: logical devices and collective ops must be set up before any
-    # other TensorFlow op runs in this process.
-    choice = strategies.create_strategy(config.strategy)
-    if choice.role == strategies.ROLE_SERVER:
-        logging.info("Trainer: serving as %s:%d of the parameter-server cluster", choice.task_type, choice.task_id)
-        strategies.start_server(choice.tf_config).join()
+    task = training.prepare_task(fn_args, "Trainer")
+    if task is None:
         return
-    if choice.role == strategies.ROLE_EVALUATOR:
-        logging.info("Trainer: evaluator task; the Evaluator component evaluates the exported model, nothing to do")
-        return
+    config, choice = task
     run(config, training.TrainingInputs.from_fn_args(fn_args, config), choice)
 
 

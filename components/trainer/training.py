@@ -25,7 +25,7 @@ import tf_keras as keras
 from absl import logging
 
 from components import ingestion, models, strategies
-from components.config import ConfigError, ModelConfig, PipelineConfig
+from components.config import ConfigError, ModelConfig, PipelineConfig, from_custom_config
 from components.transform.preprocessing import num_ids
 
 
@@ -367,3 +367,34 @@ class _ResumeLog(keras.callbacks.Callback):
             logging.info("Trainer: resumed from the backup in %s at step %d", self._directory, step)
         else:
             logging.info("Trainer: no backup in %s; training from step 0", self._directory)
+
+
+def prepare_task(fn_args, component: str) -> tuple[PipelineConfig, strategies.StrategyChoice] | None:
+    """The first steps of every tfxkit `run_fn`, in the order TensorFlow needs.
+
+    Parses the config, then creates the strategy before any other TensorFlow
+    op runs in this process (logical devices and collective ops must be set up
+    first). A parameter-server `ps` task serves until the job ends and an
+    evaluator task has nothing to do (the Evaluator component evaluates the
+    export); both get None.
+
+    Args:
+      fn_args: TFX's `FnArgs`.
+      component: Name used in log lines and errors (`Trainer`, `Distiller`).
+
+    Returns:
+      `(config, strategy choice)` for a task that trains, else None.
+    """
+    config = from_custom_config(fn_args.custom_config)
+    if config is None:
+        raise ValueError(f"{component}: custom_config carries no tfxkit config; use the tfxkit {component} component")
+    choice = strategies.create_strategy(config.strategy)
+    if choice.role == strategies.ROLE_SERVER:
+        logging.info("%s: serving as %s:%d of the parameter-server cluster", component, choice.task_type, choice.task_id)
+        strategies.start_server(choice.tf_config).join()
+        return None
+    if choice.role == strategies.ROLE_EVALUATOR:
+        logging.info("%s: evaluator task; the Evaluator component evaluates the export, nothing to do", component)
+        return None
+    return config, choice
+

@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 
 from absl import logging
+from tensorflow_data_validation.utils import anomalies_util
 from tfx.components.statistics_gen import stats_artifact_utils
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
-
-from tensorflow_data_validation.utils import anomalies_util
 
 from components.config import from_custom_config
 from components.validation.checks import gate_messages

@@ -8,7 +8,6 @@ Prints one JSON line per case, then the summary as the last line:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -21,16 +20,14 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 
 from components.config import load_config  # noqa: E402
 from pipelines import local_runner  # noqa: E402
+from tests.conftest import tiny  # noqa: E402
 from tests.pipelines.reliability_cases import CASES, baseline_config, run_case  # noqa: E402
 
 
 def main() -> None:
-    base = load_config("taxi")
-    base = dataclasses.replace(
-        base,
-        train=dataclasses.replace(base.train, train_steps=20, eval_steps=2, steps_per_epoch=10),
-        evaluation=dataclasses.replace(base.evaluation, min_accuracy=0.0),
-    )
+    # The same tiny run as the tests: step counts and thresholds that test the
+    # promise (fail / proceed, push / no push), not model quality.
+    base = tiny(load_config("taxi"))
     with tempfile.TemporaryDirectory(prefix="tfxkit-reliability-") as work:
         config = baseline_config(base, work)
         baseline_dir = os.path.join(work, "baseline")

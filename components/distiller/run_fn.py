@@ -20,7 +20,6 @@ from absl import logging
 from components import distillation, strategies
 from components.config import PipelineConfig
 from components.distiller import teachers as teachers_lib
-from components.export import export_from_task
 from components.trainer import training
 
 # `custom_config` key under which the executor passes the teachers' serving
@@ -98,14 +97,4 @@ def run_fn(fn_args) -> None:
     teacher_dirs = list((fn_args.custom_config or {}).get(TEACHER_DIRS_KEY) or [])
     inputs = training.TrainingInputs.from_fn_args(fn_args, config)
     student, _ = train_student(config, inputs, teacher_dirs, choice)
-    export_from_task(
-        student,
-        tft.TFTransformOutput(inputs.transform_output),
-        config.data.label.name,
-        inputs.serving_model_dir,
-        is_chief=choice.is_chief,
-        task_type=choice.task_type,
-        task_id=choice.task_id,
-        scratch_dir=inputs.model_run_dir,
-    )
-    training.remove_backup(inputs, choice)
+    training.export_and_release(student, config, inputs, choice)

@@ -19,7 +19,6 @@ from absl import logging
 
 from components import strategies
 from components.config import PipelineConfig
-from components.export import export_from_task
 from components.trainer import training
 
 
@@ -51,16 +50,6 @@ def run(
         return model
 
     model, results = training.fit(config, inputs, build_and_compile, choice=choice, callbacks=callbacks)
-    written = export_from_task(
-        model,
-        tft_output,
-        config.data.label.name,
-        inputs.serving_model_dir,
-        is_chief=choice.is_chief,
-        task_type=choice.task_type,
-        task_id=choice.task_id,
-        scratch_dir=inputs.model_run_dir,
-    )
+    written = training.export_and_release(model, config, inputs, choice)
     logging.info("Trainer: %s wrote %s", "chief" if choice.is_chief else "non-chief task", written)
-    training.remove_backup(inputs, choice)
     return model, results

@@ -26,6 +26,7 @@ from absl import logging
 
 from components import ingestion, models, strategies
 from components.config import ConfigError, ModelConfig, PipelineConfig, from_custom_config
+from components.export import export_from_task
 from components.transform.preprocessing import num_ids
 
 
@@ -397,4 +398,30 @@ def prepare_task(fn_args, component: str) -> tuple[PipelineConfig, strategies.St
         logging.info("%s: evaluator task; the Evaluator component evaluates the export, nothing to do", component)
         return None
     return config, choice
+
+
+def export_and_release(
+    model: keras.Model, config: PipelineConfig, inputs: TrainingInputs, choice: strategies.StrategyChoice
+) -> str:
+    """Exports the serving model (chief only), then removes the training backup.
+
+    The backup goes only after a successful export, so a task killed during
+    the export still resumes from it.
+
+    Returns:
+      Where this task wrote (the serving dir on the chief, a task scratch
+      directory, since removed, elsewhere).
+    """
+    written = export_from_task(
+        model,
+        tft.TFTransformOutput(inputs.transform_output),
+        config.data.label.name,
+        inputs.serving_model_dir,
+        is_chief=choice.is_chief,
+        task_type=choice.task_type,
+        task_id=choice.task_id,
+        scratch_dir=inputs.model_run_dir,
+    )
+    remove_backup(inputs, choice)
+    return written
 

@@ -28,6 +28,7 @@ from components.pusher.component import Pusher
 from components.trainer.component import Trainer
 from components.transform.component import Transform
 from components.validation.component import DataGate
+from pipelines.roles import GATE_ID, GATE_SCHEMA_KEY, teacher_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,7 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
                 examples=transform.outputs["transformed_examples"],
                 transform_graph=transform.outputs["transform_graph"],
                 schema=schema.outputs["schema"],
-            ).with_id(f"Trainer_{i}")
+            ).with_id(teacher_id(i))
         )
     distiller = Distiller(
         config=config,
@@ -179,7 +180,7 @@ def create_pipeline(
     baseline_schema = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestArtifactStrategy,
         schema=tfx.dsl.Channel(
-            type=tfx.types.standard_artifacts.Schema, producer_component_id="DataGate", output_key="validated_schema"
+            type=tfx.types.standard_artifacts.Schema, producer_component_id=GATE_ID, output_key=GATE_SCHEMA_KEY
         ),
     ).with_id("latest_validated_schema")
     gate = DataGate(
@@ -188,7 +189,7 @@ def create_pipeline(
         schema=schema.outputs["schema"],
         anomalies=validator.outputs["anomalies"],
         baseline_schema=baseline_schema.outputs["schema"],
-    )
+    ).with_id(GATE_ID)
     transform = Transform(config=config, examples=gen.outputs["examples"], schema=schema.outputs["schema"])
     # Ordering only (not data), so an unchanged run's Transform stays cached
     # even though the gate re-checks against a newer baseline every run.

@@ -25,7 +25,9 @@ import tensorflow as tf
 
 from components.config import PipelineConfig
 from components.distillation import count_params
-from pipelines.summary import latest_run_executions, open_store
+from components.distiller.executor import TEACHER_KEY_PREFIX
+from pipelines import roles
+from pipelines.summary import artifacts_of, latest_run_executions, open_store
 
 MAX_EVAL_EXAMPLES = 20000
 LATENCY_BATCHES = (1, 256)
@@ -33,45 +35,44 @@ CHART_FILE = "distillation_report.png"
 _REPEATS = {1: 50, 256: 20}
 
 
-def _outputs_of_type(store, execution_id: int, type_name: str) -> list:
-    from ml_metadata.proto import metadata_store_pb2
-
-    events = store.get_events_by_execution_ids([execution_id])
-    ids = [e.artifact_id for e in events if e.type == metadata_store_pb2.Event.OUTPUT]
-    artifacts = store.get_artifacts_by_id(ids) if ids else []
-    return [a for a in artifacts if store.get_artifact_types_by_id([a.type_id])[0].name == type_name]
-
-
-def _is_teacher_node(node: str) -> bool:
-    return node == "Trainer" or (node.startswith("Trainer_") and node[len("Trainer_"):].isdigit())
-
-
 def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str, str, str]], str]:
     """The newest run's models and raw eval data, from ML Metadata.
 
+    Roles come from component types (`pipelines.roles`), so renamed nodes
+    are still found. Teachers are ordered as the Distiller consumed them
+    (`teacher_model_0` first: the Evaluator's baseline); the eval data is
+    what the Evaluator scored.
+
     Returns:
       `([(role, node, serving_dir), ...], eval_examples_glob)` with teachers
-      first (in node order) and the student last.
+      first and the student last.
 
     Raises:
       ValueError: if the run has no teacher or no student model.
     """
+    from ml_metadata.proto import metadata_store_pb2
     from tfx.utils import path_utils
 
     store = open_store(metadata_path)
     executions = latest_run_executions(store, pipeline_name)
-    models, eval_glob = [], ""
-    for node in sorted(executions, key=lambda n: (not _is_teacher_node(n), n)):
-        execution = executions[node]
-        if _is_teacher_node(node) or node == "Distiller":
-            for artifact in _outputs_of_type(store, execution.id, "Model"):
-                role = "student" if node == "Distiller" else "teacher"
-                models.append((role, node, path_utils.serving_model_path(artifact.uri)))
-        elif node.endswith("ExampleGen"):
-            for artifact in _outputs_of_type(store, execution.id, "Examples"):
+    found, eval_glob, teacher_order = [], "", {}
+    for node, execution in executions.items():
+        role = roles.model_role(execution.type)
+        if role is not None:
+            for _, artifact in artifacts_of(store, execution.id, "Model"):
+                found.append((role, node, path_utils.serving_model_path(artifact.uri), artifact.id))
+        if role == roles.STUDENT:
+            for event, artifact in artifacts_of(store, execution.id, "Model", (metadata_store_pb2.Event.INPUT,)):
+                key = event.path.steps[0].key if event.path.steps else ""
+                if key.startswith(TEACHER_KEY_PREFIX):
+                    teacher_order[artifact.id] = int(key[len(TEACHER_KEY_PREFIX) :])
+        elif execution.type == roles.EVALUATOR_TYPE:
+            for _, artifact in artifacts_of(store, execution.id, "Examples", (metadata_store_pb2.Event.INPUT,)):
                 eval_glob = os.path.join(artifact.uri, "Split-eval", "*")
-    roles = {role for role, _, _ in models}
-    if roles != {"teacher", "student"}:
+    rank = {roles.TEACHER: 0, roles.STUDENT: 1}
+    found.sort(key=lambda m: (rank[m[0]], teacher_order.get(m[3], len(teacher_order)), m[1]))
+    models = [(role, node, serving_dir) for role, node, serving_dir, _ in found]
+    if {role for role, _, _ in models} != {roles.TEACHER, roles.STUDENT}:
         raise ValueError(f"report: the newest run of {pipeline_name!r} has no teacher and student models (found {models})")
     return models, eval_glob
 

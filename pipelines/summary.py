@@ -60,14 +60,24 @@ def latest_run_executions(store: metadata_store.MetadataStore, pipeline_name: st
     return by_node
 
 
-def _output_artifacts(store, execution_id: int) -> list:
-    events = store.get_events_by_execution_ids([execution_id])
-    ids = [e.artifact_id for e in events if e.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)]
-    return store.get_artifacts_by_id(ids) if ids else []
+_OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
 
 
-def _artifact_type(store, artifact) -> str:
-    return store.get_artifact_types_by_id([artifact.type_id])[0].name
+def artifacts_of(store, execution_id: int, type_name: str, events=_OUTPUT_EVENTS) -> list[tuple[Any, Any]]:
+    """`(event, artifact)` pairs of one execution's artifacts of type `type_name`.
+
+    Args:
+      store: The ML Metadata store.
+      execution_id: The execution.
+      type_name: Artifact type name (`Model`, `Examples`, `ModelBlessing`, ...).
+      events: Event types to follow (outputs by default; pass
+        `(metadata_store_pb2.Event.INPUT,)` for inputs).
+    """
+    by_id = {e.artifact_id: e for e in store.get_events_by_execution_ids([execution_id]) if e.type in events}
+    artifacts = store.get_artifacts_by_id(list(by_id)) if by_id else []
+    return [
+        (by_id[a.id], a) for a in artifacts if store.get_artifact_types_by_id([a.type_id])[0].name == type_name
+    ]
 
 
 def read_metrics(evaluation_uri: str) -> dict[str, float]:
@@ -106,16 +116,17 @@ def summarize_run(metadata_path: str, pipeline_name: str) -> dict[str, Any]:
             state = "empty"
         seconds = max(0.0, (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000.0)
         components[node] = {"status": state, "seconds": round(seconds, 2)}
-        for artifact in _output_artifacts(store, execution.id):
-            kind = _artifact_type(store, artifact)
-            if kind == "ModelEvaluation" and node == "Evaluator":
-                metrics = read_metrics(artifact.uri)
-            elif kind == "ModelBlessing" and node == "Evaluator":
-                blessed = bool(artifact.custom_properties["blessed"].int_value) if "blessed" in artifact.custom_properties else None
-            elif kind == "PushedModel" and node == "Pusher":
-                props = artifact.custom_properties
-                if "pushed" in props and props["pushed"].int_value == 1:
-                    pushed_model = props["pushed_destination"].string_value
+        # Found by artifact type, not node id: a renamed Evaluator or Pusher
+        # still reports (see `pipelines.roles`).
+        for _, artifact in artifacts_of(store, execution.id, "ModelEvaluation"):
+            metrics = read_metrics(artifact.uri)
+        for _, artifact in artifacts_of(store, execution.id, "ModelBlessing"):
+            props = artifact.custom_properties
+            blessed = bool(props["blessed"].int_value) if "blessed" in props else None
+        for _, artifact in artifacts_of(store, execution.id, "PushedModel"):
+            props = artifact.custom_properties
+            if "pushed" in props and props["pushed"].int_value == 1:
+                pushed_model = props["pushed_destination"].string_value
     failed = any(c["status"] in ("failed", "running", "unknown") for c in components.values())
     return {
         "status": "failed" if failed or not components else "succeeded",

@@ -163,3 +163,41 @@ def test_run_report_compares_teachers_and_student(digits_distillation_run):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     on_disk = json.load(open(os.path.join(output, "summary.json")))
     assert on_disk["distillation"]["models"][2]["node"] == "Distiller"
+
+
+# Ids a team might give its nodes; none of them is the product's default.
+RENAMED = {"Trainer": "TeacherA", "Trainer_1": "TeacherB", "Distiller": "Student", "Evaluator": "Judge", "Pusher": "Publish"}
+
+
+@pytest.mark.e2e
+def test_renamed_nodes_keep_summary_and_report_correct(tmp_path, monkeypatch, digits_config):
+    from tests.conftest import tiny
+
+    def renamed_pipeline(*args, **kwargs):
+        pipeline = create_pipeline(*args, **kwargs)
+        for component in pipeline.components:
+            if component.id in RENAMED:
+                component.with_id(RENAMED[component.id])
+        return pipeline
+
+    monkeypatch.setattr(local_runner, "create_pipeline", renamed_pipeline)
+    config = _distilling(tiny(digits_config), num_teachers=2)
+    summary = local_runner.run(config, str(tmp_path), runner="beam")
+
+    assert set(RENAMED.values()) <= set(summary["components"])
+    assert not set(RENAMED) & set(summary["components"])
+    # Metrics, blessing and push are read by artifact type, whatever the ids.
+    assert summary["blessed"] is True and summary["pushed_model"]
+    assert summary["metrics"]["example_count"] > 0
+    report = summary["distillation"]
+    assert [(r["role"], r["node"]) for r in report["models"]] == [
+        ("teacher", "TeacherA"),
+        ("teacher", "TeacherB"),
+        ("student", "Student"),
+    ]
+    # The first teacher is the Evaluator's baseline, and the student is the
+    # model the Evaluator scored on the same eval split.
+    assert report["models"][2]["accuracy"] == pytest.approx(summary["metrics"]["accuracy"], abs=1e-6)
+    assert report["models"][0]["accuracy"] == pytest.approx(
+        summary["metrics"]["accuracy"] - summary["metrics"]["accuracy_diff"], abs=1e-6
+    )

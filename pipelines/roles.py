@@ -1,0 +1,43 @@
+"""Which pipeline node plays which role, decided by component type, not by id.
+
+The summary, the distillation report and the drift baseline must keep
+working when a component is renamed with `.with_id()`. ML Metadata records
+each execution's component type (the component class, e.g.
+`components.distiller.component.Distiller`) beside its node id, so roles are
+read from the type; ids are only labels for people.
+
+The one id that must stay fixed is the gate's: TFX resolves the drift
+baseline by producer component id, so the pipeline gives the gate
+`GATE_ID` and the baseline resolver reads the same constant.
+"""
+
+from __future__ import annotations
+
+from tfx import v1 as tfx
+
+from components.distiller.component import Distiller
+from components.trainer.component import Trainer
+from components.validation.component import DataGate
+
+TEACHER = "teacher"
+STUDENT = "student"
+
+GATE_ID = "DataGate"
+# Output key of the gate's validated schema (the next run's drift baseline).
+GATE_SCHEMA_KEY = "validated_schema"
+
+_TRAINER_TYPE = Trainer.get_class_type()
+_DISTILLER_TYPE = Distiller.get_class_type()
+EVALUATOR_TYPE = tfx.components.Evaluator.get_class_type()
+PUSHER_TYPE = tfx.components.Pusher.get_class_type()
+GATE_TYPE = DataGate.get_class_type()
+
+
+def teacher_id(index: int) -> str:
+    """Node id of the `index`-th teacher Trainer (`Trainer`, `Trainer_1`, ...)."""
+    return "Trainer" if index == 0 else f"Trainer_{index}"
+
+
+def model_role(execution_type: str) -> str | None:
+    """`TEACHER` for a Trainer, `STUDENT` for a Distiller, None otherwise."""
+    return {_TRAINER_TYPE: TEACHER, _DISTILLER_TYPE: STUDENT}.get(execution_type)

@@ -12,7 +12,7 @@ RUNNER ?= beam
 PYTEST_ARGS ?=
 BENCHES ?= ingestion strategies distillation reliability
 
-.PHONY: setup run test bench lint lock clean
+.PHONY: setup run test bench lint lock clean fashion-mnist
 
 setup: $(STAMP)
 
@@ -29,8 +29,19 @@ $(STAMP): requirements.lock pyproject.toml
 run: setup
 	$(BIN)/tfxkit run --config $(CONFIG) --runner $(RUNNER) --output $(OUTPUT)
 
-test: setup
+test: setup fashion-mnist
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Fashion-MNIST ships in Debian (dataset-fashion-mnist). Root installs it when
+# missing; anyone else is told how (see components/fashion_mnist.py).
+FASHION_MNIST_DIR := /usr/share/datasets/fashion-mnist
+fashion-mnist:
+	@test -d $(FASHION_MNIST_DIR) || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; \
+		else \
+			echo "Fashion-MNIST is not installed: 'sudo apt-get install -y dataset-fashion-mnist', or see README (Data)"; \
+		fi; }
 
 # Each benchmark prints JSON lines, its headline figures last.
 bench: setup

@@ -25,11 +25,21 @@ class DataError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedInput:
-    """ExampleGen input: a directory and a file pattern relative to it."""
+    """ExampleGen input: a directory and a file pattern relative to it.
+
+    Attributes:
+      input_base: Directory of the input files.
+      pattern: File pattern relative to `input_base` (all files).
+      format: `csv` or `tfrecord`.
+      splits: Split name -> pattern when the data comes already split (the
+        built-in Fashion-MNIST keeps its official test set as `eval`); empty
+        when ExampleGen hash-splits `pattern` into train / eval.
+    """
 
     input_base: str
     pattern: str
     format: str
+    splits: tuple[tuple[str, str], ...] = ()
 
     @property
     def files(self) -> list[str]:
@@ -80,6 +90,59 @@ def write_digits(directory: str) -> str:
     return path
 
 
+def _float_example(image, label: int) -> bytes:
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image": tf.train.Feature(float_list=tf.train.FloatList(value=image)),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+            }
+        )
+    ).SerializeToString()
+
+
+FASHION_MNIST_SPLITS = (("train", "train/*.tfrecord"), ("eval", "eval/*.tfrecord"))
+
+
+def write_fashion_mnist(directory: str, source_dir: str | None = None) -> str:
+    """Writes Fashion-MNIST once as TFRecords of tf.Examples, split as published.
+
+    Each example has `image` (784 floats in [0, 1], row-major 28x28) and
+    `label` (int 0..9). `train/` holds the 60,000 training images and
+    `eval/` the official 10,000 test images.
+
+    Args:
+      directory: Where to write (`<directory>/train/`, `<directory>/eval/`).
+      source_dir: Directory of the IDX files (default: searched, see
+        `components.fashion_mnist`).
+
+    Returns:
+      `directory`.
+
+    Raises:
+      DataError: when the IDX files cannot be found or read, saying how to get them.
+    """
+    from components import fashion_mnist
+
+    if all(tf.io.gfile.exists(os.path.join(directory, split, "data.tfrecord")) for split, _ in FASHION_MNIST_SPLITS):
+        return directory
+    try:
+        source_dir = source_dir or fashion_mnist.find_dir()
+        for split, _ in FASHION_MNIST_SPLITS:
+            images, labels = fashion_mnist.load_split(split, source_dir)
+            path = os.path.join(directory, split, "data.tfrecord")
+            tf.io.gfile.makedirs(os.path.dirname(path))
+            pixels = images.reshape(len(images), -1).astype("float32") / 255.0
+            with tf.io.TFRecordWriter(path + ".tmp") as writer:
+                for image, label in zip(pixels, labels, strict=True):
+                    writer.write(_float_example(image, int(label)))
+            # Rename last so an interrupted write never leaves a truncated input file.
+            tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    except (OSError, ValueError) as e:
+        raise DataError(str(e)) from e
+    return directory
+
+
 def resolve_input(data: DataConfig, data_root: str) -> ResolvedInput:
     """Returns the ExampleGen input for `data`.
 
@@ -94,6 +157,9 @@ def resolve_input(data: DataConfig, data_root: str) -> ResolvedInput:
         path = taxi_csv_path()
     elif data.builtin == "digits":
         path = write_digits(os.path.join(data_root, "digits"))
+    elif data.builtin == "fashion_mnist":
+        path = write_fashion_mnist(os.path.join(data_root, "fashion_mnist"))
+        return ResolvedInput(path, "*/*.tfrecord", data.format, splits=FASHION_MNIST_SPLITS)
     else:
         path = data.path
     if not tf.io.gfile.exists(path):

@@ -140,7 +140,13 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
 
 
 def example_gen(config: PipelineConfig, data: ResolvedInput):
-    """CSV or TFRecord ExampleGen with hash-bucketed train / eval splits."""
+    """CSV or TFRecord ExampleGen: the data's own splits, or hash-bucketed train / eval."""
+    cls = tfx.components.CsvExampleGen if data.format == "csv" else tfx.components.ImportExampleGen
+    if data.splits:
+        input_config = tfx.proto.Input(
+            splits=[tfx.proto.Input.Split(name=name, pattern=pattern) for name, pattern in data.splits]
+        )
+        return cls(input_base=data.input_base, input_config=input_config)
     input_config = tfx.proto.Input(splits=[tfx.proto.Input.Split(name="single_split", pattern=data.pattern)])
     output_config = tfx.proto.Output(
         split_config=tfx.proto.SplitConfig(
@@ -150,7 +156,6 @@ def example_gen(config: PipelineConfig, data: ResolvedInput):
             ]
         )
     )
-    cls = tfx.components.CsvExampleGen if data.format == "csv" else tfx.components.ImportExampleGen
     return cls(input_base=data.input_base, input_config=input_config, output_config=output_config)
 
 

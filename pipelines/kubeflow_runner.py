@@ -28,9 +28,9 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from components import tfjob
 from components.config import ConfigError, PipelineConfig, Placement
 from components.data import ResolvedInput
+from components.kubeflow import tfjob
 from pipelines.pipeline import PipelinePaths, create_pipeline
 
 
@@ -228,7 +228,7 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         placement = kf.placements.get(node.id)
         if placement is None or node.id in launchers:
             # A TFJob launcher only submits and watches: its replicas get the
-            # placement (components.tfjob.build_manifest), the step does not.
+            # placement (components.kubeflow.tfjob.build_manifest), the step does not.
             continue
         resources = resource_spec(placement)
         if resources.ByteSize():

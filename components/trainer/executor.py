@@ -1,9 +1,9 @@
 """Trainer executor: validates the config first, then runs TFX's GenericExecutor.
 
 On Kubeflow, a multi-worker strategy trains through a TFJob instead (see
-`components.tfjob`): the step submits and watches the job, and each replica
-runs this module (`python -m components.trainer.executor`) on the step's
-invocation, with the `TF_CONFIG` the training operator gives it.
+`components.kubeflow.tfjob`): the step submits and watches the job, and each
+replica runs this module (`python -m components.trainer.executor`) on the
+step's invocation, with the `TF_CONFIG` the training operator gives it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from tfx.components.trainer import executor as tfx_trainer_executor
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import tfjob
 from components.config import from_custom_config
+from components.kubeflow import tfjob
 
 
 class Executor(tfx_trainer_executor.GenericExecutor):

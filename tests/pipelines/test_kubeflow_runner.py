@@ -20,8 +20,8 @@ from google.protobuf import json_format
 from kfp import components as kfp_components
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
-from components import tfjob
 from components.config import SHIPPED_CONFIG_DIR, ConfigError, from_dict, load_config
+from components.kubeflow import tfjob
 from pipelines import cli, kubeflow_runner, local_runner
 from pipelines.pipeline import create_pipeline
 

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s_client
 
-from components import tfjob
 from components.config import CONFIG_KEY, ConfigError, Placement, StrategyConfig, Toleration
+from components.kubeflow import tfjob
 from tests.conftest import SHARED_DATA
 
 CRD_PATH = os.path.join(os.path.dirname(SHARED_DATA), "kubeflow", "tfjob-crd-v1.9.0.yaml")

@@ -18,6 +18,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils, standard_component_specs
 
 from components.config import from_custom_config
+from components.kubeflow import env as tfxkit_env
 from components.kubeflow import tfjob
 
 
@@ -46,7 +47,7 @@ def main() -> None:
     base executor on them and trains exactly what the step would have.
     """
     logging.set_verbosity(logging.INFO)
-    invocation = tfjob.read_invocation(os.environ[tfjob.INVOCATION_ENV])
+    invocation = tfjob.read_invocation(tfxkit_env.invocation_uri(os.environ))
     context = base_executor.BaseExecutor.Context(tmp_dir=tempfile.mkdtemp(prefix="tfxkit-replica-"))
     Executor(context).Do(
         artifact_utils.parse_artifact_dict(invocation["input_dict"]),

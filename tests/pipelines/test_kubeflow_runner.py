@@ -21,6 +21,7 @@ from kfp import components as kfp_components
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
 from components.config import SHIPPED_CONFIG_DIR, ConfigError, from_dict, load_config
+from components.kubeflow import placement as kube_placement
 from components.kubeflow import tfjob
 from pipelines import cli, kubeflow_runner, local_runner
 from pipelines.pipeline import create_pipeline
@@ -115,18 +116,18 @@ def test_each_configured_component_is_placed(compiled, name):
         resources = container.get("resources", {})
         expected = {}
         if placement.cpu_request:
-            expected["cpuRequest"] = kubeflow_runner.cpu_quantity(placement.cpu_request)
+            expected["cpuRequest"] = kube_placement.cpu_quantity(placement.cpu_request)
         if placement.cpu_limit:
-            expected["cpuLimit"] = kubeflow_runner.cpu_quantity(placement.cpu_limit)
+            expected["cpuLimit"] = kube_placement.cpu_quantity(placement.cpu_limit)
         if placement.memory_request:
-            expected["memoryRequest"] = kubeflow_runner.memory_quantity(placement.memory_request)
+            expected["memoryRequest"] = kube_placement.memory_quantity(placement.memory_request)
         if placement.memory_limit:
-            expected["memoryLimit"] = kubeflow_runner.memory_quantity(placement.memory_limit)
+            expected["memoryLimit"] = kube_placement.memory_quantity(placement.memory_limit)
         if placement.accelerator_type:
             expected["accelerator"] = {"type": "nvidia.com/gpu", "count": str(placement.accelerator_count)}
         assert resources == expected
         selector = dict(k8s.node_selector.labels) if k8s else {}
-        assert selector == placement.effective_node_selector()
+        assert selector == kube_placement.node_selector(placement)
         tolerations = [(t.key, t.operator, t.value, t.effect) for t in k8s.tolerations] if k8s else []
         assert tolerations == [(t.key, t.operator, t.value, t.effect) for t in placement.tolerations]
 

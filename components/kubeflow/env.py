@@ -13,7 +13,7 @@ Who sets what, who reads it:
 `TF_CONFIG` is not ours: the training operator sets it on every replica and
 TensorFlow's cluster resolver reads it.
 
-Pure: no imports, so the compiler can read this without the job code.
+Pure (standard library only), so the compiler reads it without the job code.
 """
 
 from __future__ import annotations

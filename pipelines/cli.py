@@ -71,12 +71,14 @@ def _submit(args) -> int:
     import os
     import tempfile
 
-    from pipelines import kubeflow_runner
+    from components.kubeflow import submit
 
     with tempfile.TemporaryDirectory() as tmp:
         package, name = args.package, args.name
         try:
             if args.config:
+                from pipelines import kubeflow_runner
+
                 config = load_config(args.config)
                 package = kubeflow_runner.compile_pipeline(config, os.path.join(tmp, f"{config.name}.yaml")).path
                 name = name or config.name
@@ -87,7 +89,7 @@ def _submit(args) -> int:
             return 2
         name = name or os.path.splitext(os.path.basename(package))[0]
         try:
-            ids = kubeflow_runner.submit(
+            ids = submit.submit(
                 package, args.host, name, version_name=args.version, run=args.run,
                 experiment=args.experiment, namespace=args.namespace,
             )

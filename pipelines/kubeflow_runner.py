@@ -14,8 +14,12 @@ hook for node selectors or tolerations:
   (`KubernetesExecutorConfig`), as `kfp.kubernetes` writes them;
 - images per component, pipeline-level Beam args and per-component Beam args.
 
+Both placement forms are rendered by `components.kubeflow.placement`, the
+rendering TFJob replicas get too.
+
 The result is one YAML file (pipeline spec, then platform spec) that
-`kfp.components.load_component_from_file` loads and `kfp.Client` uploads.
+`kfp.components.load_component_from_file` loads and `kfp.Client` uploads
+(`components.kubeflow.submit`).
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from components import tfjob
-from components.config import ConfigError, PipelineConfig, Placement
+from components.config import ConfigError, PipelineConfig
 from components.data import ResolvedInput
+from components.kubeflow import env as tfxkit_env
+from components.kubeflow import tfjob
+from components.kubeflow.placement import kubernetes_executor_config, resource_spec
 from pipelines.pipeline import PipelinePaths, create_pipeline
 
 
@@ -120,56 +126,6 @@ def _tfjob_components(config: PipelineConfig, pipeline) -> set[str]:
     }
 
 
-# Memory quantity suffix -> bytes (Kubernetes quantities).
-_MEMORY_UNITS = {
-    "": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
-
-
-def cpu_quantity(value: str) -> float:
-    """CPUs of a Kubernetes CPU quantity ('500m' -> 0.5), as KFP stores them."""
-    return float(value[:-1]) / 1000 if value.endswith("m") else float(value)
-
-
-def memory_quantity(value: str) -> float:
-    """Decimal gigabytes of a Kubernetes memory quantity ('16Gi' -> 17.18), as KFP stores them."""
-    number = value.rstrip("KMGTPEi")
-    return int(number) * _MEMORY_UNITS[value[len(number):]] / 10**9
-
-
-def resource_spec(placement: Placement):
-    """The pipeline spec's `ResourceSpec` of a placement (KFP units: CPUs, GB)."""
-    from kfp.pipeline_spec import pipeline_spec_pb2
-
-    spec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec()
-    if placement.cpu_request:
-        spec.cpu_request = cpu_quantity(placement.cpu_request)
-    if placement.cpu_limit:
-        spec.cpu_limit = cpu_quantity(placement.cpu_limit)
-    if placement.memory_request:
-        spec.memory_request = memory_quantity(placement.memory_request)
-    if placement.memory_limit:
-        spec.memory_limit = memory_quantity(placement.memory_limit)
-    if placement.accelerator_resource:
-        # KFP's driver requests the accelerator type verbatim as a Kubernetes
-        # resource name; the GPU / TPU model is picked by the node selector.
-        spec.accelerator.type = placement.accelerator_resource
-        spec.accelerator.count = placement.accelerator_count
-    return spec
-
-
-def kubernetes_executor_config(placement: Placement):
-    """The kfp-kubernetes `KubernetesExecutorConfig` (node selector, tolerations) of a placement."""
-    from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
-
-    msg = k8s.KubernetesExecutorConfig()
-    msg.node_selector.labels.update(placement.effective_node_selector())
-    for t in placement.tolerations:
-        msg.tolerations.append(k8s.Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect))
-    return msg
-
-
 def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeline:
     """Compiles `create_pipeline(config)` into a KFP v2 YAML file with placement.
 
@@ -221,14 +177,11 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         container = executors.get(label, {}).get("container") if label else None
         if container is None:
             continue
-        container["env"] = [
-            {"name": tfjob.ORCHESTRATOR_ENV, "value": tfjob.KUBEFLOW},
-            {"name": tfjob.COMPONENT_ID_ENV, "value": node.id},
-        ]
+        container["env"] = [{"name": k, "value": v} for k, v in tfxkit_env.step_env(node.id).items()]
         placement = kf.placements.get(node.id)
         if placement is None or node.id in launchers:
             # A TFJob launcher only submits and watches: its replicas get the
-            # placement (components.tfjob.build_manifest), the step does not.
+            # placement (components.kubeflow.tfjob.build_manifest), the step does not.
             continue
         resources = resource_spec(placement)
         if resources.ByteSize():
@@ -251,54 +204,3 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
     )
     return CompiledPipeline(output_path, pipeline_spec, platform_spec)
 
-
-def submit(
-    package_path: str,
-    host: str,
-    pipeline_name: str,
-    *,
-    version_name: str | None = None,
-    run: bool = False,
-    experiment: str = "Default",
-    namespace: str | None = None,
-) -> dict[str, str]:
-    """Uploads a compiled pipeline through `kfp.Client` (a new version if the name exists).
-
-    Args:
-      package_path: The compiled YAML.
-      host: The KFP API endpoint (e.g. http://localhost:8080 after a port-forward).
-      pipeline_name: Name of the pipeline in KFP.
-      version_name: Name of the new version (default: the file name and a timestamp).
-      run: Also start a run of the uploaded version.
-      experiment: Experiment of the run.
-      namespace: Kubeflow profile namespace (multi-user deployments).
-
-    Returns:
-      `pipeline_id`, `version_id` and, with `run`, `run_id`.
-    """
-    import time
-
-    import kfp
-
-    client = kfp.Client(host=host, namespace=namespace)
-    pipeline_id = client.get_pipeline_id(pipeline_name)
-    if pipeline_id is None:
-        pipeline = client.upload_pipeline(package_path, pipeline_name=pipeline_name)
-        pipeline_id = pipeline.pipeline_id
-        # Uploading a new pipeline creates its first version; runs need its id.
-        versions = client.list_pipeline_versions(pipeline_id, page_size=1, sort_by="created_at desc")
-        version_id = versions.pipeline_versions[0].pipeline_version_id
-    else:
-        name = version_name or f"{os.path.basename(package_path)}-{time.strftime('%Y%m%d-%H%M%S')}"
-        version_id = client.upload_pipeline_version(package_path, name, pipeline_id=pipeline_id).pipeline_version_id
-    out = {"pipeline_id": pipeline_id, "version_id": version_id}
-    if run:
-        experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
-        result = client.run_pipeline(
-            experiment_id=experiment_id,
-            job_name=f"{pipeline_name}-{time.strftime('%Y%m%d-%H%M%S')}",
-            pipeline_id=pipeline_id,
-            version_id=version_id,
-        )
-        out["run_id"] = result.run_id
-    return out

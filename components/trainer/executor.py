@@ -1,9 +1,9 @@
 """Trainer executor: validates the config first, then runs TFX's GenericExecutor.
 
 On Kubeflow, a multi-worker strategy trains through a TFJob instead (see
-`components.tfjob`): the step submits and watches the job, and each replica
-runs this module (`python -m components.trainer.executor`) on the step's
-invocation, with the `TF_CONFIG` the training operator gives it.
+`components.kubeflow.tfjob`): the step submits and watches the job, and each
+replica runs this module (`python -m components.trainer.executor`) on the
+step's invocation, with the `TF_CONFIG` the training operator gives it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from tfx.components.trainer import executor as tfx_trainer_executor
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import tfjob
 from components.config import from_custom_config
+from components.kubeflow import env as tfxkit_env
+from components.kubeflow import tfjob
 
 
 class Executor(tfx_trainer_executor.GenericExecutor):
@@ -46,7 +47,7 @@ def main() -> None:
     base executor on them and trains exactly what the step would have.
     """
     logging.set_verbosity(logging.INFO)
-    invocation = tfjob.read_invocation(os.environ[tfjob.INVOCATION_ENV])
+    invocation = tfjob.read_invocation(tfxkit_env.invocation_uri(os.environ))
     context = base_executor.BaseExecutor.Context(tmp_dir=tempfile.mkdtemp(prefix="tfxkit-replica-"))
     Executor(context).Do(
         artifact_utils.parse_artifact_dict(invocation["input_dict"]),

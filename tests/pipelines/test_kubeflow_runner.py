@@ -1,27 +1,21 @@
 """Kubeflow compilation: the shipped pipelines compiled into KFP v2 YAML,
 loaded with the kfp SDK's own loader, their placement read back through the
-kfp-kubernetes protos, their DAG compared with the local pipeline's, and
-`submit` run against a local HTTP endpoint that speaks the KFP API.
+kfp-kubernetes protos, and their DAG compared with the local pipeline's.
 """
 
 from __future__ import annotations
 
-import email.parser
-import email.policy
-import http.server
 import json
-import threading
-import urllib.parse
 
-import portpicker
 import pytest
 import yaml
 from google.protobuf import json_format
 from kfp import components as kfp_components
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
-from components import tfjob
 from components.config import SHIPPED_CONFIG_DIR, ConfigError, from_dict, load_config
+from components.kubeflow import placement as kube_placement
+from components.kubeflow import tfjob
 from pipelines import cli, kubeflow_runner, local_runner
 from pipelines.pipeline import create_pipeline
 
@@ -115,18 +109,18 @@ def test_each_configured_component_is_placed(compiled, name):
         resources = container.get("resources", {})
         expected = {}
         if placement.cpu_request:
-            expected["cpuRequest"] = kubeflow_runner.cpu_quantity(placement.cpu_request)
+            expected["cpuRequest"] = kube_placement.cpu_quantity(placement.cpu_request)
         if placement.cpu_limit:
-            expected["cpuLimit"] = kubeflow_runner.cpu_quantity(placement.cpu_limit)
+            expected["cpuLimit"] = kube_placement.cpu_quantity(placement.cpu_limit)
         if placement.memory_request:
-            expected["memoryRequest"] = kubeflow_runner.memory_quantity(placement.memory_request)
+            expected["memoryRequest"] = kube_placement.memory_quantity(placement.memory_request)
         if placement.memory_limit:
-            expected["memoryLimit"] = kubeflow_runner.memory_quantity(placement.memory_limit)
+            expected["memoryLimit"] = kube_placement.memory_quantity(placement.memory_limit)
         if placement.accelerator_type:
             expected["accelerator"] = {"type": "nvidia.com/gpu", "count": str(placement.accelerator_count)}
         assert resources == expected
         selector = dict(k8s.node_selector.labels) if k8s else {}
-        assert selector == placement.effective_node_selector()
+        assert selector == kube_placement.node_selector(placement)
         tolerations = [(t.key, t.operator, t.value, t.effect) for t in k8s.tolerations] if k8s else []
         assert tolerations == [(t.key, t.operator, t.value, t.effect) for t in placement.tolerations]
 
@@ -311,127 +305,6 @@ def test_compile_rejects_what_the_cluster_cannot_run(tmp_path, changes, match):
 def test_json_output_is_refused(taxi_config, tmp_path):
     with pytest.raises(ConfigError, match=r"^--output: .*must end in \.yaml"):
         kubeflow_runner.compile_pipeline(taxi_config, str(tmp_path / "p.json"))
-
-
-# --------------------------------------------------------------------------- #
-# submit through kfp.Client
-# --------------------------------------------------------------------------- #
-
-
-class FakeKfp:
-    """A KFP API v2beta1 endpoint on a free port that records every request."""
-
-    def __init__(self, existing_pipeline=None):
-        self.existing = existing_pipeline
-        self.requests: list[dict] = []
-        fake = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _handle(self):
-                url = urllib.parse.urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                record = {"method": self.command, "path": url.path, "query": urllib.parse.parse_qs(url.query)}
-                if self.headers.get_content_type() == "multipart/form-data":
-                    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-                        f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + raw
-                    )
-                    record["files"] = {
-                        part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
-                        for part in message.iter_parts()
-                    }
-                elif raw:
-                    record["body"] = json.loads(raw)
-                fake.requests.append(record)
-                data = json.dumps(fake.answer(self.command, url.path)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = _handle
-
-        self.port = portpicker.pick_unused_port()
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def host(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def answer(self, method, path):
-        api = "/apis/v2beta1"
-        if path == f"{api}/healthz":
-            return {"multi_user": False}
-        if path == f"{api}/pipelines" and method == "GET":
-            return {"pipelines": [{"pipeline_id": "p-1", "display_name": self.existing}]} if self.existing else {}
-        if path == f"{api}/pipelines/upload":
-            return {"pipeline_id": "p-1", "display_name": "taxi"}
-        if path == f"{api}/pipelines/upload_version":
-            return {"pipeline_id": "p-1", "pipeline_version_id": "v-2"}
-        if path == f"{api}/pipelines/p-1/versions":
-            return {"pipeline_versions": [{"pipeline_id": "p-1", "pipeline_version_id": "v-1"}]}
-        if path == f"{api}/experiments" and method == "GET":
-            return {}
-        if path == f"{api}/experiments":
-            return {"experiment_id": "e-1", "display_name": "Default"}
-        if path == f"{api}/runs":
-            return {"run_id": "r-1", "experiment_id": "e-1"}
-        return {}
-
-    def paths(self):
-        return [(r["method"], r["path"]) for r in self.requests]
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-
-def test_submit_uploads_the_compiled_file_and_starts_a_run(compiled, capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("HOME", str(tmp_path))  # kfp.Client reads ~/.config/kfp/context.json
-    _, _, path = compiled["taxi"]
-    with FakeKfp() as fake:
-        code = cli.main(["submit", "--package", path, "--host", fake.host, "--name", "taxi", "--run", "--experiment", "nightly"])
-    assert code == 0, capsys.readouterr().err
-    assert "pipeline_id=p-1, version_id=v-1, run_id=r-1" in capsys.readouterr().out
-    (upload,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/pipelines/upload"]
-    assert upload["method"] == "POST" and upload["query"]["name"] == ["taxi"]
-    filename, content = upload["files"]["uploadfile"]
-    with open(path, "rb") as f:
-        assert content == f.read()
-    (run,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/runs"]
-    assert run["body"]["pipeline_version_reference"] == {"pipeline_id": "p-1", "pipeline_version_id": "v-1"}
-    assert run["body"]["experiment_id"] == "e-1"
-    (experiment,) = [r for r in fake.requests if r["method"] == "POST" and r["path"] == "/apis/v2beta1/experiments"]
-    assert experiment["body"]["display_name"] == "nightly"
-
-
-def test_submit_adds_a_version_when_the_pipeline_exists(compiled, capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    _, _, path = compiled["digits"]
-    with FakeKfp(existing_pipeline="digits") as fake:
-        assert cli.main(["submit", "--package", path, "--host", fake.host, "--version", "v2"]) == 0
-    assert "pipeline_id=p-1, version_id=v-2" in capsys.readouterr().out
-    (upload,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/pipelines/upload_version"]
-    assert upload["query"]["name"] == ["v2"] and upload["query"]["pipelineid"] == ["p-1"]
-    with open(path, "rb") as f:
-        assert upload["files"]["uploadfile"][1] == f.read()
-    assert ("POST", "/apis/v2beta1/pipelines/upload") not in fake.paths()
-    assert not any(p == "/apis/v2beta1/runs" for _, p in fake.paths())
-
-
-def test_submit_of_a_missing_package_fails_clearly(capsys, tmp_path):
-    assert cli.main(["submit", "--package", str(tmp_path / "nope.yaml"), "--host", "http://127.0.0.1:9"]) == 2
-    assert "--package:" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

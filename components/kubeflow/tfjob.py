@@ -6,7 +6,8 @@ run artifact (shared by URI), builds a TFJob whose chief / worker / ps
 replicas run the same image and the Trainer executor's entry point on it,
 submits the job through the `kubernetes` client, waits with a bounded
 timeout, and deletes it on success or timeout. The operator gives every
-replica its `TF_CONFIG`.
+replica its `TF_CONFIG`. Pods are placed by `components.kubeflow.placement`
+and the variables replicas read are declared in `components.kubeflow.env`.
 
 Replica layout per strategy (`strategy.kind`):
   multi_worker_mirrored: `Worker` x workers (worker 0 is the chief).
@@ -28,6 +29,8 @@ from typing import Any
 import tensorflow as tf
 
 from components.config import ConfigError, PipelineConfig, Placement, StrategyConfig
+from components.kubeflow import env as tfxkit_env
+from components.kubeflow.placement import container, pod_spec
 
 GROUP = "kubeflow.org"
 VERSION = "v1"
@@ -41,14 +44,8 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
-# Set by the Kubeflow compiler on every step container (see
-# pipelines/kubeflow_runner.py): a step on Kubeflow submits a TFJob; a
-# replica (which has neither) trains.
-ORCHESTRATOR_ENV = "TFXKIT_ORCHESTRATOR"
-COMPONENT_ID_ENV = "TFXKIT_COMPONENT_ID"
-KUBEFLOW = "kubeflow"
-# Replicas find the step's invocation (artifacts and exec properties) here.
-INVOCATION_ENV = "TFXKIT_TFJOB_INVOCATION"
+# Replicas find the step's invocation (artifacts and exec properties) in
+# this file, whose URI they get in `env.TFJOB_INVOCATION`.
 INVOCATION_FILE = "tfjob_invocation.json"
 REPLICA_COMMAND = ("python", "-m", "components.trainer.executor")
 
@@ -114,53 +111,25 @@ def job_name(pipeline_name: str, component_id: str, suffix: str | None = None) -
     return f"{base or 'tfxkit'}-{suffix or uuid.uuid4().hex[:8]}"
 
 
-def _resources(placement: Placement) -> dict[str, dict[str, str]]:
-    requests = {k: v for k, v in (("cpu", placement.cpu_request), ("memory", placement.memory_request)) if v}
-    limits = {k: v for k, v in (("cpu", placement.cpu_limit), ("memory", placement.memory_limit)) if v}
-    if placement.accelerator_resource:
-        # Extended resources are requested through limits (requests default to them).
-        limits[placement.accelerator_resource] = str(placement.accelerator_count)
-    out = {}
-    if requests:
-        out["requests"] = requests
-    if limits:
-        out["limits"] = limits
-    return out
-
-
 def _pod_template(
     placement: Placement,
     image: str,
-    command: list[str],
     env: Mapping[str, str],
     labels: Mapping[str, str],
     service_account: str,
 ) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": CONTAINER_NAME,
-        "image": image,
-        "command": list(command),
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "ports": [{"name": PORT_NAME, "containerPort": DEFAULT_PORT}],
-    }
-    resources = _resources(placement)
-    if resources:
-        container["resources"] = resources
-    spec: dict[str, Any] = {"containers": [container]}
-    selector = placement.effective_node_selector()
-    if selector:
-        spec["nodeSelector"] = selector
-    if placement.tolerations:
-        spec["tolerations"] = [
-            {k: v for k, v in (("key", t.key), ("operator", t.operator), ("value", t.value), ("effect", t.effect)) if v}
-            for t in placement.tolerations
-        ]
-    if service_account:
-        spec["serviceAccountName"] = service_account
+    replica = container(
+        placement,
+        name=CONTAINER_NAME,
+        image=image,
+        command=REPLICA_COMMAND,
+        env=env,
+        ports=[{"name": PORT_NAME, "containerPort": DEFAULT_PORT}],
+    )
     return {
         # An Istio sidecar never exits, so a finished replica would never complete.
         "metadata": {"labels": dict(labels), "annotations": {"sidecar.istio.io/inject": "false"}},
-        "spec": spec,
+        "spec": pod_spec(placement, [replica], service_account=service_account),
     }
 
 
@@ -197,7 +166,7 @@ def build_manifest(
     image = placement.image or kf.image
     ps_placement = kf.tfjob_ps_placement or Placement()
     labels = {"app.kubernetes.io/name": "tfxkit", "tfxkit/pipeline": config.name[:63], "tfxkit/component": component_id[:63]}
-    env = {INVOCATION_ENV: invocation_uri, "PYTHONUNBUFFERED": "1"}
+    env = tfxkit_env.replica_env(invocation_uri)
     replica_specs = {}
     for replica_type, replicas in counts.items():
         pool = ps_placement if replica_type == "PS" else placement
@@ -206,9 +175,7 @@ def build_manifest(
             # ExitCode: restart on retryable exit codes (preemption, OOM-kill
             # signals) and fail at once on program errors.
             "restartPolicy": "ExitCode",
-            "template": _pod_template(
-                pool, pool.image or image, list(REPLICA_COMMAND), env, labels, kf.tfjob_service_account
-            ),
+            "template": _pod_template(pool, pool.image or image, env, labels, kf.tfjob_service_account),
         }
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -426,7 +393,7 @@ def _shape(manifest: Mapping[str, Any]) -> str:
 
 def should_launch(config: PipelineConfig, environ: Mapping[str, str]) -> bool:
     """Whether this Trainer step runs on Kubeflow and must train through a TFJob."""
-    return environ.get(ORCHESTRATOR_ENV) == KUBEFLOW and uses_tfjob(config.strategy)
+    return tfxkit_env.on_kubeflow(environ) and uses_tfjob(config.strategy)
 
 
 def write_invocation(invocation: Mapping[str, Any], directory: str) -> str:
@@ -490,7 +457,7 @@ def launch(
     Returns:
       The final job status.
     """
-    component_id = environ.get(COMPONENT_ID_ENV) or "Trainer"
+    component_id = tfxkit_env.component_id(environ)
     uri = write_invocation(invocation, shared_dir)
     manifest = build_manifest(
         config,

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s_client
 
-from components import tfjob
 from components.config import CONFIG_KEY, ConfigError, Placement, StrategyConfig, Toleration
+from components.kubeflow import env, tfjob
 from tests.conftest import SHARED_DATA
 
 CRD_PATH = os.path.join(os.path.dirname(SHARED_DATA), "kubeflow", "tfjob-crd-v1.9.0.yaml")
@@ -226,7 +226,7 @@ def test_manifest_validates_against_the_tfjob_crd(taxi_config, tfjob_schema, str
         (container,) = _containers(manifest, rtype)
         assert container["name"] == "tensorflow"
         assert container["command"] == ["python", "-m", "components.trainer.executor"]
-        assert {"name": tfjob.INVOCATION_ENV, "value": INVOCATION_URI} in container["env"]
+        assert {"name": env.TFJOB_INVOCATION, "value": INVOCATION_URI} in container["env"]
     # Chief and workers get the Trainer's GPU pool; parameter servers the default pool.
     for rtype in set(shape) - {"PS"}:
         (container,) = _containers(manifest, rtype)
@@ -299,10 +299,10 @@ def test_job_names_are_dns_labels_short_enough_for_replica_services():
 
 def test_only_a_step_on_kubeflow_launches(taxi_config):
     config = _config(taxi_config, kind="multi_worker_mirrored", workers=2)
-    assert tfjob.should_launch(config, {tfjob.ORCHESTRATOR_ENV: tfjob.KUBEFLOW})
+    assert tfjob.should_launch(config, {env.ORCHESTRATOR: env.KUBEFLOW})
     # A replica (no orchestrator variable) and a local run train in-process.
     assert not tfjob.should_launch(config, {})
-    assert not tfjob.should_launch(_config(taxi_config, kind="mirrored"), {tfjob.ORCHESTRATOR_ENV: tfjob.KUBEFLOW})
+    assert not tfjob.should_launch(_config(taxi_config, kind="mirrored"), {env.ORCHESTRATOR: env.KUBEFLOW})
 
 
 # --------------------------------------------------------------------------- #
@@ -443,8 +443,8 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(taxi_confi
         # Outside a pod the client falls back to the kubeconfig (in-cluster config is absent).
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-        monkeypatch.setenv(tfjob.ORCHESTRATOR_ENV, tfjob.KUBEFLOW)
-        monkeypatch.setenv(tfjob.COMPONENT_ID_ENV, "Trainer")
+        monkeypatch.setenv(env.ORCHESTRATOR, env.KUBEFLOW)
+        monkeypatch.setenv(env.COMPONENT_ID, "Trainer")
         Executor().Do(inputs, outputs, exec_properties)
 
     assert [c[0] for c in fake.calls()] == ["POST", "GET", "DELETE"]
@@ -454,7 +454,7 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(taxi_confi
     assert job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2
     invocation_uri = os.path.join(outputs["model_run"][0].uri, tfjob.INVOCATION_FILE)
     (container,) = _containers(job, "Worker")
-    assert {"name": tfjob.INVOCATION_ENV, "value": invocation_uri} in container["env"]
+    assert {"name": env.TFJOB_INVOCATION, "value": invocation_uri} in container["env"]
     # The replicas get the step's exact artifacts and properties back.
     invocation = tfjob.read_invocation(invocation_uri)
     assert invocation["exec_properties"] == exec_properties

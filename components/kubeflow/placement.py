@@ -1,0 +1,256 @@
+"""The one rendering of a config `Placement` to Kubernetes.
+
+The pipeline compiler (`pipelines.kubeflow_runner`) and the training jobs
+(`components.kubeflow.tfjob`) both place pods from a `Placement`; every
+derived value comes from here, so a step pod and a job replica with the same
+placement get the same accelerator resource, node selector, tolerations and
+resources:
+
+- Kubernetes forms (plain dicts, as in a manifest): `node_selector`,
+  `tolerations`, `resources`, `container`, `pod_spec`. A job backend builds
+  its pod templates from `container` and `pod_spec`.
+- KFP forms (protos, for the compiled pipeline): `resource_spec` (the
+  pipeline spec's container resources) and `kubernetes_executor_config`
+  (the kfp-kubernetes platform spec), both derived from the Kubernetes forms.
+- GKE knowledge: the accelerator resource names and node labels, and the
+  topology dimensions of TPU slices, which config validation also reads
+  (`accelerator_node_labels`, `TPU_TOPOLOGY_DIMS`).
+
+Pure: `components.config` imports this module to validate placements, so
+it imports config for type annotations only, and kfp inside the two
+functions that build kfp protos.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from components.config import Placement
+
+# Kubernetes extended resources of accelerators; KFP's driver requests the
+# same names verbatim.
+GPU_RESOURCE = "nvidia.com/gpu"
+TPU_RESOURCE = "google.com/tpu"
+# GKE node labels that select an accelerator's node pool.
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+GKE_TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+# GKE TPU accelerator label -> dimensions of its slice topology (v4 and v5p
+# slices are 3-D tori such as 2x2x4; v3, v5e and v6e are 2-D such as 2x4).
+TPU_TOPOLOGY_DIMS = {
+    "tpu-v3-slice": 2,
+    "tpu-v3-device": 2,
+    "tpu-v4-podslice": 3,
+    "tpu-v5-lite-podslice": 2,
+    "tpu-v5-lite-device": 2,
+    "tpu-v5p-slice": 3,
+    "tpu-v6e-slice": 2,
+}
+TPU_PREFIX = "tpu-"
+
+# Memory quantity suffix -> bytes (Kubernetes quantities).
+_MEMORY_UNITS = {
+    "": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+
+
+# --------------------------------------------------------------------------- #
+# Accelerators
+# --------------------------------------------------------------------------- #
+
+
+def is_tpu(accelerator_type: str) -> bool:
+    """Whether a GKE accelerator name (`tpu-v5-lite-podslice`, `nvidia-l4`) is a TPU."""
+    return accelerator_type.startswith(TPU_PREFIX)
+
+
+def accelerator_resource(accelerator_type: str) -> str:
+    """The extended resource an accelerator is requested as ('' for none).
+
+    Args:
+      accelerator_type: A GKE accelerator name, or '' for none.
+
+    Returns:
+      `google.com/tpu` for TPUs, `nvidia.com/gpu` for GPUs, '' for none.
+    """
+    if not accelerator_type:
+        return ""
+    return TPU_RESOURCE if is_tpu(accelerator_type) else GPU_RESOURCE
+
+
+def accelerator_node_labels(accelerator_type: str, tpu_topology: str = "") -> dict[str, str]:
+    """The GKE node labels that pick an accelerator's node pool.
+
+    Config validation reads these to reject a `node_selector` that
+    contradicts the accelerator fields.
+
+    Args:
+      accelerator_type: A GKE accelerator name, or '' for none.
+      tpu_topology: The TPU slice topology (`2x4`); TPUs only.
+
+    Returns:
+      Label -> value: the accelerator label for a GPU, the TPU accelerator
+      and topology labels for a TPU, {} for none.
+    """
+    if is_tpu(accelerator_type):
+        return {GKE_TPU_ACCELERATOR_LABEL: accelerator_type, GKE_TPU_TOPOLOGY_LABEL: tpu_topology}
+    if accelerator_type:
+        return {GKE_ACCELERATOR_LABEL: accelerator_type}
+    return {}
+
+
+# --------------------------------------------------------------------------- #
+# Kubernetes forms
+# --------------------------------------------------------------------------- #
+
+
+def node_selector(placement: Placement) -> dict[str, str]:
+    """The pod's node selector: the accelerator's GKE labels, then `placement.node_selector`."""
+    return {**accelerator_node_labels(placement.accelerator_type, placement.tpu_topology), **placement.node_selector}
+
+
+def tolerations(placement: Placement) -> list[dict[str, str]]:
+    """The pod's tolerations as Kubernetes dicts (empty fields left out)."""
+    return [
+        {k: v for k, v in (("key", t.key), ("operator", t.operator), ("value", t.value), ("effect", t.effect)) if v}
+        for t in placement.tolerations
+    ]
+
+
+def resources(placement: Placement) -> dict[str, dict[str, str]]:
+    """The container's `resources`: CPU / memory requests and limits, and the accelerator.
+
+    Returns:
+      `{"requests": {...}, "limits": {...}}`, each present only when
+      non-empty; {} for a placement without resources.
+    """
+    requests = {k: v for k, v in (("cpu", placement.cpu_request), ("memory", placement.memory_request)) if v}
+    limits = {k: v for k, v in (("cpu", placement.cpu_limit), ("memory", placement.memory_limit)) if v}
+    resource = accelerator_resource(placement.accelerator_type)
+    if resource:
+        # Extended resources are requested through limits (requests default to them).
+        limits[resource] = str(placement.accelerator_count)
+    out = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def container(
+    placement: Placement,
+    *,
+    name: str,
+    image: str,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    ports: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """A container with the placement's resources.
+
+    Args:
+      placement: Supplies the resources (its image is the caller's choice:
+        jobs fall back to a default image).
+      name: Container name (a job operator may look its container up by it).
+      image: Container image.
+      command: Entry point and arguments.
+      env: Environment variables, rendered sorted by name.
+      ports: Container ports, as Kubernetes dicts.
+    """
+    out: dict[str, Any] = {
+        "name": name,
+        "image": image,
+        "command": list(command),
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+    }
+    if ports:
+        out["ports"] = [dict(p) for p in ports]
+    placed = resources(placement)
+    if placed:
+        out["resources"] = placed
+    return out
+
+
+def pod_spec(
+    placement: Placement, containers: Sequence[Mapping[str, Any]], *, service_account: str = ""
+) -> dict[str, Any]:
+    """A pod spec on the placement's nodes: node selector and tolerations.
+
+    Args:
+      placement: Supplies the node selector and tolerations.
+      containers: The pod's containers (see `container`).
+      service_account: The pod's service account ('' = the namespace default).
+    """
+    spec: dict[str, Any] = {"containers": [dict(c) for c in containers]}
+    selector = node_selector(placement)
+    if selector:
+        spec["nodeSelector"] = selector
+    tolerated = tolerations(placement)
+    if tolerated:
+        spec["tolerations"] = tolerated
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    return spec
+
+
+# --------------------------------------------------------------------------- #
+# KFP forms
+# --------------------------------------------------------------------------- #
+
+
+def cpu_quantity(value: str) -> float:
+    """CPUs of a Kubernetes CPU quantity ('500m' -> 0.5), as KFP stores them."""
+    return float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+
+
+def memory_quantity(value: str) -> float:
+    """Decimal gigabytes of a Kubernetes memory quantity ('16Gi' -> 17.18), as KFP stores them."""
+    number = value.rstrip("KMGTPEi")
+    return int(number) * _MEMORY_UNITS[value[len(number):]] / 10**9
+
+
+def resource_spec(placement: Placement):
+    """The pipeline spec's `ResourceSpec`: `resources` in KFP units (CPUs, GB).
+
+    Returns:
+      A `PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec`.
+    """
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    spec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec()
+    placed = resources(placement)
+    requests, limits = placed.get("requests", {}), placed.get("limits", {})
+    if "cpu" in requests:
+        spec.cpu_request = cpu_quantity(requests["cpu"])
+    if "cpu" in limits:
+        spec.cpu_limit = cpu_quantity(limits["cpu"])
+    if "memory" in requests:
+        spec.memory_request = memory_quantity(requests["memory"])
+    if "memory" in limits:
+        spec.memory_limit = memory_quantity(limits["memory"])
+    resource = accelerator_resource(placement.accelerator_type)
+    if resource:
+        # KFP's driver requests the accelerator type verbatim as a Kubernetes
+        # resource name; the GPU / TPU model is picked by the node selector.
+        spec.accelerator.type = resource
+        spec.accelerator.count = int(limits[resource])
+    return spec
+
+
+def kubernetes_executor_config(placement: Placement):
+    """The kfp-kubernetes platform spec of a step: `node_selector` and `tolerations`.
+
+    Returns:
+      A `kfp.kubernetes` `KubernetesExecutorConfig`.
+    """
+    from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
+
+    msg = k8s.KubernetesExecutorConfig()
+    msg.node_selector.labels.update(node_selector(placement))
+    for toleration in tolerations(placement):
+        msg.tolerations.append(k8s.Toleration(**toleration))
+    return msg

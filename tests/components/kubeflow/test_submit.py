@@ -1,0 +1,160 @@
+"""`tfxkit submit` through `kfp.Client` against a local HTTP endpoint that
+speaks the KFP API (the transport boundary), uploading the shipped pipelines
+as compiled.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import http.server
+import json
+import threading
+import urllib.parse
+
+import portpicker
+import pytest
+from kfp import components as kfp_components
+
+from components.config import load_config
+from components.kubeflow import submit
+from pipelines import cli, kubeflow_runner
+
+NAMES = ["taxi", "digits"]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """name -> (config, kfp component loaded from the compiled file, path)."""
+    directory = tmp_path_factory.mktemp("kfp")
+    out = {}
+    for name in NAMES:
+        config = load_config(name)
+        path = kubeflow_runner.compile_pipeline(config, str(directory / f"{name}.yaml")).path
+        out[name] = (config, kfp_components.load_component_from_file(path), path)
+    return out
+
+
+class FakeKfp:
+    """A KFP API v2beta1 endpoint on a free port that records every request."""
+
+    def __init__(self, existing_pipeline=None):
+        self.existing = existing_pipeline
+        self.requests: list[dict] = []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _handle(self):
+                url = urllib.parse.urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                record = {"method": self.command, "path": url.path, "query": urllib.parse.parse_qs(url.query)}
+                if self.headers.get_content_type() == "multipart/form-data":
+                    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                        f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + raw
+                    )
+                    record["files"] = {
+                        part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
+                        for part in message.iter_parts()
+                    }
+                elif raw:
+                    record["body"] = json.loads(raw)
+                fake.requests.append(record)
+                data = json.dumps(fake.answer(self.command, url.path)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _handle
+
+        self.port = portpicker.pick_unused_port()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def host(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def answer(self, method, path):
+        api = "/apis/v2beta1"
+        if path == f"{api}/healthz":
+            return {"multi_user": False}
+        if path == f"{api}/pipelines" and method == "GET":
+            return {"pipelines": [{"pipeline_id": "p-1", "display_name": self.existing}]} if self.existing else {}
+        if path == f"{api}/pipelines/upload":
+            return {"pipeline_id": "p-1", "display_name": "taxi"}
+        if path == f"{api}/pipelines/upload_version":
+            return {"pipeline_id": "p-1", "pipeline_version_id": "v-2"}
+        if path == f"{api}/pipelines/p-1/versions":
+            return {"pipeline_versions": [{"pipeline_id": "p-1", "pipeline_version_id": "v-1"}]}
+        if path == f"{api}/experiments" and method == "GET":
+            return {}
+        if path == f"{api}/experiments":
+            return {"experiment_id": "e-1", "display_name": "Default"}
+        if path == f"{api}/runs":
+            return {"run_id": "r-1", "experiment_id": "e-1"}
+        return {}
+
+    def paths(self):
+        return [(r["method"], r["path"]) for r in self.requests]
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def test_submit_uploads_the_compiled_file_and_starts_a_run(compiled, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))  # kfp.Client reads ~/.config/kfp/context.json
+    _, _, path = compiled["taxi"]
+    with FakeKfp() as fake:
+        code = cli.main(["submit", "--package", path, "--host", fake.host, "--name", "taxi", "--run", "--experiment", "nightly"])
+    assert code == 0, capsys.readouterr().err
+    assert "pipeline_id=p-1, version_id=v-1, run_id=r-1" in capsys.readouterr().out
+    (upload,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/pipelines/upload"]
+    assert upload["method"] == "POST" and upload["query"]["name"] == ["taxi"]
+    filename, content = upload["files"]["uploadfile"]
+    with open(path, "rb") as f:
+        assert content == f.read()
+    (run,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/runs"]
+    assert run["body"]["pipeline_version_reference"] == {"pipeline_id": "p-1", "pipeline_version_id": "v-1"}
+    assert run["body"]["experiment_id"] == "e-1"
+    (experiment,) = [r for r in fake.requests if r["method"] == "POST" and r["path"] == "/apis/v2beta1/experiments"]
+    assert experiment["body"]["display_name"] == "nightly"
+
+
+def test_submit_adds_a_version_when_the_pipeline_exists(compiled, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _, _, path = compiled["digits"]
+    with FakeKfp(existing_pipeline="digits") as fake:
+        assert cli.main(["submit", "--package", path, "--host", fake.host, "--version", "v2"]) == 0
+    assert "pipeline_id=p-1, version_id=v-2" in capsys.readouterr().out
+    (upload,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/pipelines/upload_version"]
+    assert upload["query"]["name"] == ["v2"] and upload["query"]["pipelineid"] == ["p-1"]
+    with open(path, "rb") as f:
+        assert upload["files"]["uploadfile"][1] == f.read()
+    assert ("POST", "/apis/v2beta1/pipelines/upload") not in fake.paths()
+    assert not any(p == "/apis/v2beta1/runs" for _, p in fake.paths())
+
+
+def test_submit_of_a_missing_package_fails_clearly(capsys, tmp_path):
+    assert cli.main(["submit", "--package", str(tmp_path / "nope.yaml"), "--host", "http://127.0.0.1:9"]) == 2
+    assert "--package:" in capsys.readouterr().err
+
+
+def test_submit_without_run_returns_the_new_pipeline_and_its_first_version(compiled, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _, _, path = compiled["taxi"]
+    with FakeKfp() as fake:
+        ids = submit.submit(path, fake.host, "taxi")
+    assert ids == {"pipeline_id": "p-1", "version_id": "v-1"}
+    assert not any(p == "/apis/v2beta1/runs" for _, p in fake.paths())

@@ -9,9 +9,6 @@ import warnings
 # Google client libraries warn about Python versions on import; not actionable here.
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from components.config import ConfigError, load_config  # noqa: E402 (after the warning filter)
-from components.data import DataError  # noqa: E402
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tfxkit", description=__doc__)
@@ -35,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     submit.add_argument("--namespace", help="Kubeflow profile namespace (multi-user deployments)")
     args = parser.parse_args(argv)
 
+    # Imported after parsing so that `--help` stays fast (components.data imports TensorFlow).
+    from components.config import ConfigError
+    from pipelines.configs import load_config
+
     if args.command == "submit":
         return _submit(args)
     try:
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tfxkit: wrote {compiled.path} ({len(compiled.pipeline_spec.root.dag.tasks)} components)")
         return 0
     if args.command == "run":
+        from components.data import DataError
         from pipelines import local_runner
 
         try:
@@ -71,7 +73,9 @@ def _submit(args) -> int:
     import os
     import tempfile
 
+    from components.config import ConfigError
     from pipelines import kubeflow_runner
+    from pipelines.configs import load_config
 
     with tempfile.TemporaryDirectory() as tmp:
         package, name = args.package, args.name

@@ -30,12 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     submit.add_argument("--run", action="store_true", help="also start a run of the uploaded version")
     submit.add_argument("--experiment", default="Default", help="experiment of the run (default: Default)")
     submit.add_argument("--namespace", help="Kubeflow profile namespace (multi-user deployments)")
+    sub.add_parser("schema", help="print the JSON Schema of a config file (for editors and checkers)")
     args = parser.parse_args(argv)
 
     # Imported after parsing so that `--help` stays fast (components.data imports TensorFlow).
     from components.config import ConfigError
-    from pipelines.configs import load_config
+    from pipelines.configs import load_config, schema_text
 
+    if args.command == "schema":
+        sys.stdout.write(schema_text())
+        return 0
     if args.command == "submit":
         return _submit(args)
     try:

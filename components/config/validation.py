@@ -17,7 +17,7 @@ import inspect
 import re
 import types
 import typing
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from pydantic import ConfigDict
@@ -117,24 +117,6 @@ def section(path: str = ""):
 # pydantic errors -> ConfigError
 # --------------------------------------------------------------------------- #
 
-_EXPECTED = {
-    "int_type": "an integer",
-    "int_parsing": "an integer",
-    "int_from_float": "an integer",
-    "float_type": "a number",
-    "float_parsing": "a number",
-    "bool_type": "true or false",
-    "bool_parsing": "true or false",
-    "string_type": "a string",
-    "tuple_type": "a list",
-    "list_type": "a list",
-    "dict_type": "a mapping",
-    "dataclass_type": "a mapping",
-    "dataclass_exact_type": "a mapping",
-    "none_required": "null",
-}
-
-
 def config_error(error: pydantic.ValidationError, root: type, prefix: str = "") -> ConfigError:
     """The `ConfigError` of the first error in `error`, raised validating `root`.
 
@@ -155,17 +137,12 @@ def config_error(error: pydantic.ValidationError, root: type, prefix: str = "") 
     if kind == "value_error" and isinstance(e["ctx"]["error"], ConfigError):
         return e["ctx"]["error"]
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        allowed = sorted(f.name for f in dataclasses.fields(_annotation_at(root, loc[:-1])))
+        allowed = sorted(f.name for f in dataclasses.fields(_non_null(_annotation_at(root, loc[:-1]))))
         return ConfigError(f"{path}: unknown key {loc[-1]!r}; allowed keys: {', '.join(allowed)}")
     if kind in ("missing", "missing_argument"):
         return ConfigError(f"{path}: required key is missing")
     annotation = _annotation_at(root, loc)
-    if kind == "literal_error":
-        expected = f"one of {list(typing.get_args(annotation))}"
-    else:
-        expected = _EXPECTED.get(kind, e["msg"].removeprefix("Input should be "))
-    if type(None) in typing.get_args(annotation) and kind != "none_required":
-        expected += " or null"
+    expected = _expected_form(annotation) if annotation is not None else e["msg"].removeprefix("Input should be ")
     return ConfigError(f"{path or 'config'}: expected {expected}, got {value!r}")
 
 
@@ -173,9 +150,7 @@ def _annotation_at(root: Any, loc: tuple) -> Any:
     """The declared type at `loc` below the dataclass `root` (None where it cannot be told)."""
     tp = root
     for part in loc:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
-            tp = args[0]
+        tp = _non_null(tp)
         if dataclasses.is_dataclass(tp):
             tp = typing.get_type_hints(tp).get(part)
         elif typing.get_origin(tp) is tuple:
@@ -186,3 +161,28 @@ def _annotation_at(root: Any, loc: tuple) -> Any:
             return None
     return tp
 
+
+
+def _expected_form(tp: Any) -> str:
+    """How an error message names the values of type `tp` (`a list of an integer`)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return f"one of {list(args)}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_expected_form(a) for a in args)
+    if origin is tuple:
+        return f"a list of {_expected_form(args[0])}"
+    if origin is dict:
+        return f"a mapping of {_expected_form(args[1])}"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null"}
+    return names.get(tp, str(tp))
+
+
+def _non_null(tp: Any) -> Any:
+    """`X` for `X | None`, else `tp`."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return tp

@@ -49,11 +49,12 @@ import tensorflow_transform as tft  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 from components import strategies  # noqa: E402
-from components.config import PipelineConfig, from_dict, load_config, to_dict  # noqa: E402
+from components.config import PipelineConfig, from_dict, to_dict  # noqa: E402
 from components.distiller.run_fn import train_student  # noqa: E402
 from components.export import export_serving_model  # noqa: E402
 from components.trainer import training  # noqa: E402
 from pipelines import report  # noqa: E402
+from pipelines.configs import load_config  # noqa: E402
 
 MNIST_PATH = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "mnist_1000.tfrecord"))
 TEMPERATURES = (1.0, 2.0, 5.0, 10.0, 20.0)

@@ -48,8 +48,9 @@ import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 from components import ingestion, models  # noqa: E402
-from components.config import PipelineConfig, load_config  # noqa: E402
+from components.config import PipelineConfig  # noqa: E402
 from components.transform import layout as transform_layout  # noqa: E402
+from pipelines.configs import load_config  # noqa: E402
 
 # Distinct ids of a `vocabulary` feature in the synthetic data (the real taxi
 # vocabularies are of this order).

@@ -18,8 +18,8 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from components.config import load_config  # noqa: E402
 from pipelines import local_runner  # noqa: E402
+from pipelines.configs import load_config  # noqa: E402
 from tests.conftest import tiny  # noqa: E402
 from tests.pipelines.reliability_cases import CASES, baseline_config, run_case  # noqa: E402
 

@@ -44,7 +44,8 @@ EPOCHS = 5
 
 
 def _config(steps: int, **sections):
-    from components.config import from_dict, load_config, to_dict
+    from components.config import from_dict, to_dict
+    from pipelines.configs import load_config
 
     data = to_dict(load_config("taxi"))
     data["ingestion"].update({"batch_size": GLOBAL_BATCH, "cache": "memory", "shuffle_buffer": 10000})

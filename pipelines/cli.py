@@ -9,9 +9,6 @@ import warnings
 # Google client libraries warn about Python versions on import; not actionable here.
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from components.config import ConfigError, load_config  # noqa: E402 (after the warning filter)
-from components.data import DataError  # noqa: E402
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tfxkit", description=__doc__)
@@ -33,8 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     submit.add_argument("--run", action="store_true", help="also start a run of the uploaded version")
     submit.add_argument("--experiment", default="Default", help="experiment of the run (default: Default)")
     submit.add_argument("--namespace", help="Kubeflow profile namespace (multi-user deployments)")
+    sub.add_parser("schema", help="print the JSON Schema of a config file (for editors and checkers)")
     args = parser.parse_args(argv)
 
+    # Imported after parsing so that `--help` stays fast (components.data imports TensorFlow).
+    from components.config import ConfigError
+    from pipelines.configs import load_config, schema_text
+
+    if args.command == "schema":
+        sys.stdout.write(schema_text())
+        return 0
     if args.command == "submit":
         return _submit(args)
     try:
@@ -53,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tfxkit: wrote {compiled.path} ({len(compiled.pipeline_spec.root.dag.tasks)} components)")
         return 0
     if args.command == "run":
+        from components.data import DataError
         from pipelines import local_runner
 
         try:
@@ -71,7 +77,9 @@ def _submit(args) -> int:
     import os
     import tempfile
 
+    from components.config import ConfigError
     from components.kubeflow import submit
+    from pipelines.configs import load_config
 
     with tempfile.TemporaryDirectory() as tmp:
         package, name = args.package, args.name

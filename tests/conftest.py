@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from components.config import PipelineConfig, load_config
+from components.config import PipelineConfig
+from pipelines.configs import load_config
 
 SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data")
 

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 
+import jsonschema
 import pytest
 import yaml
 
 from components.config import (
-    SHIPPED_CONFIG_DIR,
     ConfigError,
     PipelineConfig,
+    Placement,
     from_custom_config,
     from_dict,
-    load_config,
+    json_schema,
     to_dict,
 )
+from pipelines.configs import SHIPPED_CONFIG_DIR, load_config
 
 
 def _taxi_dict():
@@ -187,3 +191,98 @@ def test_names_used_in_paths_cannot_escape(path, value):
     # vocabulary file names in the transform graph.
     with pytest.raises(ConfigError, match=r"expected (an identifier|letters, digits)"):
         from_dict(_mutate(path, value))
+
+
+# --------------------------------------------------------------------------- #
+# Types, derived configs and the JSON Schema
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize(
+    "path, value, match",
+    [
+        ("train.train_steps", True, r"^train\.train_steps: expected an integer, got True"),
+        ("train.learning_rate", "0.1", r"^train\.learning_rate: expected a number, got '0\.1'"),
+        ("name", 7, r"^name: expected a string, got 7"),
+        ("teacher", 3, r"^teacher: expected a mapping, got 3"),
+        ("teacher.hidden_units", 64, r"^teacher\.hidden_units: expected a list of an integer, got 64"),
+        ("kubeflow.tfjob_ps_placement", 3, r"^kubeflow\.tfjob_ps_placement: expected a mapping or null, got 3"),
+        ("kubeflow.tfjob_ps_placement", {"cpu_reqest": "2"}, r"^kubeflow\.tfjob_ps_placement\.cpu_reqest: unknown key"),
+        ("data.features.0.fill_value", "x", r"^data\.features\[0\]\.fill_value: expected a number or null, got 'x'"),
+        ("kubeflow.placements", {"Trainer": {"cpu_limt": "4"}}, r"^kubeflow\.placements\.Trainer\.cpu_limt: unknown key 'cpu_limt'; allowed keys: .*cpu_limit"),
+        ("kubeflow.placements", {"Trainer": {}}, r"^kubeflow\.placements\.Trainer: empty placement"),
+        ("kubeflow.placements", {"Trainer": {"node_selector": {"pool": "a"}, "tolerations": [{"key": ""}]}}, r"^kubeflow\.placements\.Trainer\.tolerations\[0\]\.key: expected a non-empty"),
+    ],
+)
+def test_types_are_strict_and_errors_name_the_field(path, value, match):
+    with pytest.raises(ConfigError, match=match):
+        from_dict(_mutate(path, value))
+
+
+def test_integers_pass_as_numbers():
+    config = from_dict(_mutate("train.learning_rate", 1))
+    assert config.train.learning_rate == 1.0 and isinstance(config.train.learning_rate, float)
+
+
+def test_a_config_that_is_not_a_mapping_is_rejected():
+    with pytest.raises(ConfigError, match=r"^config: expected a mapping, got \[1\]"):
+        from_dict([1])
+
+
+@pytest.mark.parametrize(
+    "derive, match",
+    [
+        (lambda c: dataclasses.replace(c.train, learning_rate=-1.0), r"^train\.learning_rate: expected a number > 0"),
+        (lambda c: dataclasses.replace(c.ingestion, batch_size=True), r"^ingestion\.batch_size: expected an integer, got True"),
+        (lambda c: dataclasses.replace(c.data, features=c.data.features * 2), r"^data\.features\[\d+\]\.name: duplicate feature"),
+        (lambda c: dataclasses.replace(c.teacher, dropout=1.0), r"^dropout: expected a number in \[0, 1\)"),
+        (lambda c: dataclasses.replace(c, name="../x"), r"^name: expected letters, digits"),
+        (lambda c: dataclasses.replace(c, beam_args=("--password=hunter2",)), r"^beam_args\[0\]: looks like a credential"),
+    ],
+)
+def test_derived_configs_are_validated(taxi_config, derive, match):
+    with pytest.raises(ConfigError, match=match):
+        derive(taxi_config)
+
+
+def test_configs_are_frozen_and_compare_by_value(taxi_config):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        taxi_config.train.learning_rate = 1.0
+    assert Placement() == Placement()
+    assert hash(taxi_config.train) == hash(dataclasses.replace(taxi_config.train))
+    assert dataclasses.replace(taxi_config, name="other") != taxi_config
+
+
+def test_to_dict_writes_plain_data(taxi_config):
+    data = to_dict(taxi_config)
+    assert data["teacher"]["hidden_units"] == list(taxi_config.teacher.hidden_units)
+    assert json.loads(taxi_config.to_json()) == data
+
+
+@pytest.fixture(scope="module")
+def schema_validator():
+    schema = json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("path", sorted(SHIPPED_CONFIG_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_schema_accepts_every_shipped_config(schema_validator, path):
+    schema_validator.validate(yaml.safe_load(path.read_text()))
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [("train.learning_rat", 0.1), ("kubeflow.placements", {"Trainer": {"gpu": 1}}), ("train.train_steps", "many"), ("ingestion.deterministic", 1)],
+)
+def test_schema_rejects_unknown_keys_and_wrong_types(schema_validator, path, value):
+    with pytest.raises(jsonschema.ValidationError):
+        schema_validator.validate(_mutate(path, value))
+
+
+def test_schema_describes_fields_from_the_attributes_docs():
+    defs = json_schema()["$defs"]
+    assert defs["TrainConfig"]["properties"]["learning_rate"]["description"] == "Adam learning rate."
+    assert defs["TrainConfig"]["description"] == "Optimisation settings shared by the teacher and the student."
+    assert defs["Placement"]["properties"]["cpu_limit"]["description"].startswith("CPU as a Kubernetes quantity")
+    assert json_schema()["properties"]["kubeflow"]["description"] == "the sections above."

@@ -14,8 +14,9 @@ import tensorflow as tf
 import tf_keras as keras
 
 from components import distillation
-from components.config import ConfigError, from_dict, load_config, to_dict
+from components.config import ConfigError, from_dict, to_dict
 from components.distillation import Distiller, distillation_losses, soft_targets
+from pipelines.configs import load_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # float32 softmax / log-softmax against float64 NumPy.

@@ -10,13 +10,16 @@ parameter-server clusters in its multi-process tests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import types
+import typing
 
 import pytest
 import tensorflow as tf
 
 from components import strategies
-from components.config import ConfigError, StrategyConfig, from_dict
+from components.config import ConfigError, StrategyConfig, StrategyKind, from_dict
 from components.strategies import StrategyError, parse_tf_config, resolve_kind
 
 WORKERS = ["localhost:2001", "localhost:2002"]
@@ -102,8 +105,19 @@ def test_strategy_errors_are_config_errors():
 # --------------------------------------------------------------------------- #
 
 
+def strategy_config(**fields):
+    """A `StrategyConfig`, or for a kind none accepts a stand-in with its attributes.
+
+    The factory's own check of the kind (for callers that bypass the config)
+    can only be reached with the stand-in: a `StrategyConfig` rejects the kind.
+    """
+    if fields.get("kind", "auto") in typing.get_args(StrategyKind):
+        return StrategyConfig(**fields)
+    return types.SimpleNamespace(**{**dataclasses.asdict(StrategyConfig()), **fields})
+
+
 def resolve(tf_config_text=None, gpus=0, tpu=False, **config):
-    return resolve_kind(StrategyConfig(**config), parse_tf_config(tf_config_text), gpus, tpu_available=tpu)
+    return resolve_kind(strategy_config(**config), parse_tf_config(tf_config_text), gpus, tpu_available=tpu)
 
 
 @pytest.mark.parametrize(
@@ -207,7 +221,9 @@ def test_parameter_server_workers_and_ps_get_no_strategy():
 
 def test_unknown_kind_fails_in_the_factory_and_in_yaml():
     with pytest.raises(StrategyError, match=r"^strategy\.kind: unknown strategy kind 'gpu_cluster'; expected one of"):
-        strategies.create_strategy(StrategyConfig(kind="gpu_cluster"), environ={})
+        strategies.create_strategy(strategy_config(kind="gpu_cluster"), environ={})
+    with pytest.raises(ConfigError, match=r"^strategy\.kind: expected one of"):
+        StrategyConfig(kind="gpu_cluster")
     with pytest.raises(ConfigError, match=r"^strategy\.kind: expected one of"):
         from_dict({"data": {"builtin": "taxi", "features": [{"name": "fare", "kind": "float"}]}, "strategy": {"kind": "gpu_cluster"}})
 

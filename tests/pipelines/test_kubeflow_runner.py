@@ -13,10 +13,11 @@ from google.protobuf import json_format
 from kfp import components as kfp_components
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
-from components.config import SHIPPED_CONFIG_DIR, ConfigError, from_dict, load_config
+from components.config import ConfigError, from_dict
 from components.kubeflow import placement as kube_placement
 from components.kubeflow import tfjob
 from pipelines import cli, kubeflow_runner, local_runner
+from pipelines.configs import SHIPPED_CONFIG_DIR, load_config
 from pipelines.pipeline import create_pipeline
 
 NAMES = ["taxi", "digits"]

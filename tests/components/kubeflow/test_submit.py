@@ -16,9 +16,9 @@ import portpicker
 import pytest
 from kfp import components as kfp_components
 
-from components.config import load_config
 from components.kubeflow import submit
 from pipelines import cli, kubeflow_runner
+from pipelines.configs import load_config
 
 NAMES = ["taxi", "digits"]
 

@@ -1,42 +1,37 @@
-"""Typed, validated pipeline configuration.
+"""The pipeline configuration: every section, its fields and its rules.
 
 One `PipelineConfig` (nested frozen dataclasses) is loaded from YAML and
-validated before anything runs. It crosses into TFX components once, as JSON
-under a single `custom_config` key (`CONFIG_KEY`), and executors parse it back
-with `PipelineConfig.from_json` on their first line.
+validated before anything runs (`components.config.loading`). It crosses into
+TFX components once, as JSON under a single `custom_config` key
+(`CONFIG_KEY`), and executors parse it back with `PipelineConfig.from_json` on
+their first line.
 
-Every error is a `ConfigError` whose message starts with the dotted path of the
-offending field (for example `train.learning_rate`) and says what is expected.
+Every section is validated when it is constructed, `dataclasses.replace`
+included. Every error is a `ConfigError` whose message starts with the dotted
+path of the offending field (for example `train.learning_rate`) and says what
+is expected.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
-import types
 import typing
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import field
+from typing import Literal, Self
 
-import yaml
+from pydantic import model_validator
+
+from components.config.secret_scan import reject_secrets
+from components.config.validation import fail, section
+from components.kubeflow.placement import TPU_TOPOLOGY_DIMS, accelerator_node_labels, is_tpu
 
 CONFIG_KEY = "tfxkit_config"
-SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent.parent / "pipelines" / "configs"
 
 FeatureKind = Literal["float", "int_categorical", "string_categorical"]
 FloatTransform = Literal["zscore", "bucketize", "identity"]
 CategoricalTransform = Literal["vocabulary", "identity"]
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field path."""
-
-
-def _fail(path: str, message: str) -> typing.NoReturn:
-    raise ConfigError(f"{path}: {message}")
 
 
 # --------------------------------------------------------------------------- #
@@ -44,7 +39,7 @@ def _fail(path: str, message: str) -> typing.NoReturn:
 # --------------------------------------------------------------------------- #
 
 
-@dataclass(frozen=True)
+@section()
 class FeatureConfig:
     """One input feature.
 
@@ -87,31 +82,33 @@ class FeatureConfig:
         """Whether the transformed feature is an integer id (embedded by the model)."""
         return self.kind != "float" or self.effective_transform == "bucketize"
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
-            _fail(f"{path}.name", f"expected an identifier ([A-Za-z_][A-Za-z0-9_]*), got {self.name!r}")
+            fail("name", f"expected an identifier ([A-Za-z_][A-Za-z0-9_]*), got {self.name!r}")
         allowed = typing.get_args(FloatTransform if self.kind == "float" else CategoricalTransform)
         if self.transform is not None and self.transform not in allowed:
-            _fail(f"{path}.transform", f"expected one of {list(allowed)} for kind {self.kind!r}, got {self.transform!r}")
+            fail("transform", f"expected one of {list(allowed)} for kind {self.kind!r}, got {self.transform!r}")
         if self.size < 1:
-            _fail(f"{path}.size", f"expected an integer >= 1, got {self.size}")
+            fail("size", f"expected an integer >= 1, got {self.size}")
         t = self.effective_transform
         if t == "bucketize" and self.num_buckets < 2:
-            _fail(f"{path}.num_buckets", f"expected an integer >= 2 for transform 'bucketize', got {self.num_buckets}")
+            fail("num_buckets", f"expected an integer >= 2 for transform 'bucketize', got {self.num_buckets}")
         if self.kind != "float" and t == "identity":
             if self.kind == "string_categorical":
-                _fail(f"{path}.transform", "'identity' needs integer values; use 'vocabulary' for strings")
+                fail("transform", "'identity' needs integer values; use 'vocabulary' for strings")
             if self.num_buckets < 1:
-                _fail(f"{path}.num_buckets", "expected the id range (>= 1) for an 'identity' integer categorical")
+                fail("num_buckets", "expected the id range (>= 1) for an 'identity' integer categorical")
         if t == "vocabulary" and self.oov_buckets < 1:
-            _fail(f"{path}.oov_buckets", f"expected an integer >= 1 (unseen values need a bucket), got {self.oov_buckets}")
+            fail("oov_buckets", f"expected an integer >= 1 (unseen values need a bucket), got {self.oov_buckets}")
         if self.top_k < 0:
-            _fail(f"{path}.top_k", f"expected an integer >= 0 (0 keeps all), got {self.top_k}")
+            fail("top_k", f"expected an integer >= 0 (0 keeps all), got {self.top_k}")
         if self.kind != "float" and self.size != 1:
-            _fail(f"{path}.size", "categorical features must be scalars (size 1)")
+            fail("size", "categorical features must be scalars (size 1)")
+        return self
 
 
-@dataclass(frozen=True)
+@section("data.label")
 class LabelConfig:
     """The classification target.
 
@@ -124,14 +121,16 @@ class LabelConfig:
     name: str = "label"
     num_classes: int = 2
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
-            _fail(f"{path}.name", f"expected an identifier ([A-Za-z_][A-Za-z0-9_]*), got {self.name!r}")
+            fail("name", f"expected an identifier ([A-Za-z_][A-Za-z0-9_]*), got {self.name!r}")
         if self.num_classes < 2:
-            _fail(f"{path}.num_classes", f"expected an integer >= 2, got {self.num_classes}")
+            fail("num_classes", f"expected an integer >= 2, got {self.num_classes}")
+        return self
 
 
-@dataclass(frozen=True)
+@section("data")
 class DataConfig:
     """Where the raw data is and what it contains.
 
@@ -157,32 +156,32 @@ class DataConfig:
     train_buckets: int = 4
     eval_buckets: int = 1
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if bool(self.builtin) == bool(self.path):
-            _fail(path, "set exactly one of 'builtin' (taxi, digits) or 'path' (your CSV/TFRecord files)")
-        self.label.validate(f"{path}.label")
+            fail("", "set exactly one of 'builtin' (taxi, digits) or 'path' (your CSV/TFRecord files)")
         if self.builtin and self.builtin not in ("taxi", "digits"):
-            _fail(f"{path}.builtin", f"expected one of ['taxi', 'digits'], got {self.builtin!r}")
+            fail("builtin", f"expected one of ['taxi', 'digits'], got {self.builtin!r}")
         if not self.features:
-            _fail(f"{path}.features", "expected at least one feature")
+            fail("features", "expected at least one feature")
         seen: set[str] = set()
         for i, feat in enumerate(self.features):
-            feat.validate(f"{path}.features[{i}]")
             if feat.name in seen:
-                _fail(f"{path}.features[{i}].name", f"duplicate feature {feat.name!r}")
+                fail(f"features[{i}].name", f"duplicate feature {feat.name!r}")
             seen.add(feat.name)
             if feat.name == self.label.name:
-                _fail(f"{path}.features[{i}].name", f"{feat.name!r} is the label; a label cannot also be a feature")
+                fail(f"features[{i}].name", f"{feat.name!r} is the label; a label cannot also be a feature")
             if feat.name in self.exclude:
-                _fail(f"{path}.features[{i}].name", f"{feat.name!r} is listed in data.exclude (it leaks the label)")
+                fail(f"features[{i}].name", f"{feat.name!r} is listed in data.exclude (it leaks the label)")
         if self.label.name in self.exclude:
-            _fail(f"{path}.exclude", f"the label {self.label.name!r} cannot be excluded")
+            fail("exclude", f"the label {self.label.name!r} cannot be excluded")
         for name in ("train_buckets", "eval_buckets"):
             if getattr(self, name) < 1:
-                _fail(f"{path}.{name}", f"expected an integer >= 1, got {getattr(self, name)}")
+                fail(name, f"expected an integer >= 1, got {getattr(self, name)}")
+        return self
 
 
-@dataclass(frozen=True)
+@section("transform")
 class TransformConfig:
     """How Transform writes its output (recorded for the Trainer in `tfxkit_layout.json`).
 
@@ -203,12 +202,14 @@ class TransformConfig:
     compression: Literal["gzip", "none"] = "gzip"
     pack_features: bool = False
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if self.num_shards < 0:
-            _fail(f"{path}.num_shards", f"expected an integer >= 0 (0 = automatic), got {self.num_shards}")
+            fail("num_shards", f"expected an integer >= 0 (0 = automatic), got {self.num_shards}")
+        return self
 
 
-@dataclass(frozen=True)
+@section("ingestion")
 class IngestionConfig:
     """The Trainer's tf.data input pipeline.
 
@@ -238,13 +239,15 @@ class IngestionConfig:
     prefetch: int = 0
     deterministic: bool = False
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         for name in ("batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
-                _fail(f"{path}.{name}", f"expected an integer >= 1, got {getattr(self, name)}")
+                fail(name, f"expected an integer >= 1, got {getattr(self, name)}")
         for name in ("shuffle_buffer", "num_parallel_reads", "num_parallel_calls", "prefetch"):
             if getattr(self, name) < 0:
-                _fail(f"{path}.{name}", f"expected an integer >= 0, got {getattr(self, name)}")
+                fail(name, f"expected an integer >= 0, got {getattr(self, name)}")
+        return self
 
 
 StrategyKind = Literal[
@@ -258,7 +261,7 @@ StrategyKind = Literal[
 ]
 
 
-@dataclass(frozen=True)
+@section("strategy")
 class StrategyConfig:
     """Which tf.distribute strategy the Trainer uses.
 
@@ -292,22 +295,24 @@ class StrategyConfig:
     parameter_servers: int = 0
     steps_per_execution: int = 1
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         for name in ("num_gpus", "num_cpu_devices", "all_reduce_pack_bytes", "parameter_servers"):
             if getattr(self, name) < 0:
-                _fail(f"{path}.{name}", f"expected an integer >= 0, got {getattr(self, name)}")
+                fail(name, f"expected an integer >= 0, got {getattr(self, name)}")
         for name in ("workers", "steps_per_execution"):
             if getattr(self, name) < 1:
-                _fail(f"{path}.{name}", f"expected an integer >= 1, got {getattr(self, name)}")
+                fail(name, f"expected an integer >= 1, got {getattr(self, name)}")
         if self.kind == "parameter_server" and self.parameter_servers < 1 and self.workers > 1:
-            _fail(f"{path}.parameter_servers", "expected >= 1 parameter server for kind 'parameter_server'")
+            fail("parameter_servers", "expected >= 1 parameter server for kind 'parameter_server'")
         if self.kind == "one_device" and self.num_gpus > 1:
-            _fail(f"{path}.num_gpus", f"kind 'one_device' uses one device, got num_gpus {self.num_gpus}; use kind 'mirrored' for several GPUs")
+            fail("num_gpus", f"kind 'one_device' uses one device, got num_gpus {self.num_gpus}; use kind 'mirrored' for several GPUs")
         if self.kind == "tpu" and self.communication == "nccl":
-            _fail(f"{path}.communication", "'nccl' is for GPUs; TPUs have their own interconnect (use 'auto')")
+            fail("communication", "'nccl' is for GPUs; TPUs have their own interconnect (use 'auto')")
+        return self
 
 
-@dataclass(frozen=True)
+@section("train")
 class TrainConfig:
     """Optimisation settings shared by the teacher and the student.
 
@@ -336,17 +341,19 @@ class TrainConfig:
     checkpoint_every_steps: int = 100
     seed: int = 42
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         for name in ("train_steps", "eval_steps", "steps_per_epoch", "checkpoint_every_steps"):
             if getattr(self, name) < 1:
-                _fail(f"{path}.{name}", f"expected an integer >= 1, got {getattr(self, name)}")
+                fail(name, f"expected an integer >= 1, got {getattr(self, name)}")
         if not self.learning_rate > 0:
-            _fail(f"{path}.learning_rate", f"expected a number > 0, got {self.learning_rate}")
+            fail("learning_rate", f"expected a number > 0, got {self.learning_rate}")
         if self.grad_accum_steps < 1:
-            _fail(f"{path}.grad_accum_steps", f"expected an integer >= 1 (1 disables accumulation), got {self.grad_accum_steps}")
+            fail("grad_accum_steps", f"expected an integer >= 1 (1 disables accumulation), got {self.grad_accum_steps}")
+        return self
 
 
-@dataclass(frozen=True)
+@section()
 class ModelConfig:
     """Shape of a feed-forward classifier over the transformed features.
 
@@ -360,23 +367,25 @@ class ModelConfig:
     embedding_dim: int = 8
     dropout: float = 0.0
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if not self.hidden_units:
-            _fail(f"{path}.hidden_units", "expected at least one hidden layer width")
+            fail("hidden_units", "expected at least one hidden layer width")
         for i, w in enumerate(self.hidden_units):
             if w < 1:
-                _fail(f"{path}.hidden_units[{i}]", f"expected an integer >= 1, got {w}")
+                fail(f"hidden_units[{i}]", f"expected an integer >= 1, got {w}")
         if self.embedding_dim < 1:
-            _fail(f"{path}.embedding_dim", f"expected an integer >= 1, got {self.embedding_dim}")
+            fail("embedding_dim", f"expected an integer >= 1, got {self.embedding_dim}")
         if not 0.0 <= self.dropout < 1.0:
-            _fail(f"{path}.dropout", f"expected a number in [0, 1), got {self.dropout}")
+            fail("dropout", f"expected a number in [0, 1), got {self.dropout}")
+        return self
 
 
 # Teacher inputs of the Distiller component (one named input each).
 MAX_TEACHERS = 8
 
 
-@dataclass(frozen=True)
+@section("distillation")
 class DistillationConfig:
     """Teacher-then-student distillation (see `components.distillation`).
 
@@ -406,21 +415,23 @@ class DistillationConfig:
     cache_teacher_logits: bool = False
     require_compression: bool = True
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if not 0.0 <= self.alpha <= 1.0:
-            _fail(f"{path}.alpha", f"expected a number in [0, 1], got {self.alpha}")
+            fail("alpha", f"expected a number in [0, 1], got {self.alpha}")
         if not self.temperature > 0:
-            _fail(f"{path}.temperature", f"expected a number > 0, got {self.temperature}")
+            fail("temperature", f"expected a number > 0, got {self.temperature}")
         if not 1 <= self.num_teachers <= MAX_TEACHERS:
-            _fail(f"{path}.num_teachers", f"expected an integer in [1, {MAX_TEACHERS}], got {self.num_teachers}")
+            fail("num_teachers", f"expected an integer in [1, {MAX_TEACHERS}], got {self.num_teachers}")
         if self.teacher_weights:
             if len(self.teacher_weights) != self.num_teachers:
-                _fail(f"{path}.teacher_weights", f"expected {self.num_teachers} weights (one per teacher), got {len(self.teacher_weights)}")
+                fail("teacher_weights", f"expected {self.num_teachers} weights (one per teacher), got {len(self.teacher_weights)}")
             if any(w < 0 for w in self.teacher_weights) or sum(self.teacher_weights) <= 0:
-                _fail(f"{path}.teacher_weights", "expected non-negative weights with a positive sum")
+                fail("teacher_weights", "expected non-negative weights with a positive sum")
+        return self
 
 
-@dataclass(frozen=True)
+@section("evaluation")
 class EvaluationConfig:
     """Evaluator (TFMA) gates.
 
@@ -433,33 +444,18 @@ class EvaluationConfig:
     min_accuracy: float = 0.5
     max_accuracy_drop: float = 0.05
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if not 0.0 <= self.min_accuracy <= 1.0:
-            _fail(f"{path}.min_accuracy", f"expected a number in [0, 1], got {self.min_accuracy}")
+            fail("min_accuracy", f"expected a number in [0, 1], got {self.min_accuracy}")
         if not 0.0 <= self.max_accuracy_drop <= 1.0:
-            _fail(f"{path}.max_accuracy_drop", f"expected a number in [0, 1], got {self.max_accuracy_drop}")
+            fail("max_accuracy_drop", f"expected a number in [0, 1], got {self.max_accuracy_drop}")
+        return self
 
 
-# Kubernetes extended resources and GKE node labels of accelerators.
-GPU_RESOURCE = "nvidia.com/gpu"
-TPU_RESOURCE = "google.com/tpu"
-GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-GKE_TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
-# GKE TPU accelerator label -> dimensions of its slice topology (v4 and v5p
-# slices are 3-D tori such as 2x2x4; v3, v5e and v6e are 2-D such as 2x4).
-TPU_TOPOLOGY_DIMS = {
-    "tpu-v3-slice": 2,
-    "tpu-v3-device": 2,
-    "tpu-v4-podslice": 3,
-    "tpu-v5-lite-podslice": 2,
-    "tpu-v5-lite-device": 2,
-    "tpu-v5p-slice": 3,
-    "tpu-v6e-slice": 2,
-}
 
 
-@dataclass(frozen=True)
+@section()
 class Toleration:
     """A Kubernetes toleration."""
 
@@ -468,14 +464,16 @@ class Toleration:
     value: str = ""
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if not self.key:
-            _fail(f"{path}.key", "expected a non-empty toleration key")
+            fail("key", "expected a non-empty toleration key")
         if self.operator == "Exists" and self.value:
-            _fail(f"{path}.value", "operator 'Exists' takes no value; use operator 'Equal'")
+            fail("value", "operator 'Exists' takes no value; use operator 'Equal'")
+        return self
 
 
-@dataclass(frozen=True)
+@section()
 class Placement:
     """Where and with what one component runs on Kubernetes.
 
@@ -508,102 +506,86 @@ class Placement:
     tolerations: tuple[Toleration, ...] = ()
     beam_args: tuple[str, ...] = ()
 
-    @property
-    def is_tpu(self) -> bool:
-        return self.accelerator_type.startswith("tpu-")
-
-    @property
-    def accelerator_resource(self) -> str:
-        """The Kubernetes extended resource the accelerator is requested as ('' for none)."""
-        if not self.accelerator_type:
-            return ""
-        return TPU_RESOURCE if self.is_tpu else GPU_RESOURCE
-
-    def effective_node_selector(self) -> dict[str, str]:
-        """`node_selector` plus the GKE labels that pick the accelerator's node pool."""
-        labels: dict[str, str] = {}
-        if self.is_tpu:
-            labels[GKE_TPU_ACCELERATOR_LABEL] = self.accelerator_type
-            labels[GKE_TPU_TOPOLOGY_LABEL] = self.tpu_topology
-        elif self.accelerator_type:
-            labels[GKE_ACCELERATOR_LABEL] = self.accelerator_type
-        return {**labels, **self.node_selector}
-
-    def validate(self, path: str) -> None:
-        if self == Placement():
-            _fail(path, "empty placement: it names no node pool (node_selector or accelerator_type) and no image or resources; fill it in or remove the entry")
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         for name in ("cpu_request", "cpu_limit"):
             value = getattr(self, name)
             if value and not re.fullmatch(r"([0-9]*[.])?[0-9]+m?", value):
-                _fail(f"{path}.{name}", f"expected a CPU quantity such as '4', '0.5' or '500m', got {value!r}")
+                fail(name, f"expected a CPU quantity such as '4', '0.5' or '500m', got {value!r}")
         for name in ("memory_request", "memory_limit"):
             value = getattr(self, name)
             if value and not re.fullmatch(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?", value):
-                _fail(f"{path}.{name}", f"expected a memory quantity such as '16Gi' or '512Mi', got {value!r}")
+                fail(name, f"expected a memory quantity such as '16Gi' or '512Mi', got {value!r}")
         if self.accelerator_count < 0:
-            _fail(f"{path}.accelerator_count", f"expected an integer >= 0, got {self.accelerator_count}")
+            fail("accelerator_count", f"expected an integer >= 0, got {self.accelerator_count}")
         if self.accelerator_count and not self.accelerator_type:
-            _fail(f"{path}.accelerator_type", "accelerator_count is set but accelerator_type is empty; name the accelerator (e.g. nvidia-l4)")
+            fail("accelerator_type", "accelerator_count is set but accelerator_type is empty; name the accelerator (e.g. nvidia-l4)")
         if self.accelerator_type:
-            self._validate_accelerator(path)
+            self._check_accelerator()
         elif self.tpu_topology:
-            _fail(f"{path}.tpu_topology", "tpu_topology is set but accelerator_type is empty; name the TPU (e.g. tpu-v5-lite-podslice)")
+            fail("tpu_topology", "tpu_topology is set but accelerator_type is empty; name the TPU (e.g. tpu-v5-lite-podslice)")
         if self.tolerations and not self.node_selector and not self.accelerator_type:
-            _fail(
-                path,
+            fail(
+                "",
                 "the tolerations let the pod onto a tainted node pool, but neither node_selector nor "
                 "accelerator_type selects a pool; add node_selector (e.g. cloud.google.com/gke-nodepool: <pool>) "
                 "or accelerator_type",
             )
         for key, value in self.node_selector.items():
             if not key or not value:
-                _fail(f"{path}.node_selector", f"expected non-empty label keys and values, got {key!r}: {value!r}")
-        for i, tol in enumerate(self.tolerations):
-            tol.validate(f"{path}.tolerations[{i}]")
+                fail("node_selector", f"expected non-empty label keys and values, got {key!r}: {value!r}")
+        return self
 
-    def _validate_accelerator(self, path: str) -> None:
+    def _check_accelerator(self) -> None:
         kind = self.accelerator_type
         if self.accelerator_count < 1:
-            _fail(f"{path}.accelerator_count", f"expected an integer >= 1 with accelerator_type {kind!r}, got {self.accelerator_count}")
-        if not self.is_tpu:
+            fail("accelerator_count", f"expected an integer >= 1 with accelerator_type {kind!r}, got {self.accelerator_count}")
+        if not is_tpu(kind):
             if not kind.startswith("nvidia-"):
-                _fail(
-                    f"{path}.accelerator_type",
+                fail(
+                    "accelerator_type",
                     f"expected a GKE accelerator name: nvidia-* for GPUs (e.g. nvidia-l4) or one of {sorted(TPU_TOPOLOGY_DIMS)}, got {kind!r}",
                 )
             if self.tpu_topology:
-                _fail(f"{path}.tpu_topology", f"tpu_topology is for TPU accelerators only, but accelerator_type is the GPU {kind!r}")
+                fail("tpu_topology", f"tpu_topology is for TPU accelerators only, but accelerator_type is the GPU {kind!r}")
         else:
             if kind not in TPU_TOPOLOGY_DIMS:
-                _fail(f"{path}.accelerator_type", f"unknown TPU {kind!r}; expected one of {sorted(TPU_TOPOLOGY_DIMS)}")
+                fail("accelerator_type", f"unknown TPU {kind!r}; expected one of {sorted(TPU_TOPOLOGY_DIMS)}")
             dims = TPU_TOPOLOGY_DIMS[kind]
             example = "2x4" if dims == 2 else "2x2x2"
             if not self.tpu_topology:
-                _fail(f"{path}.tpu_topology", f"a TPU slice needs its topology (GKE schedules {kind} by it), e.g. {example!r}")
+                fail("tpu_topology", f"a TPU slice needs its topology (GKE schedules {kind} by it), e.g. {example!r}")
             if not re.fullmatch(r"[1-9][0-9]*(x[1-9][0-9]*)*", self.tpu_topology):
-                _fail(f"{path}.tpu_topology", f"expected a topology such as {example!r}, got {self.tpu_topology!r}")
+                fail("tpu_topology", f"expected a topology such as {example!r}, got {self.tpu_topology!r}")
             sizes = [int(s) for s in self.tpu_topology.split("x")]
             if len(sizes) != dims:
-                _fail(
-                    f"{path}.tpu_topology",
+                fail(
+                    "tpu_topology",
                     f"{self.tpu_topology!r} does not match {kind}: its slices have a {dims}-D topology (e.g. {example!r})",
                 )
             chips = math.prod(sizes)
             if self.accelerator_count > chips or chips % self.accelerator_count:
-                _fail(
-                    f"{path}.accelerator_count",
+                fail(
+                    "accelerator_count",
                     f"{self.accelerator_count} chips per pod does not divide the {chips} chips of topology {self.tpu_topology!r}",
                 )
-        derived = self._derived_labels()
+        derived = accelerator_node_labels(kind, self.tpu_topology)
         for key, value in self.node_selector.items():
             if key in derived and value != derived[key]:
-                _fail(f"{path}.node_selector.{key}", f"{value!r} contradicts the accelerator fields, which select {derived[key]!r}; drop the label")
-
-    def _derived_labels(self) -> dict[str, str]:
-        return dataclasses.replace(self, node_selector={}).effective_node_selector()
+                fail(f"node_selector.{key}", f"{value!r} contradicts the accelerator fields, which select {derived[key]!r}; drop the label")
 
 
-@dataclass(frozen=True)
+def _check_not_empty(placement: Placement, path: str) -> None:
+    # `Placement()` itself is valid: it is what a component without an entry gets.
+    if placement == Placement():
+        fail(
+            path,
+            "empty placement: it names no node pool (node_selector or accelerator_type) and no image or resources; "
+            "fill it in or remove the entry",
+        )
+
+
+@section("kubeflow")
 class KubeflowConfig:
     """Kubeflow Pipelines compilation and placement.
 
@@ -645,26 +627,28 @@ class KubeflowConfig:
     tfjob_service_account: str = ""
     namespace: str = "kubeflow"
 
-    def validate(self, path: str) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if not self.image:
-            _fail(f"{path}.image", "expected the default container image (e.g. us-docker.pkg.dev/<project>/tfxkit/tfxkit:0.1.0)")
+            fail("image", "expected the default container image (e.g. us-docker.pkg.dev/<project>/tfxkit/tfxkit:0.1.0)")
         for name, placement in self.placements.items():
             if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-                _fail(f"{path}.placements.{name}", "expected a component id (letters, digits, '_', '.', '-')")
-            placement.validate(f"{path}.placements.{name}")
+                fail(f"placements.{name}", "expected a component id (letters, digits, '_', '.', '-')")
+            _check_not_empty(placement, f"placements.{name}")
         if self.tfjob_ps_placement is not None:
-            self.tfjob_ps_placement.validate(f"{path}.tfjob_ps_placement")
+            _check_not_empty(self.tfjob_ps_placement, "tfjob_ps_placement")
             if self.tfjob_ps_placement.beam_args:
-                _fail(f"{path}.tfjob_ps_placement.beam_args", "parameter servers run no Beam pipeline; remove beam_args")
+                fail("tfjob_ps_placement.beam_args", "parameter servers run no Beam pipeline; remove beam_args")
         if self.tfjob_timeout_seconds < 1:
-            _fail(f"{path}.tfjob_timeout_seconds", f"expected an integer >= 1, got {self.tfjob_timeout_seconds}")
+            fail("tfjob_timeout_seconds", f"expected an integer >= 1, got {self.tfjob_timeout_seconds}")
         if self.tfjob_backoff_limit < 0:
-            _fail(f"{path}.tfjob_backoff_limit", f"expected an integer >= 0, got {self.tfjob_backoff_limit}")
+            fail("tfjob_backoff_limit", f"expected an integer >= 0, got {self.tfjob_backoff_limit}")
         if self.namespace and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.namespace):
-            _fail(f"{path}.namespace", f"expected a Kubernetes namespace name (lowercase letters, digits, '-'), got {self.namespace!r}")
+            fail("namespace", f"expected a Kubernetes namespace name (lowercase letters, digits, '-'), got {self.namespace!r}")
+        return self
 
 
-@dataclass(frozen=True)
+@section()
 class PipelineConfig:
     """The whole pipeline.
 
@@ -688,237 +672,25 @@ class PipelineConfig:
     kubeflow: KubeflowConfig = field(default_factory=KubeflowConfig)
     beam_args: tuple[str, ...] = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
 
-    def validate(self, path: str = "") -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", self.name):
-            _fail(_join(path, "name"), f"expected letters, digits, '_' or '-', got {self.name!r}")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if hasattr(value, "validate"):
-                value.validate(_join(path, f.name))
-        for where, text in _strings(self, path):
-            reject_secret(where, text)
+            fail("name", f"expected letters, digits, '_' or '-', got {self.name!r}")
+        reject_secrets(self)
+        return self
 
     def to_json(self) -> str:
-        return json.dumps(to_dict(self), sort_keys=True)
+        """The config as JSON (sorted keys), as it travels in `custom_config`."""
+        return json.dumps(_loading().to_dict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> PipelineConfig:
-        return from_dict(json.loads(text))
+        """Parses and validates the JSON of `to_json`."""
+        return _loading().from_dict(json.loads(text))
 
 
-# --------------------------------------------------------------------------- #
-# Secrets never enter the config
-# --------------------------------------------------------------------------- #
+def _loading():
+    # The loader builds a TypeAdapter over these classes, so it imports this module, not the reverse.
+    from components.config import loading
 
-_SECRET_PATTERNS = (
-    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
-    ("an AWS access key id", re.compile(r"\bAKIA[0-9A-Z]{16}\b")),
-    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
-    ("a Google OAuth access token", re.compile(r"\bya29\.[0-9A-Za-z_\-]{20,}")),
-    ("a GitHub token", re.compile(r"\b(gh[pousr]_[0-9A-Za-z]{20,}|github_pat_[0-9A-Za-z_]{20,})")),
-    ("a GitLab token", re.compile(r"\bglpat-[0-9A-Za-z_\-]{20,}")),
-    ("a Slack token", re.compile(r"\bxox[abprs]-[0-9A-Za-z\-]{10,}")),
-    ("an API secret key", re.compile(r"\bsk-[0-9A-Za-z]{20,}")),
-    (
-        "a credential assignment",
-        re.compile(r"(password|passwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key)[\"']?\s*[=:]\s*[^\s/]\S*", re.I),
-    ),
-)
-
-
-def reject_secret(path: str, text: str) -> None:
-    """Raises if `text` looks like a credential.
-
-    Config values travel into ML Metadata execution properties, compiled
-    Kubeflow specs and logs, all readable by anyone with pipeline access.
-
-    Raises:
-      ConfigError: naming the field and pointing to Kubernetes secrets.
-    """
-    for kind, pattern in _SECRET_PATTERNS:
-        if pattern.search(text):
-            _fail(
-                path,
-                f"looks like {kind}; secrets must not be in the config (it is stored in ML Metadata, "
-                "compiled Kubeflow specs and logs). Put it in a Kubernetes Secret and read it from the "
-                "environment of the pod that needs it",
-            )
-
-
-def _strings(obj: Any, path: str):
-    """Yields (field path, string) for every string (and mapping key) in a config."""
-    if dataclasses.is_dataclass(obj):
-        for f in dataclasses.fields(obj):
-            yield from _strings(getattr(obj, f.name), _join(path, f.name))
-    elif isinstance(obj, tuple | list):
-        for i, v in enumerate(obj):
-            yield from _strings(v, f"{path}[{i}]")
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield f"{path}.{k}", str(k)
-            yield from _strings(v, f"{path}.{k}")
-    elif isinstance(obj, str):
-        yield path, obj
-
-
-# --------------------------------------------------------------------------- #
-# Generic typed loading
-# --------------------------------------------------------------------------- #
-
-
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
-
-
-def _describe(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return f"one of {list(typing.get_args(tp))}"
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(tp))
-    if origin is tuple:
-        return f"a list of {_describe(typing.get_args(tp)[0])}"
-    if origin is dict:
-        return f"a mapping of {_describe(typing.get_args(tp)[1])}"
-    if dataclasses.is_dataclass(tp):
-        return "a mapping"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null"}.get(
-        tp, str(tp)
-    )
-
-
-def _convert(tp: Any, value: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            _fail(path, f"expected {_describe(tp)}, got {value!r}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            try:
-                return _convert(arg, value, path)
-            except ConfigError:
-                continue
-        _fail(path, f"expected {_describe(tp)}, got {value!r}")
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            _fail(path, f"expected {_describe(tp)}, got {value!r}")
-        (item,) = typing.get_args(tp)[:1]
-        return tuple(_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, dict):
-            _fail(path, f"expected {_describe(tp)}, got {value!r}")
-        _, vt = typing.get_args(tp)
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                _fail(path, f"expected string keys, got {k!r}")
-            out[k] = _convert(vt, v, f"{path}.{k}")
-        return out
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path)
-    if tp is type(None):
-        if value is not None:
-            _fail(path, f"expected null, got {value!r}")
-        return None
-    if tp is bool:
-        if not isinstance(value, bool):
-            _fail(path, f"expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            _fail(path, f"expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            _fail(path, f"expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            _fail(path, f"expected a string, got {value!r}")
-        return value
-    raise TypeError(f"unsupported config type {tp!r} at {path}")
-
-
-def _build(cls: type, data: Any, path: str) -> Any:
-    if not isinstance(data, dict):
-        _fail(path or "config", f"expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        _fail(
-            _join(path, str(unknown[0])),
-            f"unknown key {unknown[0]!r}; allowed keys: {', '.join(sorted(fields))}",
-        )
-    kwargs = {}
-    for name, f in fields.items():
-        if name in data:
-            kwargs[name] = _convert(hints[name], data[name], _join(path, name))
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            _fail(_join(path, name), "required key is missing")
-    return cls(**kwargs)
-
-
-def to_dict(obj: Any) -> Any:
-    """Converts a config dataclass to plain JSON/YAML-serialisable data."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, tuple | list):
-        return [to_dict(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_dict(v) for k, v in obj.items()}
-    return obj
-
-
-def from_dict(data: Any) -> PipelineConfig:
-    """Builds and validates a `PipelineConfig` from plain data.
-
-    Raises:
-      ConfigError: naming the field path of the first invalid value.
-    """
-    config = _build(PipelineConfig, data, "")
-    config.validate()
-    return config
-
-
-def resolve_config_path(name_or_path: str) -> Path:
-    """Maps a shipped config name (`taxi`) or a YAML path to a file path."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
-        if not candidate.is_file():
-            raise ConfigError(f"config: file {name_or_path!r} does not exist")
-        return candidate
-    shipped = SHIPPED_CONFIG_DIR / f"{name_or_path}.yaml"
-    if not shipped.is_file():
-        names = sorted(p.stem for p in SHIPPED_CONFIG_DIR.glob("*.yaml"))
-        raise ConfigError(f"config: {name_or_path!r} is neither a YAML file nor a shipped config ({', '.join(names)})")
-    return shipped
-
-
-def load_config(name_or_path: str) -> PipelineConfig:
-    """Loads and validates a config from a shipped name or a YAML file."""
-    path = resolve_config_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config: {path} is not valid YAML: {e}") from e
-    return from_dict(data or {})
-
-
-def from_custom_config(custom_config: str | dict | None) -> PipelineConfig | None:
-    """Parses and validates the config a component carries in `custom_config`.
-
-    Args:
-      custom_config: The component's `custom_config` execution property (TFX
-        passes it to executors as a JSON string) or the decoded dict.
-
-    Returns:
-      The validated config, or None when the component carries none (a stock
-      user module without tfxkit config).
-    """
-    if isinstance(custom_config, str):
-        custom_config = json.loads(custom_config) if custom_config else {}
-    if not custom_config or CONFIG_KEY not in custom_config:
-        return None
-    return PipelineConfig.from_json(custom_config[CONFIG_KEY])
+    return loading

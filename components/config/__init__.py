@@ -1,0 +1,71 @@
+"""Typed, validated pipeline configuration.
+
+- `sections`: the config sections (fields, defaults, docs, rules); read this
+  to write a config.
+- `loading`: YAML / plain data / `custom_config` JSON to a validated config,
+  and the JSON Schema.
+- `secret_scan`: rejects values that look like credentials.
+- `validation`: how sections validate and how errors name the field path.
+"""
+
+from components.config.loading import (
+    from_custom_config,
+    from_dict,
+    json_schema,
+    load_config,
+    to_dict,
+)
+from components.config.secret_scan import reject_secret
+from components.config.sections import (
+    CONFIG_KEY,
+    MAX_TEACHERS,
+    CategoricalTransform,
+    DataConfig,
+    DistillationConfig,
+    EvaluationConfig,
+    FeatureConfig,
+    FeatureKind,
+    FloatTransform,
+    IngestionConfig,
+    KubeflowConfig,
+    LabelConfig,
+    ModelConfig,
+    PipelineConfig,
+    Placement,
+    StrategyConfig,
+    StrategyKind,
+    Toleration,
+    TrainConfig,
+    TransformConfig,
+)
+from components.config.validation import ConfigError
+
+__all__ = [
+    "CONFIG_KEY",
+    "MAX_TEACHERS",
+    "CategoricalTransform",
+    "ConfigError",
+    "DataConfig",
+    "DistillationConfig",
+    "EvaluationConfig",
+    "FeatureConfig",
+    "FeatureKind",
+    "FloatTransform",
+    "IngestionConfig",
+    "KubeflowConfig",
+    "LabelConfig",
+    "ModelConfig",
+    "PipelineConfig",
+    "Placement",
+    "StrategyConfig",
+    "StrategyKind",
+    "Toleration",
+    "TrainConfig",
+    "TransformConfig",
+    "from_custom_config",
+    "from_dict",
+    "json_schema",
+    "load_config",
+    "reject_secret",
+    "to_dict",
+]

@@ -1,0 +1,188 @@
+"""How config sections are declared, validated and report errors.
+
+Sections are pydantic dataclasses: the standard library's `dataclasses.replace`
+and `dataclasses.fields` keep working, and every construction (a loaded file,
+a `dataclasses.replace` in a test) is validated. Scalars are strict: a bool is
+not an integer and a string is not a number, but an integer is a number.
+
+Every failure is a `ConfigError` whose message starts with the dotted path of
+the offending field, e.g. `train.learning_rate: expected a number > 0, got -0.1`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import re
+import types
+import typing
+from typing import Any, Literal
+
+import pydantic
+from pydantic import ConfigDict
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field path."""
+
+
+class _RuleViolation(ValueError):
+    """A cross-field rule failed at `path`, relative to the section that checks it."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
+
+
+def fail(path: str, message: str) -> typing.NoReturn:
+    """Rejects the value at `path` (relative to the section whose validator runs)."""
+    raise _RuleViolation(path, message)
+
+
+def join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _describe_fields(schema: dict[str, Any], cls: type) -> None:
+    """Puts a section's summary and its `Attributes:` entries into its JSON Schema."""
+    summary, attributes = _parse_docstring(cls.__doc__ or "")
+    schema["description"] = summary
+    for name, prop in schema.get("properties", {}).items():
+        if name in attributes:
+            prop["description"] = attributes[name]
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Splits a Google-style class docstring into its first paragraph and `Attributes:` entries.
+
+    An entry may name several attributes (`cpu_request / cpu_limit: ...`,
+    `data, transform, ...: ...`), possibly over several lines.
+    """
+    lines = inspect.cleandoc(doc).splitlines()
+    summary = " ".join(line.strip() for line in lines[: (lines + [""]).index("")])
+    if "Attributes:" not in lines:
+        return summary, {}
+    entries: list[str] = []
+    body = lines[lines.index("Attributes:") + 1 :]
+    indent = min((len(line) - len(line.lstrip()) for line in body if line.strip()), default=0)
+    for line in body:
+        if not line.strip():
+            continue
+        starts_entry = len(line) - len(line.lstrip()) == indent and (not entries or ":" in entries[-1])
+        if starts_entry:
+            entries.append(line.strip())
+        else:
+            entries[-1] += " " + line.strip()
+    attributes: dict[str, str] = {}
+    for entry in entries:
+        names, _, text = entry.partition(": ")
+        for name in re.split(r"[,/]", names):
+            attributes[name.strip()] = text
+    return summary, attributes
+
+
+# Extra keys are errors (a typo must not be ignored); scalars are strict (see the module docstring).
+SECTION_CONFIG = ConfigDict(extra="forbid", strict=True, json_schema_extra=_describe_fields)
+
+
+def section(path: str = ""):
+    """Declares a config section: a frozen, validated pydantic dataclass.
+
+    Args:
+      path: Where the section sits in a `PipelineConfig` (`train`), used to
+        name fields when the section is constructed on its own; '' where it
+        is not unique (a feature, a model shape, a placement).
+    """
+
+    def wrap(cls: type) -> type:
+        cls = pydantic.dataclasses.dataclass(frozen=True, config=SECTION_CONFIG)(cls)
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            try:
+                init(self, *args, **kwargs)
+            except pydantic.ValidationError as e:
+                raise config_error(e, cls, path) from None
+
+        cls.__init__ = __init__
+        return cls
+
+    return wrap
+
+
+# --------------------------------------------------------------------------- #
+# pydantic errors -> ConfigError
+# --------------------------------------------------------------------------- #
+
+def config_error(error: pydantic.ValidationError, root: type, prefix: str = "") -> ConfigError:
+    """The `ConfigError` of the first error in `error`, raised validating `root`.
+
+    Unknown keys are reported first (a misspelt key also leaves its intended
+    field at its default). The path is `prefix` followed by pydantic's `loc`.
+    """
+    errors = error.errors(include_url=False)
+    errors.sort(key=lambda e: e["type"] not in ("unexpected_keyword_argument", "extra_forbidden"))
+    e = errors[0]
+    loc = tuple(e["loc"])
+    path = prefix
+    for part in loc:
+        path = f"{path}[{part}]" if isinstance(part, int) else join(path, str(part))
+    kind, value = e["type"], e.get("input")
+    if kind == "value_error" and isinstance(e["ctx"]["error"], _RuleViolation):
+        violation = e["ctx"]["error"]
+        return ConfigError(f"{join(path, violation.path) if violation.path else path or 'config'}: {violation.message}")
+    if kind == "value_error" and isinstance(e["ctx"]["error"], ConfigError):
+        return e["ctx"]["error"]
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        allowed = sorted(f.name for f in dataclasses.fields(_non_null(_annotation_at(root, loc[:-1]))))
+        return ConfigError(f"{path}: unknown key {loc[-1]!r}; allowed keys: {', '.join(allowed)}")
+    if kind in ("missing", "missing_argument"):
+        return ConfigError(f"{path}: required key is missing")
+    annotation = _annotation_at(root, loc)
+    expected = _expected_form(annotation) if annotation is not None else e["msg"].removeprefix("Input should be ")
+    return ConfigError(f"{path or 'config'}: expected {expected}, got {value!r}")
+
+
+def _annotation_at(root: Any, loc: tuple) -> Any:
+    """The declared type at `loc` below the dataclass `root` (None where it cannot be told)."""
+    tp = root
+    for part in loc:
+        tp = _non_null(tp)
+        if dataclasses.is_dataclass(tp):
+            tp = typing.get_type_hints(tp).get(part)
+        elif typing.get_origin(tp) is tuple:
+            tp = typing.get_args(tp)[0]
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    return tp
+
+
+
+def _expected_form(tp: Any) -> str:
+    """How an error message names the values of type `tp` (`a list of an integer`)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return f"one of {list(args)}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_expected_form(a) for a in args)
+    if origin is tuple:
+        return f"a list of {_expected_form(args[0])}"
+    if origin is dict:
+        return f"a mapping of {_expected_form(args[1])}"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null"}
+    return names.get(tp, str(tp))
+
+
+def _non_null(tp: Any) -> Any:
+    """`X` for `X | None`, else `tp`."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return tp

@@ -96,7 +96,7 @@ def test_tolerations_leave_out_empty_fields():
         {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoExecute"},
     ]
-    assert kube.tolerations(Placement(tolerations=(Toleration(key="any", effect=""),))) == [{"key": "any", "operator": "Exists"}]
+    assert kube.tolerations(Placement(node_selector={"pool": "tainted"}, tolerations=(Toleration(key="any", effect=""),))) == [{"key": "any", "operator": "Exists"}]
     assert kube.tolerations(CPU_POOL) == []
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
-from components.config import DataConfig, ModelConfig
+from components.config import ConvTowerConfig, DataConfig, ModelConfig
 
 LOGITS_LAYER = "logits"
 MIXED_PRECISION_POLICIES = ("none", "mixed_float16", "mixed_bfloat16")
@@ -45,7 +45,9 @@ def build_classifier(
 
     Returns:
       A `keras.Model` taking a dict keyed by transformed feature names and
-      returning float32 logits of shape `[batch, num_classes]`.
+      returning float32 logits of shape `[batch, num_classes]`. Image-shaped
+      features (`shape` set) go through `conv_tower` when `model.conv` is
+      set, and enter as flat vectors otherwise.
     """
     inputs, parts = {}, []
     for feature in data.features:
@@ -56,7 +58,7 @@ def build_classifier(
             parts.append(keras.layers.Flatten(name=f"{key}_flat")(emb))
         else:
             inp = keras.Input(shape=(feature.size,), dtype="float32", name=key)
-            parts.append(inp)
+            parts.append(conv_tower(inp, feature.shape, model.conv, key) if feature.shape and model.conv else inp)
         inputs[key] = inp
     x = keras.layers.Concatenate(name="features")(parts) if len(parts) > 1 else parts[0]
     for i, width in enumerate(model.hidden_units):
@@ -65,6 +67,36 @@ def build_classifier(
             x = keras.layers.Dropout(model.dropout, name=f"dropout_{i}")(x)
     logits = keras.layers.Dense(data.label.num_classes, dtype="float32", name=LOGITS_LAYER)(x)
     return Classifier(inputs=inputs, outputs=logits, name=name)
+
+
+def conv_tower(flat: keras.KerasTensor, shape: Sequence[int], conv: ConvTowerConfig, key: str) -> keras.KerasTensor:
+    """Conv blocks over one image-shaped feature, flattened (see `ConvTowerConfig`).
+
+    Args:
+      flat: The feature as Transform writes it, `[batch, prod(shape)]`.
+      shape: `[height, width, channels]` of one example.
+      conv: Filters, kernel, convolutions per block, batch norm, dropout.
+      key: Transformed feature name (prefix of the layer names).
+
+    Returns:
+      `[batch, features]`: the last block's output, flattened.
+    """
+    x = keras.layers.Reshape(tuple(shape), name=f"{key}_image")(flat)
+    for b, filters in enumerate(conv.filters):
+        for c in range(conv.convs_per_block):
+            name = f"{key}_block{b}_conv{c}"
+            # Batch norm has its own shift, so the convolution needs no bias.
+            x = keras.layers.Conv2D(
+                filters, conv.kernel_size, padding="same", use_bias=not conv.batch_norm, name=name
+            )(x)
+            if conv.batch_norm:
+                x = keras.layers.BatchNormalization(name=f"{name}_bn")(x)
+            x = keras.layers.ReLU(name=f"{name}_relu")(x)
+        if min(x.shape[1], x.shape[2]) >= 2:
+            x = keras.layers.MaxPooling2D(2, name=f"{key}_block{b}_pool")(x)
+        if conv.dropout:
+            x = keras.layers.Dropout(conv.dropout, name=f"{key}_block{b}_dropout")(x)
+    return keras.layers.Flatten(name=f"{key}_conv_flat")(x)
 
 
 # --------------------------------------------------------------------------- #

@@ -17,9 +17,12 @@ from components.config.loading import (
 )
 from components.config.secret_scan import reject_secret
 from components.config.sections import (
+    BUILTIN_DATASETS,
     CONFIG_KEY,
     MAX_TEACHERS,
+    AugmentationConfig,
     CategoricalTransform,
+    ConvTowerConfig,
     DataConfig,
     DistillationConfig,
     EvaluationConfig,
@@ -41,10 +44,13 @@ from components.config.sections import (
 from components.config.validation import ConfigError
 
 __all__ = [
+    "BUILTIN_DATASETS",
     "CONFIG_KEY",
     "MAX_TEACHERS",
+    "AugmentationConfig",
     "CategoricalTransform",
     "ConfigError",
+    "ConvTowerConfig",
     "DataConfig",
     "DistillationConfig",
     "EvaluationConfig",

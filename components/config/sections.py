@@ -28,6 +28,7 @@ from components.config.validation import fail, section
 from components.kubeflow.placement import TPU_TOPOLOGY_DIMS, accelerator_node_labels, is_tpu
 
 CONFIG_KEY = "tfxkit_config"
+BUILTIN_DATASETS = ("taxi", "digits", "fashion_mnist")
 
 FeatureKind = Literal["float", "int_categorical", "string_categorical"]
 FloatTransform = Literal["zscore", "bucketize", "identity"]
@@ -56,6 +57,10 @@ class FeatureConfig:
       oov_buckets: Out-of-vocabulary buckets for `vocabulary`.
       top_k: Keep only the most frequent `top_k` vocabulary entries (0: all).
       fill_value: Value imputed for a missing float; None imputes the mean.
+      shape: Image shape of a float feature, `[height, width, channels]`
+        (e.g. `[28, 28, 1]`; the product must equal `size`): the values are
+        row-major pixels, which a model's `conv` tower and
+        `train.augmentation` treat as an image. Empty for plain vectors.
     """
 
     name: str
@@ -66,6 +71,7 @@ class FeatureConfig:
     oov_buckets: int = 1
     top_k: int = 0
     fill_value: float | None = None
+    shape: tuple[int, ...] = ()
 
     @property
     def effective_transform(self) -> str:
@@ -105,6 +111,13 @@ class FeatureConfig:
             fail("top_k", f"expected an integer >= 0 (0 keeps all), got {self.top_k}")
         if self.kind != "float" and self.size != 1:
             fail("size", "categorical features must be scalars (size 1)")
+        if self.shape:
+            if self.kind != "float" or self.effective_transform == "bucketize":
+                fail("shape", f"an image shape needs a float feature with transform 'zscore' or 'identity', got kind {self.kind!r} with transform {self.effective_transform!r}")
+            if len(self.shape) != 3 or any(d < 1 for d in self.shape):
+                fail("shape", f"expected [height, width, channels] of positive integers, got {list(self.shape)}")
+            if math.prod(self.shape) != self.size:
+                fail("shape", f"{list(self.shape)} holds {math.prod(self.shape)} values but size is {self.size}; make size the product of the shape")
         return self
 
 
@@ -135,7 +148,9 @@ class DataConfig:
     """Where the raw data is and what it contains.
 
     Attributes:
-      builtin: `taxi` or `digits` to use data that ships in installed packages;
+      builtin: `taxi` or `digits` to use data that ships in installed packages,
+        `fashion_mnist` for Fashion-MNIST from local IDX files (see
+        `components.fashion_mnist`; its official test set is the eval split);
         empty to use `path`.
       path: A CSV / TFRecord file or a directory of them (user data).
       format: `csv` or `tfrecord` (of tf.Example).
@@ -159,9 +174,9 @@ class DataConfig:
     @model_validator(mode="after")
     def _check(self) -> Self:
         if bool(self.builtin) == bool(self.path):
-            fail("", "set exactly one of 'builtin' (taxi, digits) or 'path' (your CSV/TFRecord files)")
-        if self.builtin and self.builtin not in ("taxi", "digits"):
-            fail("builtin", f"expected one of ['taxi', 'digits'], got {self.builtin!r}")
+            fail("", f"set exactly one of 'builtin' ({', '.join(BUILTIN_DATASETS)}) or 'path' (your CSV/TFRecord files)")
+        if self.builtin and self.builtin not in BUILTIN_DATASETS:
+            fail("builtin", f"expected one of {list(BUILTIN_DATASETS)}, got {self.builtin!r}")
         if not self.features:
             fail("features", "expected at least one feature")
         seen: set[str] = set()
@@ -312,6 +327,31 @@ class StrategyConfig:
         return self
 
 
+@section("train.augmentation")
+class AugmentationConfig:
+    """Random views of image-shaped features (`shape` set), training batches only.
+
+    Attributes:
+      translate: Largest random shift in pixels along each axis (0: off);
+        pixels shifted in are zero (the normalised background).
+      flip: Mirror each image left-right with probability 1/2 (right for
+        clothing or scenes, wrong for digits or text).
+    """
+
+    translate: int = 0
+    flip: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.translate or self.flip)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.translate < 0:
+            fail("translate", f"expected an integer >= 0 (0 disables shifting), got {self.translate}")
+        return self
+
+
 @section("train")
 class TrainConfig:
     """Optimisation settings shared by the teacher and the student.
@@ -330,6 +370,9 @@ class TrainConfig:
         killed Trainer resumes from the last one; under `parameter_server`
         epochs are shortened to it, as Keras backs up at epoch ends there).
       seed: Random seed for initialisation and shuffling.
+      augmentation: Random views of image-shaped features in training
+        batches (see `AugmentationConfig`); in distillation the teachers and
+        the student see the same augmented batch.
     """
 
     train_steps: int = 1000
@@ -340,6 +383,7 @@ class TrainConfig:
     grad_accum_steps: int = 1
     checkpoint_every_steps: int = 100
     seed: int = 42
+    augmentation: AugmentationConfig = field(default_factory=lambda: AugmentationConfig())
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -354,18 +398,60 @@ class TrainConfig:
 
 
 @section()
+class ConvTowerConfig:
+    """A convolutional tower over each image-shaped feature (`shape` set).
+
+    Each entry of `filters` is one block: `convs_per_block` x (Conv2D
+    `kernel_size`, same padding -> batch norm if `batch_norm` -> ReLU), then
+    2x2 max pooling and `dropout`. The tower's output is flattened and joins
+    the other features before the hidden layers.
+
+    Attributes:
+      filters: Filters of each block (e.g. `[32, 64]`).
+      kernel_size: Square kernel size of every convolution.
+      convs_per_block: Convolutions per block before its pooling.
+      batch_norm: Batch normalisation after each convolution.
+      dropout: Dropout rate after each block's pooling.
+    """
+
+    filters: tuple[int, ...] = (32, 64)
+    kernel_size: int = 3
+    convs_per_block: int = 1
+    batch_norm: bool = True
+    dropout: float = 0.0
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not self.filters:
+            fail("filters", "expected at least one block's filter count")
+        for i, f in enumerate(self.filters):
+            if f < 1:
+                fail(f"filters[{i}]", f"expected an integer >= 1, got {f}")
+        if self.kernel_size < 1:
+            fail("kernel_size", f"expected an integer >= 1, got {self.kernel_size}")
+        if self.convs_per_block < 1:
+            fail("convs_per_block", f"expected an integer >= 1, got {self.convs_per_block}")
+        if not 0.0 <= self.dropout < 1.0:
+            fail("dropout", f"expected a number in [0, 1), got {self.dropout}")
+        return self
+
+
+@section()
 class ModelConfig:
-    """Shape of a feed-forward classifier over the transformed features.
+    """Shape of a classifier over the transformed features.
 
     Attributes:
       hidden_units: Width of each hidden layer.
       embedding_dim: Embedding width for categorical features.
       dropout: Dropout rate after each hidden layer.
+      conv: A convolutional tower for image-shaped features (null: they
+        enter the hidden layers as flat vectors, an MLP).
     """
 
     hidden_units: tuple[int, ...] = (64, 32)
     embedding_dim: int = 8
     dropout: float = 0.0
+    conv: ConvTowerConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -676,6 +762,12 @@ class PipelineConfig:
     def _check(self) -> Self:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", self.name):
             fail("name", f"expected letters, digits, '_' or '-', got {self.name!r}")
+        images = [f.name for f in self.data.features if f.shape]
+        for role in ("teacher", "student"):
+            if getattr(self, role).conv is not None and not images:
+                fail(f"{role}.conv", "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]")
+        if self.train.augmentation.enabled and not images:
+            fail("train.augmentation", "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape")
         reject_secrets(self)
         return self
 

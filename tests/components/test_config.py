@@ -26,7 +26,7 @@ def _taxi_dict():
     return yaml.safe_load((SHIPPED_CONFIG_DIR / "taxi.yaml").read_text())
 
 
-@pytest.mark.parametrize("name", ["taxi", "digits"])
+@pytest.mark.parametrize("name", ["taxi", "digits", "fashion_mnist"])
 def test_shipped_configs_load(name):
     config = load_config(name)
     assert config.name == name
@@ -90,7 +90,7 @@ def _mutate(path, value):
         ("data.features.3.num_buckets", 1, r"data\.features\[3\]\.num_buckets: expected an integer >= 2 for transform 'bucketize'"),
         ("data.features.0.transform", "vocabulary", r"data\.features\[0\]\.transform: expected one of \['zscore', 'bucketize', 'identity'\] for kind 'float'"),
         ("data.label.num_classes", 1, r"data\.label\.num_classes: expected an integer >= 2"),
-        ("data.builtin", "mnist", r"data\.builtin: expected one of \['taxi', 'digits'\], got 'mnist'"),
+        ("data.builtin", "mnist", r"data\.builtin: expected one of \['taxi', 'digits', 'fashion_mnist'\], got 'mnist'"),
         ("kubeflow.placements", {"Trainer": {"accelerator_count": 1}}, r"kubeflow\.placements\.Trainer\.accelerator_type: accelerator_count is set"),
     ],
 )
@@ -135,7 +135,7 @@ def test_missing_required_feature_key():
 
 
 def test_unknown_config_name_lists_shipped_ones():
-    with pytest.raises(ConfigError, match=r"'nope' is neither a YAML file nor a shipped config \(digits, taxi\)"):
+    with pytest.raises(ConfigError, match=r"'nope' is neither a YAML file nor a shipped config \(digits, fashion_mnist, taxi\)"):
         load_config("nope")
 
 
@@ -286,3 +286,34 @@ def test_schema_describes_fields_from_the_attributes_docs():
     assert defs["TrainConfig"]["description"] == "Optimisation settings shared by the teacher and the student."
     assert defs["Placement"]["properties"]["cpu_limit"]["description"].startswith("CPU as a Kubernetes quantity")
     assert json_schema()["properties"]["kubeflow"]["description"] == "the sections above."
+
+
+def _fashion_dict():
+    return yaml.safe_load((SHIPPED_CONFIG_DIR / "fashion_mnist.yaml").read_text())
+
+
+def _image_feature(**overrides):
+    return {"name": "image", "kind": "float", "size": 784, "shape": [28, 28, 1], **overrides}
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        # A shape whose product differs from the feature's size.
+        (lambda d: d["data"].update(features=[_image_feature(shape=[28, 27, 1])]), r"data\.features\[0\]\.shape: \[28, 27, 1\] holds 756 values but size is 784"),
+        (lambda d: d["data"].update(features=[_image_feature(shape=[784])]), r"data\.features\[0\]\.shape: expected \[height, width, channels\]"),
+        (lambda d: d["data"].update(features=[_image_feature(kind="int_categorical", size=1, shape=[1, 1, 1])]), r"data\.features\[0\]\.shape: an image shape needs a float feature"),
+        # A conv tower on data without an image-shaped feature.
+        (lambda d: d["data"].update(features=[_image_feature(shape=[])]), r"teacher\.conv: a conv tower needs an image-shaped feature"),
+        # Augmentation without an image to apply it to.
+        (lambda d: (d["data"].update(features=[_image_feature(shape=[])]), d.pop("teacher")), r"train\.augmentation: augmentation shifts and flips images"),
+        (lambda d: d["train"]["augmentation"].update(translate=-2), r"train\.augmentation\.translate: expected an integer >= 0"),
+        (lambda d: d["teacher"]["conv"].update(filters=[32, 0]), r"teacher\.conv\.filters\[1\]: expected an integer >= 1"),
+        (lambda d: d["teacher"]["conv"].update(dropout=1.0), r"teacher\.conv\.dropout: expected a number in \[0, 1\)"),
+    ],
+)
+def test_image_feature_and_conv_tower_errors_name_the_field(edit, match):
+    data = _fashion_dict()
+    edit(data)
+    with pytest.raises(ConfigError, match=match):
+        from_dict(data)

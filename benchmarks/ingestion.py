@@ -48,8 +48,8 @@ import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 from components import ingestion, models  # noqa: E402
+from components import layout as transform_layout  # noqa: E402
 from components.config import PipelineConfig, load_config  # noqa: E402
-from components.transform import layout as transform_layout  # noqa: E402
 
 # Distinct ids of a `vocabulary` feature in the synthetic data (the real taxi
 # vocabularies are of this order).
@@ -100,7 +100,7 @@ def _list_column(values: np.ndarray, rows: int, width: int) -> pa.Array:
 
 
 def record_batches(config: PipelineConfig, n: int, seed: int = 0) -> list[pa.RecordBatch]:
-    """Transformed RecordBatches, in the column layout TFT hands to the writer."""
+    """Transformed RecordBatches, in the column layout TFT hands to the executor."""
     rng = np.random.default_rng(seed)
     cards = cardinalities(config)
     batches = []

@@ -13,7 +13,7 @@ writes them as the `transform` section says instead:
   costs one feature instead of dozens;
 
 and records what it wrote in `tfxkit_layout.json` in the transform graph
-directory (see `components.transform.layout`). Every other Transform option
+directory (see `components.layout`). Every other Transform option
 (splits, analyzer cache, a user `module_file` / `preprocessing_fn`) is
 untouched; without a tfxkit config the executor behaves exactly as TFX's.
 """
@@ -29,7 +29,6 @@ import threading
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -42,9 +41,8 @@ from tfx.components.transform import labels
 from tfx.types import artifact_utils, standard_component_specs
 from tfx_bsl.coders import example_coder
 
-from components import ingestion
+from components import layout
 from components.config import PipelineConfig, from_custom_config
-from components.transform import layout as transform_layout
 
 # Prefix TFX gives the transformed examples of a split (`<split uri>/transformed_examples-*`).
 EXAMPLES_PREFIX = "transformed_examples"
@@ -92,7 +90,7 @@ class OutputSettings:
     @classmethod
     def from_config(cls, config: PipelineConfig, staging_dir: str) -> OutputSettings:
         return cls(
-            num_shards=transform_layout.resolve_num_shards(config.transform.num_shards, config.strategy.workers),
+            num_shards=layout.resolve_num_shards(config.transform.num_shards, config.strategy.workers),
             compression=config.transform.compression,
             pack_features=config.transform.pack_features,
             staging_dir=staging_dir,
@@ -104,14 +102,14 @@ class OutputSettings:
         return ".gz" if self.compression == "gzip" else ".tfrecord"
 
 
-def plan_packing(schema: schema_pb2.Schema, settings: OutputSettings) -> ingestion.Packing | None:
+def plan_packing(schema: schema_pb2.Schema, settings: OutputSettings) -> layout.Packing | None:
     """The packing of a transformed schema, or None when packing is off."""
     if not settings.pack_features:
         return None
-    return transform_layout.plan_packing(schema_utils.schema_as_feature_spec(schema).feature_spec)
+    return layout.plan_packing(schema_utils.schema_as_feature_spec(schema).feature_spec)
 
 
-def packed_schema(schema: schema_pb2.Schema, packing: ingestion.Packing | None) -> schema_pb2.Schema:
+def packed_schema(schema: schema_pb2.Schema, packing: layout.Packing | None) -> schema_pb2.Schema:
     """The schema of the records as stored (members replaced by the packed feature)."""
     if packing is None:
         return schema
@@ -126,49 +124,10 @@ def packed_schema(schema: schema_pb2.Schema, packing: ingestion.Packing | None) 
     return out
 
 
-def pack_record_batch(record_batch: pa.RecordBatch, packing: ingestion.Packing) -> pa.RecordBatch:
-    """Replaces the member columns of a transformed RecordBatch by one packed column.
-
-    Raises:
-      ValueError: naming the feature when a member does not have exactly its
-        width of values in every row, or an integer float32 cannot hold exactly.
-    """
-    n = record_batch.num_rows
-    names = record_batch.schema.names
-    blocks = []
-    for member in packing.members:
-        if member.name not in names:
-            raise ValueError(f"transform.pack_features: feature {member.name!r} is not in the transformed data")
-        column = record_batch.column(names.index(member.name))
-        values = column.flatten()
-        if column.null_count or len(values) != n * member.width:
-            raise ValueError(
-                f"transform.pack_features: feature {member.name!r} does not have exactly {member.width} value(s) "
-                "in every example, so it cannot be packed; make it dense or set transform.pack_features: false"
-            )
-        block = values.to_numpy(zero_copy_only=False).reshape(n, member.width)
-        if member.dtype == "int64" and block.size and np.abs(block).max() > transform_layout.FLOAT32_EXACT_INT:
-            raise ValueError(
-                f"transform.pack_features: feature {member.name!r} has integer values beyond "
-                f"{transform_layout.FLOAT32_EXACT_INT}, which float32 cannot hold exactly; set "
-                "transform.pack_features: false"
-            )
-        blocks.append(block.astype(np.float32, copy=False))
-    width = packing.width
-    packed = np.concatenate(blocks, axis=1).reshape(-1)
-    offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int64))
-    packed_column = pa.LargeListArray.from_arrays(offsets, pa.array(packed, pa.float32()))
-    members = {m.name for m in packing.members}
-    keep = [i for i, name in enumerate(names) if name not in members]
-    return pa.RecordBatch.from_arrays(
-        [record_batch.column(i) for i in keep] + [packed_column], [names[i] for i in keep] + [packing.feature]
-    )
-
-
 class EncodeExamplesFn(beam.DoFn):
     """Transformed `(RecordBatch, passthrough)` -> serialized tf.Examples, packed if asked."""
 
-    def __init__(self, schema: schema_pb2.Schema, packing: ingestion.Packing | None):
+    def __init__(self, schema: schema_pb2.Schema, packing: layout.Packing | None):
         self._schema = packed_schema(schema, packing)
         self._packing = packing
         self._encoder = None
@@ -183,7 +142,7 @@ class EncodeExamplesFn(beam.DoFn):
             # TFT's pass-through key column is bookkeeping, never a feature.
             record_batch = record_batch.drop_columns([internal])
         if self._packing is not None:
-            record_batch = pack_record_batch(record_batch, self._packing)
+            record_batch = layout.pack_record_batch(record_batch, self._packing)
         if self._encoder is None:
             self.setup()
         return self._encoder.encode(record_batch)
@@ -195,7 +154,7 @@ class EncodeExamplesFn(beam.DoFn):
 
 def describe_shard(path: str, compression: str) -> dict[str, Any]:
     """A written shard's path, record count and sizes, read back from the file."""
-    stats = ingestion.scan_shard(path, compression)
+    stats = layout.scan_shard(path, compression)
     return {"path": path, **dataclasses.asdict(stats)}
 
 
@@ -205,7 +164,7 @@ def _stage_shard_record(shards, output_path: str, settings: OutputSettings, pack
     name = hashlib.sha256(output_path.encode()).hexdigest()[:16] + ".json"
     record = {
         "output_path": output_path,
-        "packing": transform_layout.packing_to_json(packing),
+        "packing": layout.packing_to_json(packing),
         "shards": sorted(shards, key=lambda s: s["path"]),
     }
     with tf.io.gfile.GFile(os.path.join(settings.staging_dir, name), "w") as f:
@@ -298,7 +257,7 @@ def build_layout(
     prefixes: dict[str, str],
     graph_spec: dict[str, Any],
     settings: OutputSettings,
-) -> transform_layout.Layout:
+) -> layout.Layout:
     """The layout record of the splits written under `prefixes` (prefix -> split).
 
     Raises:
@@ -312,16 +271,16 @@ def build_layout(
         record = staged[prefix]
         packings.add(json.dumps(record["packing"], sort_keys=True))
         for shard in record["shards"]:
-            stats = ingestion.ShardStats(shard["records"], shard["raw_bytes"], shard["file_bytes"])
-            files.append(transform_layout.ShardFile(shard["path"], split, stats))
+            stats = layout.ShardStats(shard["records"], shard["raw_bytes"], shard["file_bytes"])
+            files.append(layout.ShardFile(shard["path"], split, stats))
     if len(packings) != 1:
         raise ValueError(f"Transform: splits were packed differently: {sorted(packings)}")
-    packing = transform_layout.packing_from_json(json.loads(packings.pop()))
-    return transform_layout.Layout(
+    packing = layout.packing_from_json(json.loads(packings.pop()))
+    return layout.Layout(
         compression=settings.compression,
         num_shards=settings.num_shards,
         packing=packing,
-        parse_spec=transform_layout.spec_to_json(transform_layout.file_spec(graph_spec, packing)),
+        parse_spec=layout.spec_to_json(layout.file_spec(graph_spec, packing)),
         files=tuple(files),
     )
 
@@ -338,8 +297,8 @@ def write_layout_record(transform_graph_uri: str, transformed_examples, settings
         # Nothing materialized, or not as TFRecords (Parquet output stays stock).
         return None
     graph_spec = tft.TFTransformOutput(transform_graph_uri).transformed_feature_spec()
-    layout = build_layout(staged, prefixes, graph_spec, settings)
-    return transform_layout.write_layout(transform_graph_uri, layout)
+    record = build_layout(staged, prefixes, graph_spec, settings)
+    return layout.write_layout(transform_graph_uri, record)
 
 
 class Executor(tfx_transform_executor.Executor):

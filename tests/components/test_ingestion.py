@@ -20,9 +20,9 @@ from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
 from components import ingestion
+from components import layout as transform_layout
 from components.config import IngestionConfig
 from components.transform import executor
-from components.transform import layout as transform_layout
 
 LABEL = "label"
 # A transformed spec with every kind the pipeline handles: floats (scalar and
@@ -401,8 +401,3 @@ def test_bad_arguments_name_the_field(packed):
     with pytest.raises(ingestion.IngestionError, match=r"no input files"):
         ingestion.make_dataset([], {}, LABEL, CONFIG, batch_size=8, compression="none", training=False)
 
-
-def test_scan_shard_counts_records_and_bytes(packed):
-    stats = ingestion.scan_shard(packed.files[0], "none")
-    assert stats == packed.layout.shard_stats()[packed.files[0]]
-    assert stats.records == NUM_EXAMPLES // 4 and stats.raw_bytes == stats.file_bytes == os.path.getsize(packed.files[0])

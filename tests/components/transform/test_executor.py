@@ -33,7 +33,7 @@ from components.config import CONFIG_KEY, PipelineConfig
 from components.data import taxi_csv_path
 from components.trainer import component as trainer_component
 from components.trainer import training
-from components.transform import executor
+from components.transform import executor, tfx_compat, writer
 from tests.conftest import tiny
 
 TRAIN_ROWS, EVAL_ROWS = 600, 240
@@ -155,8 +155,8 @@ def test_packed_run_writes_configured_shards_uncompressed(packed):
         assert counts == [layout.shard_stats()[f].records for f in files]
         assert sum(counts) == rows
     # The module-wide processor swap is undone after the run.
-    assert tfx_transform_executor.TransformProcessor is executor._STOCK_PROCESSOR
-    assert not tf.io.gfile.exists(os.path.join(graph_uri, executor._STAGING_DIR))
+    assert tfx_transform_executor.TransformProcessor is tfx_compat.STOCK_PROCESSOR
+    assert not tf.io.gfile.exists(os.path.join(graph_uri, writer.STAGING_DIR))
 
 
 def test_default_run_writes_two_gzip_shards_per_worker(stock_format):

@@ -7,7 +7,7 @@ One run, one machine, the same examples for every case:
   Transform produces for `pipelines/configs/taxi.yaml`, value ranges as the
   config implies). They are encoded twice, by the stock TFX Transform
   encoder (`TransformProcessor._RecordBatchToExamplesFn`, written as GZIP
-  TFRecords) and by the tfxkit Transform encoder (`executor.EncodeExamplesFn`:
+  TFRecords) and by the tfxkit Transform encoder (`writer.EncodeExamplesFn`:
   packed, written uncompressed, plus its layout record), both in the default
   shard count. Generated once into `--data-dir` and reused by later runs.
 - cases, in examples/s, all consumed by the same Python loop:
@@ -48,8 +48,8 @@ import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 from components import ingestion, models  # noqa: E402
+from components import layout as transform_layout  # noqa: E402
 from components.config import PipelineConfig  # noqa: E402
-from components.transform import layout as transform_layout  # noqa: E402
 from pipelines.configs import load_config  # noqa: E402
 
 # Distinct ids of a `vocabulary` feature in the synthetic data (the real taxi
@@ -142,7 +142,7 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
 
     Records are encoded by the writers' own code: TFX's stock
     `TransformProcessor._RecordBatchToExamplesFn` and tfxkit's
-    `executor.EncodeExamplesFn` (packing included); the shards are written
+    `writer.EncodeExamplesFn` (packing included); the shards are written
     directly rather than through a Beam runner, whose per-element cost would
     make generating a million examples take minutes here.
     """
@@ -155,21 +155,21 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
     from tensorflow_transform.tf_metadata import schema_utils
     from tfx.components.transform import executor as tfx_transform_executor
 
-    from components.transform import executor
+    from components.transform import writer
 
     started = time.perf_counter()
     spec = transformed_spec(config)
     schema = schema_utils.schema_from_feature_spec(spec)
     batches = record_batches(config, n)
-    settings = executor.OutputSettings.from_config(config, os.path.join(data_dir, "staging"))
-    packing = executor.plan_packing(schema, settings)
+    settings = writer.OutputSettings.from_config(config, os.path.join(data_dir, "staging"))
+    packing = writer.plan_packing(schema, settings)
 
     stock_encoder = tfx_transform_executor.TransformProcessor._RecordBatchToExamplesFn(schema)
     stock_records = (example for b in batches for _, example in stock_encoder.process((b, {})))
     stock_files = _write_shards(
         os.path.join(data_dir, "stock", "Split-train", "transformed_examples"), ".gz", settings.num_shards, stock_records, True
     )
-    ours_encoder = executor.EncodeExamplesFn(schema, packing)
+    ours_encoder = writer.EncodeExamplesFn(schema, packing)
     ours_records = (example for b in batches for example in ours_encoder.encode(b))
     ours_prefix = os.path.join(data_dir, "ours", "Split-train", "transformed_examples")
     ours_files = _write_shards(ours_prefix, settings.suffix, settings.num_shards, ours_records, False)
@@ -177,10 +177,10 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
         ours_prefix: {
             "output_path": ours_prefix,
             "packing": transform_layout.packing_to_json(packing),
-            "shards": [executor.describe_shard(p, settings.compression) for p in ours_files],
+            "shards": [writer.describe_shard(p, settings.compression) for p in ours_files],
         }
     }
-    layout = executor.build_layout(staged, {ours_prefix: "train"}, spec, settings)
+    layout = writer.build_layout(staged, {ours_prefix: "train"}, spec, settings)
     transform_layout.write_layout(os.path.join(data_dir, "ours"), layout)
     description = {
         "version": DATA_VERSION,

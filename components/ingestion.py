@@ -1,5 +1,9 @@
 """High-throughput tf.data input pipelines over Transform output (no TFX types).
 
+What the files hold (shards and their recorded stats, compression, packing)
+is the Transform -> Trainer contract in `components.layout`; this module only
+reads it.
+
 The order of operations is what makes it fast on few cores:
 
 1. list the files (reshuffled every epoch when training) and shard them
@@ -32,132 +36,23 @@ feature.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
+from components import layout
 from components.config import IngestionConfig
+from components.layout import IngestionError
 
 AUTOTUNE = tf.data.AUTOTUNE
 # The dataset functions below have no Python control flow for AutoGraph to
 # convert; skipping it saves tracing time and spurious conversion warnings.
 _plain = tf.autograph.experimental.do_not_convert
-# TFRecord framing around each record: length (8 bytes) + its CRC (4) + data CRC (4).
-_RECORD_OVERHEAD_BYTES = 16
 # Records are read and parsed in batches of at least this many: per-batch costs
 # (interleave, checks, the parse op) shrink, and `rebatch` cuts batches to size.
 READ_BATCH = 4096
-
-
-class IngestionError(ValueError):
-    """The input files cannot be read as configured; names the file and feature."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PackedMember:
-    """One dense feature stored inside the packed float vector.
-
-    Attributes:
-      name: Feature name the model sees.
-      dtype: `float32` or `int64` (ids are stored as exactly representable
-        floats and cast back).
-      shape: Shape of one example's value (`()` for a scalar, `(1,)`, `(64,)`).
-    """
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-    @property
-    def width(self) -> int:
-        return math.prod(self.shape)
-
-
-@dataclasses.dataclass(frozen=True)
-class Packing:
-    """Dense numeric features written as one fixed-length float32 vector.
-
-    Members are stored float32 members first, then int64 members, each in
-    order, so unpacking is one slice and one cast per dtype.
-
-    Attributes:
-      feature: Name of the packed feature in the files.
-      members: The features it holds, in storage order.
-    """
-
-    feature: str
-    members: tuple[PackedMember, ...]
-
-    @property
-    def width(self) -> int:
-        return sum(m.width for m in self.members)
-
-    def spec(self) -> tf.io.FixedLenFeature:
-        """Parse spec of the packed feature."""
-        return tf.io.FixedLenFeature([self.width], tf.float32)
-
-    def unpack(self, packed: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Splits a `[batch, width]` packed tensor into the member features."""
-        out: dict[str, tf.Tensor] = {}
-        start = 0
-        for dtype in ("float32", "int64"):
-            members = [m for m in self.members if m.dtype == dtype]
-            if not members:
-                continue
-            size = sum(m.width for m in members)
-            block = packed[:, start : start + size]
-            start += size
-            if dtype == "int64":
-                block = tf.cast(block, tf.int64)
-            parts = tf.split(block, [m.width for m in members], axis=1) if len(members) > 1 else [block]
-            for member, part in zip(members, parts, strict=True):
-                if member.shape != (member.width,):
-                    part = tf.reshape(part, [-1, *member.shape])
-                out[member.name] = part
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardStats:
-    """What a writer recorded about one TFRecord shard.
-
-    Attributes:
-      records: Number of records.
-      raw_bytes: Bytes of the uncompressed TFRecord stream (framing included).
-      file_bytes: Size of the file on disk.
-    """
-
-    records: int
-    raw_bytes: int
-    file_bytes: int
-
-
-def compression_type(compression: str) -> str:
-    """Maps the config's `gzip` / `none` to a TFRecordDataset compression type."""
-    if compression not in ("gzip", "none"):
-        raise IngestionError(f"transform.compression: expected 'gzip' or 'none', got {compression!r}")
-    return "GZIP" if compression == "gzip" else ""
-
-
-def scan_shard(path: str, compression: str) -> ShardStats:
-    """Reads a whole TFRecord shard and returns its record count and sizes.
-
-    Raises:
-      IngestionError: naming the file when it cannot be read to the end.
-    """
-    ds = tf.data.TFRecordDataset(path, compression_type=compression_type(compression)).batch(4096)
-    ds = ds.map(_plain(lambda b: (tf.size(b, out_type=tf.int64), tf.reduce_sum(tf.cast(tf.strings.length(b), tf.int64)))))
-    try:
-        records, data = ds.reduce(
-            (tf.constant(0, tf.int64), tf.constant(0, tf.int64)), _plain(lambda acc, x: (acc[0] + x[0], acc[1] + x[1]))
-        )
-    except tf.errors.OpError as e:
-        raise IngestionError(f"ingestion: TFRecord shard {path!r} is corrupt, truncated or unreadable: {e.message}") from e
-    records = int(records)
-    return ShardStats(records, int(data) + _RECORD_OVERHEAD_BYTES * records, tf.io.gfile.stat(path).length)
 
 
 def shard_policy(num_files: int, num_pipelines: int) -> str:
@@ -183,7 +78,7 @@ def _tune(value: int) -> int:
 _KINDS = {tf.float32: "float_list", tf.int64: "int64_list", tf.string: "bytes_list"}
 
 
-def _check_first_record(path: str, ctype: str, spec: Mapping, packing: Packing | None) -> None:
+def _check_first_record(path: str, ctype: str, spec: Mapping, packing: layout.Packing | None) -> None:
     """Checks one file's first record against the parse spec (cheap, early, named)."""
     try:
         first = list(tf.data.TFRecordDataset(path, compression_type=ctype).take(1))
@@ -230,32 +125,17 @@ def _check_first_record(path: str, ctype: str, spec: Mapping, packing: Packing |
 
 
 def _expectations(
-    files: Sequence[str], compression: str, shard_stats: Mapping[str, ShardStats] | None
+    files: Sequence[str], compression: str, shard_stats: Mapping[str, layout.ShardStats] | None
 ) -> tuple[list[int], list[int]] | None:
     """Per-file (raw bytes, records) a complete read must see, or None when unknown.
 
-    Recorded stats also catch a file truncated exactly at a record boundary;
-    without them an uncompressed file is checked against its own size, and a
+    Recorded stats are checked first (`layout.check_shards`: a recorded shard,
+    at its recorded size); without them an uncompressed file is checked against its own size, and a
     gzip file relies on zlib's own checks (which name no file).
     """
     if shard_stats is not None:
-        raw, records = [], []
-        for path in files:
-            if path not in shard_stats:
-                raise IngestionError(
-                    f"ingestion: {path!r} is not among the {len(shard_stats)} shards the Transform recorded; "
-                    "feed the Trainer the transformed examples of the same Transform run"
-                )
-            stats = shard_stats[path]
-            size = tf.io.gfile.stat(path).length
-            if size != stats.file_bytes:
-                raise IngestionError(
-                    f"ingestion: TFRecord shard {path!r} has {size} bytes but the Transform wrote "
-                    f"{stats.file_bytes}: it is truncated or was replaced; restore it or re-run the Transform"
-                )
-            raw.append(stats.raw_bytes)
-            records.append(stats.records)
-        return raw, records
+        stats = layout.check_shards(files, shard_stats)
+        return [s.raw_bytes for s in stats], [s.records for s in stats]
     if compression == "none":
         return [tf.io.gfile.stat(p).length for p in files], [-1] * len(files)
     return None
@@ -270,8 +150,8 @@ def make_dataset(
     batch_size: int,
     compression: str,
     training: bool,
-    packing: Packing | None = None,
-    shard_stats: Mapping[str, ShardStats] | None = None,
+    packing: layout.Packing | None = None,
+    shard_stats: Mapping[str, layout.ShardStats] | None = None,
     input_context: tf.distribute.InputContext | None = None,
     cache_path: str = "",
     seed: int | None = None,
@@ -307,7 +187,7 @@ def make_dataset(
     files = sorted(files)
     if not files:
         raise IngestionError("ingestion: no input files were given")
-    ctype = compression_type(compression)
+    ctype = layout.compression_type(compression)
     spec = dict(feature_spec)
     if packing is not None:
         if spec.get(packing.feature) != packing.spec():
@@ -377,7 +257,7 @@ def make_dataset(
             if accounting:
                 if check_bytes:
                     data_bytes += tf.reduce_sum(tf.cast(tf.strings.length(batch), tf.int64))
-                    complete = tf.equal(data_bytes + _RECORD_OVERHEAD_BYTES * seen, want_bytes)
+                    complete = tf.equal(data_bytes + layout.RECORD_OVERHEAD_BYTES * seen, want_bytes)
                 else:
                     complete = tf.equal(seen, want_records)
                 # Only the empty end-of-file sentinel can fail the check.
@@ -390,7 +270,7 @@ def make_dataset(
                             "is corrupt, truncated or unreadable; restore the file or re-run the Transform. Records read, "
                             "bytes read (-1: not counted), records and bytes expected (-1: not known):",
                             seen,
-                            data_bytes + _RECORD_OVERHEAD_BYTES * seen if check_bytes else tf.constant(-1, tf.int64),
+                            data_bytes + layout.RECORD_OVERHEAD_BYTES * seen if check_bytes else tf.constant(-1, tf.int64),
                             want_records,
                             want_bytes,
                         ],

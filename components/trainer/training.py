@@ -24,7 +24,7 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import ingestion, models, strategies
+from components import ingestion, layout, models, strategies
 from components.config import ConfigError, ModelConfig, PipelineConfig, from_custom_config
 from components.export import export_from_task
 from components.transform.preprocessing import num_ids
@@ -112,22 +112,19 @@ def make_datasets(
       ValueError: (`LayoutError` / `IngestionError`) naming the file when the
         transformed examples disagree with the layout record.
     """
-    # Imported here: the layout module belongs to the Transform side.
-    from components.transform import layout as transform_layout
-
-    layout = transform_layout.read_layout(inputs.transform_output)
+    record = layout.read_layout(inputs.transform_output)
     graph_spec = tft_output.transformed_feature_spec()
-    if layout is None:
+    if record is None:
         logging.info("Trainer: no tfxkit layout record in %s; reading stock TFX Transform output", inputs.transform_output)
         feature_spec, packing, compression, shard_stats = graph_spec, None, "gzip", None
     else:
-        feature_spec = layout.feature_spec(graph_spec)
-        packing, compression, shard_stats = layout.packing, layout.compression, layout.shard_stats()
+        feature_spec = record.feature_spec(graph_spec)
+        packing, compression, shard_stats = record.packing, record.compression, record.shard_stats()
 
     def dataset(patterns, training, batch_size):
         files = list_files(patterns)
-        if layout is not None:
-            layout.check_listed(files)
+        if record is not None:
+            record.check_listed(files)
         cache_path = ""
         if training and config.ingestion.cache == "file":
             cache_dir = f"{inputs.model_run_dir}/ingestion_cache"

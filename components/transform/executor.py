@@ -1,278 +1,32 @@
 """Transform executor: TFX's Transform, writing ingestion-ready output.
 
-Stock TFX writes the transformed examples as GZIP TFRecords in as many shards
-as the Beam runner happens to choose. With a tfxkit config this executor
-writes them as the `transform` section says instead:
+With a tfxkit config, the transformed examples are written as the
+`transform` section says (shard count, compression, packing; see
+`components.transform.writer`) and what was written is recorded in
+`tfxkit_layout.json` in the transform graph directory (see
+`components.layout`). Every other Transform option (splits, analyzer cache,
+a user `module_file` / `preprocessing_fn`) is untouched; without a tfxkit
+config the executor behaves exactly as TFX's.
 
-- `num_shards` files per split (0: `layout.default_num_shards`, sized for
-  parallel reads and per-worker file sharding);
-- `compression` `gzip` (`.gz`, as stock) or `none` (`.tfrecord`, faster to
-  read);
-- with `pack_features`, every dense numeric transformed feature in one
-  fixed-length float vector per example (`layout.PACKED_FEATURE`), so parsing
-  costs one feature instead of dozens;
-
-and records what it wrote in `tfxkit_layout.json` in the transform graph
-directory (see `components.transform.layout`). Every other Transform option
-(splits, analyzer cache, a user `module_file` / `preprocessing_fn`) is
-untouched; without a tfxkit config the executor behaves exactly as TFX's.
+This module only unpacks artifacts, validates the config and delegates: the
+writer is `writer`, every patch of TFX / TFT internals is `tfx_compat`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import hashlib
-import json
 import os
-import threading
-from typing import Any
 
-import apache_beam as beam
-import numpy as np
-import pyarrow as pa
-import tensorflow as tf
-import tensorflow_transform as tft
-import tensorflow_transform.beam as tft_beam
-from apache_beam.io.filesystem import CompressionTypes
-from tensorflow_metadata.proto.v0 import schema_pb2
-from tensorflow_transform.tf_metadata import schema_utils
 from tfx.components.transform import executor as tfx_transform_executor
-from tfx.components.transform import labels
 from tfx.types import artifact_utils, standard_component_specs
-from tfx_bsl.coders import example_coder
 
-from components import ingestion
-from components.config import PipelineConfig, from_custom_config
-from components.transform import layout as transform_layout
+from components.config import from_custom_config
+from components.transform import tfx_compat, writer
 
 # Prefix TFX gives the transformed examples of a split (`<split uri>/transformed_examples-*`).
 EXAMPLES_PREFIX = "transformed_examples"
-_STOCK_PROCESSOR = tfx_transform_executor.TransformProcessor
-_STAGING_DIR = "tfxkit_shard_records"
-# The processor class is swapped module-wide for the duration of one run.
-_PROCESSOR_LOCK = threading.Lock()
 
 
-@contextlib.contextmanager
-def _without_deep_copy():
-    """Turns off TFT's deep-copy optimisation for the duration of a run.
-
-    TFX's executor always enables it, and TFT 1.16's `deep_copy` builds Beam
-    `AppliedPTransform`s with a constructor signature Beam 2.72 no longer has,
-    so any multi-phase `preprocessing_fn` (an analyzer over another analyzer's
-    output, e.g. z-scoring after mean imputation) fails. The optimisation only
-    avoids re-reading the input for later phases; without it results are equal.
-    """
-    original = tft_beam.Context.__dict__["get_use_deep_copy_optimization"]
-    tft_beam.Context.get_use_deep_copy_optimization = classmethod(lambda cls: False)
-    try:
-        yield
-    finally:
-        tft_beam.Context.get_use_deep_copy_optimization = original
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputSettings:
-    """How the transformed examples are written.
-
-    Attributes:
-      num_shards: Files per split (resolved, > 0).
-      compression: `gzip` or `none`.
-      pack_features: Pack dense numeric features into one float vector.
-      staging_dir: Where each split's shard record is staged until the
-        layout record is written.
-    """
-
-    num_shards: int
-    compression: str
-    pack_features: bool
-    staging_dir: str
-
-    @classmethod
-    def from_config(cls, config: PipelineConfig, staging_dir: str) -> OutputSettings:
-        return cls(
-            num_shards=transform_layout.resolve_num_shards(config.transform.num_shards, config.strategy.workers),
-            compression=config.transform.compression,
-            pack_features=config.transform.pack_features,
-            staging_dir=staging_dir,
-        )
-
-    @property
-    def suffix(self) -> str:
-        # `.gz` is how stock TFX readers (tfx_bsl) detect GZIP; anything else reads uncompressed.
-        return ".gz" if self.compression == "gzip" else ".tfrecord"
-
-
-def plan_packing(schema: schema_pb2.Schema, settings: OutputSettings) -> ingestion.Packing | None:
-    """The packing of a transformed schema, or None when packing is off."""
-    if not settings.pack_features:
-        return None
-    return transform_layout.plan_packing(schema_utils.schema_as_feature_spec(schema).feature_spec)
-
-
-def packed_schema(schema: schema_pb2.Schema, packing: ingestion.Packing | None) -> schema_pb2.Schema:
-    """The schema of the records as stored (members replaced by the packed feature)."""
-    if packing is None:
-        return schema
-    members = {m.name for m in packing.members}
-    out = schema_pb2.Schema()
-    out.CopyFrom(schema)
-    del out.feature[:]
-    out.feature.extend(f for f in schema.feature if f.name not in members)
-    packed = out.feature.add(name=packing.feature, type=schema_pb2.FLOAT)
-    packed.shape.dim.add(size=packing.width)
-    packed.presence.min_fraction = 1.0
-    return out
-
-
-def pack_record_batch(record_batch: pa.RecordBatch, packing: ingestion.Packing) -> pa.RecordBatch:
-    """Replaces the member columns of a transformed RecordBatch by one packed column.
-
-    Raises:
-      ValueError: naming the feature when a member does not have exactly its
-        width of values in every row, or an integer float32 cannot hold exactly.
-    """
-    n = record_batch.num_rows
-    names = record_batch.schema.names
-    blocks = []
-    for member in packing.members:
-        if member.name not in names:
-            raise ValueError(f"transform.pack_features: feature {member.name!r} is not in the transformed data")
-        column = record_batch.column(names.index(member.name))
-        values = column.flatten()
-        if column.null_count or len(values) != n * member.width:
-            raise ValueError(
-                f"transform.pack_features: feature {member.name!r} does not have exactly {member.width} value(s) "
-                "in every example, so it cannot be packed; make it dense or set transform.pack_features: false"
-            )
-        block = values.to_numpy(zero_copy_only=False).reshape(n, member.width)
-        if member.dtype == "int64" and block.size and np.abs(block).max() > transform_layout.FLOAT32_EXACT_INT:
-            raise ValueError(
-                f"transform.pack_features: feature {member.name!r} has integer values beyond "
-                f"{transform_layout.FLOAT32_EXACT_INT}, which float32 cannot hold exactly; set "
-                "transform.pack_features: false"
-            )
-        blocks.append(block.astype(np.float32, copy=False))
-    width = packing.width
-    packed = np.concatenate(blocks, axis=1).reshape(-1)
-    offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int64))
-    packed_column = pa.LargeListArray.from_arrays(offsets, pa.array(packed, pa.float32()))
-    members = {m.name for m in packing.members}
-    keep = [i for i, name in enumerate(names) if name not in members]
-    return pa.RecordBatch.from_arrays(
-        [record_batch.column(i) for i in keep] + [packed_column], [names[i] for i in keep] + [packing.feature]
-    )
-
-
-class EncodeExamplesFn(beam.DoFn):
-    """Transformed `(RecordBatch, passthrough)` -> serialized tf.Examples, packed if asked."""
-
-    def __init__(self, schema: schema_pb2.Schema, packing: ingestion.Packing | None):
-        self._schema = packed_schema(schema, packing)
-        self._packing = packing
-        self._encoder = None
-
-    def setup(self):
-        self._encoder = example_coder.RecordBatchToExamplesEncoder(self._schema)
-
-    def encode(self, record_batch: pa.RecordBatch) -> list[bytes]:
-        names = record_batch.schema.names
-        internal = tfx_transform_executor._TRANSFORM_INTERNAL_FEATURE_FOR_KEY
-        if internal in names:
-            # TFT's pass-through key column is bookkeeping, never a feature.
-            record_batch = record_batch.drop_columns([internal])
-        if self._packing is not None:
-            record_batch = pack_record_batch(record_batch, self._packing)
-        if self._encoder is None:
-            self.setup()
-        return self._encoder.encode(record_batch)
-
-    def process(self, element):
-        record_batch, _ = element
-        yield from self.encode(record_batch)
-
-
-def describe_shard(path: str, compression: str) -> dict[str, Any]:
-    """A written shard's path, record count and sizes, read back from the file."""
-    stats = ingestion.scan_shard(path, compression)
-    return {"path": path, **dataclasses.asdict(stats)}
-
-
-def _stage_shard_record(shards, output_path: str, settings: OutputSettings, packing) -> None:
-    """Writes one split's shard list for `Executor.Do` to merge into the layout record."""
-    tf.io.gfile.makedirs(settings.staging_dir)
-    name = hashlib.sha256(output_path.encode()).hexdigest()[:16] + ".json"
-    record = {
-        "output_path": output_path,
-        "packing": transform_layout.packing_to_json(packing),
-        "shards": sorted(shards, key=lambda s: s["path"]),
-    }
-    with tf.io.gfile.GFile(os.path.join(settings.staging_dir, name), "w") as f:
-        f.write(json.dumps(record))
-
-
-class WriteIngestionReady(beam.PTransform):
-    """Encodes, packs and writes one split as configured, then records its shards."""
-
-    def __init__(self, settings: OutputSettings, schema: schema_pb2.Schema, output_path: str):
-        super().__init__()
-        self._settings = settings
-        self._schema = schema
-        self._output_path = output_path
-
-    def expand(self, pcoll):
-        settings = self._settings
-        packing = plan_packing(self._schema, settings)
-        written = (
-            pcoll
-            | "EncodeAndSerialize" >> beam.ParDo(EncodeExamplesFn(self._schema, packing))
-            | "WriteToTFRecord"
-            >> beam.io.WriteToTFRecord(
-                self._output_path,
-                file_name_suffix=settings.suffix,
-                num_shards=settings.num_shards,
-                compression_type=CompressionTypes.GZIP if settings.compression == "gzip" else CompressionTypes.UNCOMPRESSED,
-            )
-        )
-        return (
-            written
-            | "DescribeShards" >> beam.Map(describe_shard, settings.compression)
-            | "CollectShards" >> beam.combiners.ToList()
-            | "StageShardRecord" >> beam.Map(_stage_shard_record, self._output_path, settings, packing)
-        )
-
-
-class _IngestionReadyProcessor(_STOCK_PROCESSOR):
-    """TFX's TransformProcessor with the tfxkit writer for TFRecord output."""
-
-    settings: OutputSettings
-
-    def _EncodeAndWrite(self, schema, file_format, output_path):
-        if file_format != labels.FORMAT_TFRECORD:
-            # Parquet output stays stock; the Trainer then has no layout record.
-            return _STOCK_PROCESSOR._EncodeAndWrite(schema=schema, file_format=file_format, output_path=output_path)
-        return WriteIngestionReady(self.settings, schema, output_path)
-
-
-@contextlib.contextmanager
-def _ingestion_ready_output(settings: OutputSettings):
-    """Makes TFX's executor build the tfxkit processor for one run.
-
-    `Executor.Do` in TFX instantiates the module-level `TransformProcessor`
-    by name, so the subclass is swapped in for the run (under a lock, so two
-    runs in one process never see each other's settings).
-    """
-    processor = type("IngestionReadyProcessor", (_IngestionReadyProcessor,), {"settings": settings})
-    with _PROCESSOR_LOCK:
-        tfx_transform_executor.TransformProcessor = processor
-        try:
-            yield
-        finally:
-            tfx_transform_executor.TransformProcessor = _STOCK_PROCESSOR
-
-
-def _split_prefixes(transformed_examples) -> dict[str, str]:
+def split_prefixes(transformed_examples) -> dict[str, str]:
     """Output path prefix -> split name, for every transformed examples artifact."""
     prefixes = {}
     for artifact in transformed_examples or []:
@@ -281,82 +35,24 @@ def _split_prefixes(transformed_examples) -> dict[str, str]:
     return prefixes
 
 
-def read_staged_records(settings: OutputSettings) -> dict[str, dict[str, Any]]:
-    """The shard records the writer staged, keyed by output path prefix; removes them."""
-    staged = {}
-    if tf.io.gfile.isdir(settings.staging_dir):
-        for name in tf.io.gfile.listdir(settings.staging_dir):
-            with tf.io.gfile.GFile(os.path.join(settings.staging_dir, name)) as f:
-                record = json.load(f)
-            staged[record["output_path"]] = record
-        tf.io.gfile.rmtree(settings.staging_dir)
-    return staged
-
-
-def build_layout(
-    staged: dict[str, dict[str, Any]],
-    prefixes: dict[str, str],
-    graph_spec: dict[str, Any],
-    settings: OutputSettings,
-) -> transform_layout.Layout:
-    """The layout record of the splits written under `prefixes` (prefix -> split).
-
-    Raises:
-      ValueError: if a split's shard record is missing or splits were packed
-        differently.
-    """
-    files, packings = [], set()
-    for prefix, split in sorted(prefixes.items()):
-        if prefix not in staged:
-            raise ValueError(f"Transform: no shard record was written for split {split!r} ({prefix})")
-        record = staged[prefix]
-        packings.add(json.dumps(record["packing"], sort_keys=True))
-        for shard in record["shards"]:
-            stats = ingestion.ShardStats(shard["records"], shard["raw_bytes"], shard["file_bytes"])
-            files.append(transform_layout.ShardFile(shard["path"], split, stats))
-    if len(packings) != 1:
-        raise ValueError(f"Transform: splits were packed differently: {sorted(packings)}")
-    packing = transform_layout.packing_from_json(json.loads(packings.pop()))
-    return transform_layout.Layout(
-        compression=settings.compression,
-        num_shards=settings.num_shards,
-        packing=packing,
-        parse_spec=transform_layout.spec_to_json(transform_layout.file_spec(graph_spec, packing)),
-        files=tuple(files),
-    )
-
-
-def write_layout_record(transform_graph_uri: str, transformed_examples, settings: OutputSettings) -> str | None:
-    """Writes the layout record of this run into the transform graph; returns its path.
-
-    Returns None when the tfxkit writer wrote nothing (no transformed
-    examples, or Parquet ones).
-    """
-    staged = read_staged_records(settings)
-    prefixes = _split_prefixes(transformed_examples)
-    if not prefixes or not staged:
-        # Nothing materialized, or not as TFRecords (Parquet output stays stock).
-        return None
-    graph_spec = tft.TFTransformOutput(transform_graph_uri).transformed_feature_spec()
-    layout = build_layout(staged, prefixes, graph_spec, settings)
-    return transform_layout.write_layout(transform_graph_uri, layout)
-
-
 class Executor(tfx_transform_executor.Executor):
-    """Fails fast on an invalid config, then runs TFX's Transform with the tfxkit writer."""
+    """Fails fast on an unsupported TFX / TFT or an invalid config, then runs TFX's Transform with the tfxkit writer."""
 
     def Do(self, input_dict, output_dict, exec_properties):
+        # Before anything runs: the patches below are only right for the TFX / TFT they were written for.
+        tfx_compat.check()
         config = from_custom_config(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY))
         if config is None:
-            with _without_deep_copy():
+            with tfx_compat.without_deep_copy():
                 super().Do(input_dict, output_dict, exec_properties)
             return
         graph_uri = artifact_utils.get_single_uri(output_dict[standard_component_specs.TRANSFORM_GRAPH_KEY])
-        settings = OutputSettings.from_config(config, os.path.join(graph_uri, _STAGING_DIR))
-        if tf.io.gfile.isdir(settings.staging_dir):
-            tf.io.gfile.rmtree(settings.staging_dir)
-        with _without_deep_copy(), _ingestion_ready_output(settings):
+        settings = writer.OutputSettings.from_config(config, os.path.join(graph_uri, writer.STAGING_DIR))
+        writer.clear_staged_records(settings)
+        with tfx_compat.without_deep_copy(), tfx_compat.tfrecord_writer(
+            lambda schema, output_path: writer.WriteIngestionReady(settings, schema, output_path)
+        ):
             super().Do(input_dict, output_dict, exec_properties)
-        write_layout_record(
-            graph_uri, output_dict.get(standard_component_specs.TRANSFORMED_EXAMPLES_KEY), settings
-        )
+        # After the run: TFX's `Do` sets the split names of the transformed examples.
+        prefixes = split_prefixes(output_dict.get(standard_component_specs.TRANSFORMED_EXAMPLES_KEY))
+        writer.write_layout_record(graph_uri, prefixes, settings)

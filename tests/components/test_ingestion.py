@@ -1,7 +1,7 @@
 """The tf.data input pipeline on files written by the Transform's own encoder.
 
 Each dataset is small and written without a Beam runner (the Transform
-executor's `EncodeExamplesFn`, round-robin into shards, plus its layout
+writer's `EncodeExamplesFn`, round-robin into shards, plus its layout
 record), so these tests exercise the real record format quickly. Every example
 carries a unique `uid`, so multisets and orders of examples can be compared.
 """
@@ -20,9 +20,9 @@ from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
 from components import ingestion
+from components import layout as transform_layout
 from components.config import IngestionConfig
-from components.transform import executor
-from components.transform import layout as transform_layout
+from components.transform import writer
 
 LABEL = "label"
 # A transformed spec with every kind the pipeline handles: floats (scalar and
@@ -97,10 +97,10 @@ class Written:
 def write(directory, *, pack: bool, compression: str, num_shards: int = 4, n: int = NUM_EXAMPLES) -> Written:
     """Writes `n` examples as the tfxkit Transform encodes them; returns files and layout."""
     directory = str(directory)
-    settings = executor.OutputSettings(num_shards, compression, pack, os.path.join(directory, "staging"))
+    settings = writer.OutputSettings(num_shards, compression, pack, os.path.join(directory, "staging"))
     schema = schema_utils.schema_from_feature_spec(SPEC)
-    packing = executor.plan_packing(schema, settings)
-    encoder = executor.EncodeExamplesFn(schema, packing)
+    packing = writer.plan_packing(schema, settings)
+    encoder = writer.EncodeExamplesFn(schema, packing)
     prefix = os.path.join(directory, "Split-train", "transformed_examples")
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
     paths = [f"{prefix}-{i:05d}-of-{num_shards:05d}{settings.suffix}" for i in range(num_shards)]
@@ -117,10 +117,10 @@ def write(directory, *, pack: bool, compression: str, num_shards: int = 4, n: in
         prefix: {
             "output_path": prefix,
             "packing": transform_layout.packing_to_json(packing),
-            "shards": [executor.describe_shard(p, compression) for p in paths],
+            "shards": [writer.describe_shard(p, compression) for p in paths],
         }
     }
-    layout = executor.build_layout(staged, {prefix: "train"}, SPEC, settings)
+    layout = writer.build_layout(staged, {prefix: "train"}, SPEC, settings)
     return Written(paths, layout)
 
 
@@ -401,8 +401,3 @@ def test_bad_arguments_name_the_field(packed):
     with pytest.raises(ingestion.IngestionError, match=r"no input files"):
         ingestion.make_dataset([], {}, LABEL, CONFIG, batch_size=8, compression="none", training=False)
 
-
-def test_scan_shard_counts_records_and_bytes(packed):
-    stats = ingestion.scan_shard(packed.files[0], "none")
-    assert stats == packed.layout.shard_stats()[packed.files[0]]
-    assert stats.records == NUM_EXAMPLES // 4 and stats.raw_bytes == stats.file_bytes == os.path.getsize(packed.files[0])

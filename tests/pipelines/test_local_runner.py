@@ -105,7 +105,7 @@ def test_taxi_pushed_model_serves_raw_examples(taxi_run):
 
 @pytest.mark.e2e
 def test_taxi_transform_wrote_the_configured_shards_and_compression(taxi_run, taxi_config):
-    from components.transform import layout as transform_layout
+    from components import layout as transform_layout
 
     output, _ = taxi_run
     root = os.path.join(output, "pipeline_root", "Transform")

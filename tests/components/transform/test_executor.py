@@ -17,7 +17,6 @@ import json
 import os
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -29,13 +28,12 @@ from tfx.types import standard_component_specs as specs
 from tfx.utils import io_utils, proto_utils
 from tfx_bsl.public import tfxio
 
-from components import ingestion
+from components import layout as transform_layout
 from components.config import CONFIG_KEY, PipelineConfig
 from components.data import taxi_csv_path
 from components.trainer import component as trainer_component
 from components.trainer import training
-from components.transform import executor
-from components.transform import layout as transform_layout
+from components.transform import executor, tfx_compat, writer
 from tests.conftest import tiny
 
 TRAIN_ROWS, EVAL_ROWS = 600, 240
@@ -157,8 +155,8 @@ def test_packed_run_writes_configured_shards_uncompressed(packed):
         assert counts == [layout.shard_stats()[f].records for f in files]
         assert sum(counts) == rows
     # The module-wide processor swap is undone after the run.
-    assert tfx_transform_executor.TransformProcessor is executor._STOCK_PROCESSOR
-    assert not tf.io.gfile.exists(os.path.join(graph_uri, executor._STAGING_DIR))
+    assert tfx_transform_executor.TransformProcessor is tfx_compat.STOCK_PROCESSOR
+    assert not tf.io.gfile.exists(os.path.join(graph_uri, writer.STAGING_DIR))
 
 
 def test_default_run_writes_two_gzip_shards_per_worker(stock_format):
@@ -187,7 +185,7 @@ def test_recorded_parse_spec_matches_the_files(run, request):
         assert set(spec) == {transform_layout.PACKED_FEATURE}
         assert {m.name for m in layout.packing.members} == set(graph_spec)
         assert layout.packing.width == len(graph_spec)  # every taxi feature is one value
-    ctype = ingestion.compression_type(layout.compression)
+    ctype = transform_layout.compression_type(layout.compression)
     for f in layout.files:
         records = tf.data.TFRecordDataset(f.path, compression_type=ctype)
         first = tf.train.Example.FromString(next(iter(records)).numpy())
@@ -305,91 +303,3 @@ def test_stock_user_run_fn_trains_through_the_tfxkit_trainer(stock_format, tmp_p
     features = {k: tf.constant([[0.5], [-1.0]]) for k in ("fare_xf", "trip_miles_xf", "trip_seconds_xf")}
     assert saved.signatures["serving_default"](**features)
     assert len(list(saved.signatures["serving_default"](**features).values())[0].shape) == 2
-
-
-# --------------------------------------------------------------------------- #
-# Pure parts: packing, the layout record, shard counts.
-# --------------------------------------------------------------------------- #
-
-
-def _list_column(values, width=1):
-    values = np.asarray(values)
-    return pa.LargeListArray.from_arrays(pa.array(np.arange(0, len(values) + 1, width, dtype=np.int64)), pa.array(values))
-
-
-def test_pack_record_batch_round_trips_through_unpack():
-    spec = {
-        "a": tf.io.FixedLenFeature([2], tf.float32),
-        "b": tf.io.FixedLenFeature([1], tf.int64),
-        "y": tf.io.FixedLenFeature([], tf.int64),
-        "s": tf.io.FixedLenFeature([1], tf.string),
-    }
-    packing = transform_layout.plan_packing(spec)
-    assert [m.name for m in packing.members] == ["a", "b", "y"]
-    batch = pa.RecordBatch.from_arrays(
-        [
-            _list_column(np.array([1.5, 2.5, 3.5, 4.5], np.float32), 2),
-            _list_column(np.array([7, 16_000_000], np.int64)),
-            _list_column(np.array([0, 1], np.int64)),
-            pa.LargeListArray.from_arrays(pa.array([0, 1, 2], pa.int64()), pa.array([b"x", b"z"], pa.large_binary())),
-        ],
-        ["a", "b", "y", "s"],
-    )
-    packed = executor.pack_record_batch(batch, packing)
-    assert packed.schema.names == ["s", transform_layout.PACKED_FEATURE]
-    matrix = np.asarray(packed.column(1).flatten()).reshape(2, packing.width)
-    out = packing.unpack(tf.constant(matrix))
-    np.testing.assert_array_equal(out["a"], [[1.5, 2.5], [3.5, 4.5]])
-    np.testing.assert_array_equal(out["b"], [[7], [16_000_000]])
-    assert out["b"].dtype == tf.int64 and out["y"].shape == (2,)
-
-
-def test_packing_refuses_ids_float32_cannot_hold():
-    packing = transform_layout.plan_packing({"big_id": tf.io.FixedLenFeature([1], tf.int64)})
-    batch = pa.RecordBatch.from_arrays([_list_column(np.array([1, 2**24 + 1], np.int64))], ["big_id"])
-    with pytest.raises(ValueError, match=r"transform\.pack_features: feature 'big_id' has integer values beyond 16777216"):
-        executor.pack_record_batch(batch, packing)
-
-
-def test_packing_refuses_a_feature_with_missing_values():
-    packing = transform_layout.plan_packing({"x": tf.io.FixedLenFeature([1], tf.float32)})
-    column = pa.LargeListArray.from_arrays(pa.array([0, 1, 1], pa.int64()), pa.array([1.0], pa.float32()))
-    with pytest.raises(ValueError, match=r"transform\.pack_features: feature 'x' does not have exactly 1 value"):
-        executor.pack_record_batch(pa.RecordBatch.from_arrays([column], ["x"]), packing)
-
-
-def test_packed_name_clash_is_refused():
-    with pytest.raises(transform_layout.LayoutError, match=r"transform\.pack_features: a transformed feature is already named"):
-        transform_layout.plan_packing({transform_layout.PACKED_FEATURE: tf.io.FixedLenFeature([1], tf.float32)})
-
-
-@pytest.mark.parametrize("workers,expected", [(1, 8), (2, 8), (3, 9), (5, 10), (6, 12), (16, 32)])
-def test_default_shard_count(workers, expected):
-    shards = transform_layout.default_num_shards(workers)
-    assert shards == expected
-    assert shards >= 2 * workers and shards % workers == 0 and shards >= transform_layout.MIN_DEFAULT_SHARDS
-
-
-def test_layout_record_round_trips_and_rejects_bad_records(packed, tmp_path):
-    _, (graph_uri, _, _) = packed
-    layout = transform_layout.read_layout(graph_uri)
-    assert transform_layout.Layout.from_json(layout.to_json()) == layout
-    assert transform_layout.read_layout(str(tmp_path)) is None
-    (tmp_path / transform_layout.LAYOUT_FILE).write_text(json.dumps({"format": "other", "version": 1}))
-    with pytest.raises(transform_layout.LayoutError, match=r"layout: .*tfxkit_layout\.json is format 'other'"):
-        transform_layout.read_layout(str(tmp_path))
-    broken = json.loads(layout.to_json())
-    del broken["files"]
-    (tmp_path / transform_layout.LAYOUT_FILE).write_text(json.dumps(broken))
-    with pytest.raises(transform_layout.LayoutError, match=r"is malformed .*re-run the Transform"):
-        transform_layout.read_layout(str(tmp_path))
-
-
-def test_spec_json_defers_unsupported_kinds_to_the_transform_graph():
-    sparse = tf.io.SparseFeature("i", "v", tf.float32, 10)
-    spec = {"d": tf.io.FixedLenFeature([2], tf.int64), "v": tf.io.VarLenFeature(tf.string), "s": sparse}
-    data = transform_layout.spec_to_json(spec)
-    assert data["s"] == {"kind": "transform_graph"}
-    assert transform_layout.spec_from_json(data, spec) == spec
-    with pytest.raises(transform_layout.LayoutError, match=r"feature 's' is described by the transform graph"):
-        transform_layout.spec_from_json(data)

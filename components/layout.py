@@ -1,11 +1,22 @@
-"""The Transform's layout record: what it wrote, so the Trainer never guesses.
+"""The Transform -> Trainer data contract: what the Transform writes, what the Trainer reads.
 
-Pure (no TFX types). The Transform executor writes one JSON record,
-`tfxkit_layout.json`, into its transform graph directory after the
-transformed examples are written: compression, shard count, the packed
-feature layout, the parse spec of the records as stored, and every shard with
-its split, record count and sizes. The Trainer reads it back
-(`read_layout`) and builds its input pipeline from it.
+Pure (no TFX types). One place for every part of the record format both
+sides must agree on:
+
+- shards: how many per split (`resolve_num_shards`), their stats
+  (`ShardStats`, read back by `scan_shard`) and the one check that listed
+  files are the recorded shards, unchanged (`check_shards`);
+- compression: `gzip` or `none`, its TFRecord type and file suffix;
+- packing: which dense numeric features share one float vector
+  (`plan_packing`), how a transformed RecordBatch is packed
+  (`pack_record_batch`) and how parsed batches are unpacked
+  (`Packing.unpack`);
+- the parse spec of the records as stored (`file_spec`, `spec_to_json`);
+- the layout record: the Transform writes one JSON record,
+  `tfxkit_layout.json`, into its transform graph directory after the
+  transformed examples are written (compression, shard count, packing, parse
+  spec, every shard with its split, record count and sizes); the Trainer
+  reads it back (`read_layout`) and builds its input pipeline from it.
 """
 
 from __future__ import annotations
@@ -17,9 +28,9 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import tensorflow as tf
-
-from components.ingestion import PackedMember, Packing, ShardStats
 
 LAYOUT_FILE = "tfxkit_layout.json"
 LAYOUT_FORMAT = "tfxkit.transform_layout"
@@ -32,10 +43,173 @@ MIN_DEFAULT_SHARDS = 8
 FLOAT32_EXACT_INT = 2**24
 # A parse spec entry the record cannot describe: read it from the transform graph.
 _FROM_TRANSFORM_GRAPH = "transform_graph"
+# TFRecord framing around each record: length (8 bytes) + its CRC (4) + data CRC (4).
+RECORD_OVERHEAD_BYTES = 16
+# Records per batch when a shard is scanned (per-batch cost, bounded memory).
+_SCAN_BATCH = 4096
 
 
-class LayoutError(ValueError):
+class IngestionError(ValueError):
+    """Transform output cannot be read as written or configured; names the file and feature.
+
+    Defined with the contract (and raised by `components.ingestion` too) so a
+    contract check fails with an error both the reader and its callers catch.
+    """
+
+
+class LayoutError(IngestionError):
     """The layout record is malformed or disagrees with the files; names the file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedMember:
+    """One dense feature stored inside the packed float vector.
+
+    Attributes:
+      name: Feature name the model sees.
+      dtype: `float32` or `int64` (ids are stored as exactly representable
+        floats and cast back).
+      shape: Shape of one example's value (`()` for a scalar, `(1,)`, `(64,)`).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def width(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class Packing:
+    """Dense numeric features written as one fixed-length float32 vector.
+
+    Members are stored float32 members first, then int64 members, each in
+    order, so unpacking is one slice and one cast per dtype.
+
+    Attributes:
+      feature: Name of the packed feature in the files.
+      members: The features it holds, in storage order.
+    """
+
+    feature: str
+    members: tuple[PackedMember, ...]
+
+    @property
+    def width(self) -> int:
+        return sum(m.width for m in self.members)
+
+    def spec(self) -> tf.io.FixedLenFeature:
+        """Parse spec of the packed feature."""
+        return tf.io.FixedLenFeature([self.width], tf.float32)
+
+    def unpack(self, packed: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Splits a `[batch, width]` packed tensor into the member features."""
+        out: dict[str, tf.Tensor] = {}
+        start = 0
+        for dtype in ("float32", "int64"):
+            members = [m for m in self.members if m.dtype == dtype]
+            if not members:
+                continue
+            size = sum(m.width for m in members)
+            block = packed[:, start : start + size]
+            start += size
+            if dtype == "int64":
+                block = tf.cast(block, tf.int64)
+            parts = tf.split(block, [m.width for m in members], axis=1) if len(members) > 1 else [block]
+            for member, part in zip(members, parts, strict=True):
+                if member.shape != (member.width,):
+                    part = tf.reshape(part, [-1, *member.shape])
+                out[member.name] = part
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardStats:
+    """What a writer recorded about one TFRecord shard.
+
+    Attributes:
+      records: Number of records.
+      raw_bytes: Bytes of the uncompressed TFRecord stream (framing included).
+      file_bytes: Size of the file on disk.
+    """
+
+    records: int
+    raw_bytes: int
+    file_bytes: int
+
+
+def compression_type(compression: str) -> str:
+    """Maps the config's `gzip` / `none` to a TFRecordDataset compression type."""
+    if compression not in ("gzip", "none"):
+        raise IngestionError(f"transform.compression: expected 'gzip' or 'none', got {compression!r}")
+    return "GZIP" if compression == "gzip" else ""
+
+
+def shard_suffix(compression: str) -> str:
+    """File name suffix of a shard written with `compression`."""
+    # `.gz` is how stock TFX readers (tfx_bsl) detect GZIP; anything else reads uncompressed.
+    return ".gz" if compression == "gzip" else ".tfrecord"
+
+
+@tf.autograph.experimental.do_not_convert
+def _batch_counts(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    return tf.size(batch, out_type=tf.int64), tf.reduce_sum(tf.cast(tf.strings.length(batch), tf.int64))
+
+
+@tf.autograph.experimental.do_not_convert
+def _add_counts(total, counts):
+    return total[0] + counts[0], total[1] + counts[1]
+
+
+def scan_shard(path: str, compression: str) -> ShardStats:
+    """Reads a whole TFRecord shard and returns its record count and sizes.
+
+    Raises:
+      IngestionError: naming the file when it cannot be read to the end.
+    """
+    ds = tf.data.TFRecordDataset(path, compression_type=compression_type(compression)).batch(_SCAN_BATCH)
+    try:
+        records, data = ds.map(_batch_counts).reduce((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), _add_counts)
+    except tf.errors.OpError as e:
+        raise IngestionError(f"ingestion: TFRecord shard {path!r} is corrupt, truncated or unreadable: {e.message}") from e
+    records = int(records)
+    return ShardStats(records, int(data) + RECORD_OVERHEAD_BYTES * records, tf.io.gfile.stat(path).length)
+
+
+def check_shards(files: Iterable[str], recorded: Mapping[str, ShardStats]) -> list[ShardStats]:
+    """Checks that every file is a shard the Transform recorded, at its recorded size.
+
+    A size check also catches a file truncated exactly at a record boundary,
+    which a reader would take for a shorter, complete file.
+
+    Args:
+      files: Files about to be read.
+      recorded: The shards the Transform recorded, by path.
+
+    Returns:
+      The recorded stats of `files`, in order.
+
+    Raises:
+      LayoutError: naming the first file that is not recorded or whose size
+        differs from the recorded one.
+    """
+    stats = []
+    for path in files:
+        if path not in recorded:
+            raise LayoutError(
+                f"layout: {path!r} is not among the {len(recorded)} shards the Transform recorded; feed the Trainer "
+                "the transformed examples of the same Transform run"
+            )
+        size = tf.io.gfile.stat(path).length
+        if size != recorded[path].file_bytes:
+            raise LayoutError(
+                f"layout: TFRecord shard {path!r} has {size} bytes but the Transform wrote "
+                f"{recorded[path].file_bytes}: it is truncated or was replaced; restore it or re-run the Transform"
+            )
+        stats.append(recorded[path])
+    return stats
 
 
 def default_num_shards(workers: int) -> int:
@@ -86,6 +260,45 @@ def plan_packing(feature_spec: Mapping[str, Any], feature: str = PACKED_FEATURE)
         return None
     members.sort(key=lambda m: (m.dtype != "float32", m.name))
     return Packing(feature, tuple(members))
+
+
+def pack_record_batch(record_batch: pa.RecordBatch, packing: Packing) -> pa.RecordBatch:
+    """Replaces the member columns of a transformed RecordBatch by one packed column.
+
+    Raises:
+      ValueError: naming the feature when a member does not have exactly its
+        width of values in every row, or an integer float32 cannot hold exactly.
+    """
+    n = record_batch.num_rows
+    names = record_batch.schema.names
+    blocks = []
+    for member in packing.members:
+        if member.name not in names:
+            raise ValueError(f"transform.pack_features: feature {member.name!r} is not in the transformed data")
+        column = record_batch.column(names.index(member.name))
+        values = column.flatten()
+        if column.null_count or len(values) != n * member.width:
+            raise ValueError(
+                f"transform.pack_features: feature {member.name!r} does not have exactly {member.width} value(s) "
+                "in every example, so it cannot be packed; make it dense or set transform.pack_features: false"
+            )
+        block = values.to_numpy(zero_copy_only=False).reshape(n, member.width)
+        if member.dtype == "int64" and block.size and np.abs(block).max() > FLOAT32_EXACT_INT:
+            raise ValueError(
+                f"transform.pack_features: feature {member.name!r} has integer values beyond "
+                f"{FLOAT32_EXACT_INT}, which float32 cannot hold exactly; set "
+                "transform.pack_features: false"
+            )
+        blocks.append(block.astype(np.float32, copy=False))
+    width = packing.width
+    packed = np.concatenate(blocks, axis=1).reshape(-1)
+    offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int64))
+    packed_column = pa.LargeListArray.from_arrays(offsets, pa.array(packed, pa.float32()))
+    members = {m.name for m in packing.members}
+    keep = [i for i, name in enumerate(names) if name not in members]
+    return pa.RecordBatch.from_arrays(
+        [record_batch.column(i) for i in keep] + [packed_column], [names[i] for i in keep] + [packing.feature]
+    )
 
 
 def file_spec(feature_spec: Mapping[str, Any], packing: Packing | None) -> dict[str, Any]:
@@ -191,19 +404,15 @@ class Layout:
         return sorted(f.path for f in self.files if f.split == split)
 
     def check_listed(self, files: Iterable[str]) -> None:
-        """Checks that listed files are recorded shards and that none is missing.
+        """Checks that listed files are recorded, unchanged shards and that none is missing.
 
         Raises:
-          LayoutError: naming an unrecorded file, or a recorded shard of a
-            listed directory that is absent from `files`.
+          LayoutError: naming an unrecorded or resized file (`check_shards`),
+            or a recorded shard of a listed directory that is absent from
+            `files`.
         """
         listed = set(files)
-        recorded = {f.path for f in self.files}
-        for path in sorted(listed - recorded):
-            raise LayoutError(
-                f"layout: {path!r} is not among the {len(recorded)} shards the Transform recorded; feed the Trainer "
-                "the transformed examples of the same Transform run"
-            )
+        check_shards(sorted(listed), self.shard_stats())
         directories = {os.path.dirname(p) for p in listed}
         for f in sorted(self.files, key=lambda f: f.path):
             if os.path.dirname(f.path) in directories and f.path not in listed:

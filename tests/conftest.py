@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import os
+import struct
 
+import numpy as np
 import pytest
 
 from components.config import PipelineConfig
@@ -54,3 +57,25 @@ def digits_distillation_run(tmp_path_factory, digits_config):
     )
     output = str(tmp_path_factory.mktemp("digits_distillation"))
     return output, config, local_runner.run(config, output, runner="beam")
+
+
+def write_fashion_idx(directory, sizes=None, seed=0) -> dict:
+    """Writes tiny Fashion-MNIST IDX files (gzip, the published format) into `directory`.
+
+    Returns:
+      split -> (images uint8 [n, 28, 28], labels uint8 [n]) as written.
+    """
+    from components import fashion_mnist
+
+    sizes = sizes or {"train": 5, "eval": 3}
+    rng = np.random.default_rng(seed)
+    written = {}
+    for split, (images_name, labels_name) in fashion_mnist.FILES.items():
+        images = rng.integers(0, 256, size=(sizes[split], 28, 28), dtype=np.uint8)
+        labels = (np.arange(sizes[split]) % 10).astype(np.uint8)
+        for name, array in ((images_name, images), (labels_name, labels)):
+            header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+            with gzip.open(os.path.join(directory, name), "wb") as f:
+                f.write(header + array.tobytes())
+        written[split] = (images, labels)
+    return written

@@ -766,6 +766,12 @@ class PipelineConfig:
         for role in ("teacher", "student"):
             if getattr(self, role).conv is not None and not images:
                 fail(f"{role}.conv", "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]")
+        if self.train.augmentation.enabled and self.distillation.cache_teacher_logits:
+            fail(
+                "distillation.cache_teacher_logits",
+                "the cache keys soft targets by example, and with train.augmentation every view is a new "
+                "example (the cache would grow without bound and never hit); turn one of them off",
+            )
         if self.train.augmentation.enabled and not images:
             fail("train.augmentation", "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape")
         reject_secrets(self)

@@ -24,6 +24,7 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
+from components import augment as augment_lib
 from components import ingestion, layout, models, strategies
 from components.config import ConfigError, ModelConfig, PipelineConfig, from_custom_config
 from components.export import export_from_task
@@ -145,10 +146,35 @@ def make_datasets(
             seed=config.train.seed,
         )
 
-    return (
-        dataset(inputs.train_files, True, config.ingestion.batch_size),
-        dataset(inputs.eval_files, False, config.ingestion.eval_batch_size),
-    )
+    train = dataset(inputs.train_files, True, config.ingestion.batch_size)
+    if config.train.augmentation.enabled:
+        train = augmented(train, config, input_context)
+    return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)
+
+
+def augmented(
+    dataset: tf.data.Dataset, config: PipelineConfig, input_context: tf.distribute.InputContext | None = None
+) -> tf.data.Dataset:
+    """Training batches with `train.augmentation` applied to the image-shaped features.
+
+    Augmenting here, before the model, is what makes distillation consistent:
+    the Distiller's teachers and student are called on the same (augmented)
+    batch. Each batch gets its own stateless seed from `train.seed`, the
+    batch's index and this input pipeline's id, so a resumed run sees the
+    same sequence of views and parallel input pipelines see different ones.
+    """
+    settings = config.train.augmentation
+    shapes = {f.transformed_name: f.shape for f in config.data.features if f.shape}
+    pipeline_id = input_context.input_pipeline_id if input_context is not None else 0
+    pipelines = input_context.num_input_pipelines if input_context is not None else 1
+
+    def augment(index, batch):
+        features, label = batch
+        seed = tf.stack([tf.constant(config.train.seed, tf.int64), index * pipelines + pipeline_id])
+        views = augment_lib.augment_images(features, shapes, translate=settings.translate, flip=settings.flip, seed=seed)
+        return views, label
+
+    return dataset.enumerate().map(augment, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
 def build_model(config: PipelineConfig, tft_output: tft.TFTransformOutput, shape: ModelConfig, name: str) -> keras.Model:

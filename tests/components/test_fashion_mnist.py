@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import struct
 
 import numpy as np
 import pytest
@@ -12,28 +11,12 @@ import tensorflow as tf
 
 from components import fashion_mnist
 from components.data import DataError, write_fashion_mnist
-
-
-def _write_idx(path, array: np.ndarray) -> None:
-    type_byte = {np.dtype(np.uint8): 0x08}[array.dtype]
-    header = bytes([0, 0, type_byte, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    with gzip.open(path, "wb") as f:
-        f.write(header + array.tobytes())
+from tests.conftest import write_fashion_idx
 
 
 @pytest.fixture
 def tiny_idx_dir(tmp_path):
-    """Five training and three test images whose pixels encode their index and label."""
-    rng = np.random.default_rng(0)
-    sizes = {"train": 5, "eval": 3}
-    expected = {}
-    for split, (images_name, labels_name) in fashion_mnist.FILES.items():
-        images = rng.integers(0, 256, size=(sizes[split], 28, 28), dtype=np.uint8)
-        labels = rng.integers(0, 10, size=sizes[split]).astype(np.uint8)
-        _write_idx(tmp_path / images_name, images)
-        _write_idx(tmp_path / labels_name, labels)
-        expected[split] = (images, labels)
-    return tmp_path, expected
+    return tmp_path, write_fashion_idx(str(tmp_path))
 
 
 def test_load_split_reads_images_and_labels(tiny_idx_dir):

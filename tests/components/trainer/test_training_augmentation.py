@@ -1,0 +1,91 @@
+"""Augmented training input: one view per batch, seen by teachers and student alike."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from components import distillation
+from components.config import AugmentationConfig, ConfigError
+from components.trainer import training
+from pipelines.configs import load_config
+
+BATCH, SIDE = 8, 28
+
+
+def _config(translate=2, flip=True):
+    config = load_config("fashion_mnist")
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, augmentation=AugmentationConfig(translate=translate, flip=flip)))
+
+
+def _batches(n=3):
+    rng = np.random.default_rng(1)
+    images = rng.uniform(0.1, 1.0, size=(n * BATCH, SIDE * SIDE)).astype("float32")
+    labels = rng.integers(0, 10, size=(n * BATCH, 1))
+    return tf.data.Dataset.from_tensor_slices(({"image_xf": images}, labels)).batch(BATCH)
+
+
+class _Record(keras.layers.Layer):
+    """Passes its input through and keeps the last training-time input."""
+
+    def build(self, input_shape):
+        self.seen = self.add_weight(name="seen", shape=(BATCH, SIDE * SIDE), trainable=False, initializer="zeros")
+
+    def call(self, x, training=None):
+        if training:
+            self.seen.assign(x)
+        return x
+
+
+def test_teacher_and_student_receive_the_same_augmented_batch():
+    config = _config()
+    plain = next(iter(_batches()))
+    augmented = next(iter(training.augmented(_batches(), config)))
+    # The view differs from the stored example: augmentation is on.
+    assert not np.array_equal(augmented[0]["image_xf"].numpy(), plain[0]["image_xf"].numpy())
+
+    inp = keras.Input(shape=(SIDE * SIDE,), name="image_xf")
+    recorder = _Record()
+    student = keras.Model({"image_xf": inp}, keras.layers.Dense(10)(recorder(inp)))
+    teacher_seen = tf.Variable(tf.zeros((BATCH, SIDE * SIDE)))
+
+    def teacher(features):
+        teacher_seen.assign(features["image_xf"])
+        return tf.zeros((tf.shape(features["image_xf"])[0], 10))
+
+    distiller = distillation.Distiller(student, [teacher], alpha=0.5, temperature=2.0)
+    distiller.compile(optimizer=keras.optimizers.SGD(0.1))
+    distiller.fit(training.augmented(_batches(), config).take(1), epochs=1, verbose=0)
+
+    np.testing.assert_array_equal(teacher_seen.numpy(), augmented[0]["image_xf"].numpy())
+    np.testing.assert_array_equal(recorder.seen.numpy(), augmented[0]["image_xf"].numpy())
+
+
+def test_views_are_reproducible_and_change_from_batch_to_batch():
+    config = _config()
+    first = [b[0]["image_xf"].numpy() for b in training.augmented(_batches(), config)]
+    again = [b[0]["image_xf"].numpy() for b in training.augmented(_batches(), config)]
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # Labels are untouched, and different input pipelines draw different views.
+    labels = [b[1].numpy() for b in training.augmented(_batches(), config)]
+    np.testing.assert_array_equal(np.concatenate(labels), np.concatenate([b[1].numpy() for b in _batches()]))
+    other = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+    elsewhere = [b[0]["image_xf"].numpy() for b in training.augmented(_batches(), config, other)]
+    assert not np.array_equal(first[0], elsewhere[0])
+
+
+def test_the_soft_target_cache_serves_only_unaugmented_input():
+    # Every augmented view is a new example: a cache keyed by example would
+    # grow without bound, so the combination is refused before training.
+    config = _config()
+    with pytest.raises(ConfigError, match=r"distillation\.cache_teacher_logits: .*train\.augmentation"):
+        dataclasses.replace(config, distillation=dataclasses.replace(config.distillation, cache_teacher_logits=True))
+    plain = _config(translate=0, flip=False)
+    assert not plain.train.augmentation.enabled
+    cached = dataclasses.replace(plain, distillation=dataclasses.replace(plain.distillation, cache_teacher_logits=True))
+    assert cached.distillation.cache_teacher_logits

@@ -1,0 +1,60 @@
+"""The shipped fashion_mnist config end to end: conv teacher, MLP student, augmentation.
+
+The run reads tiny Fashion-MNIST IDX files written by the test (pointed to by
+`TFXKIT_FASHION_MNIST_DIR`), so it tests the plumbing on any host in about a
+minute; the benchmark (`benchmarks/distillation.py`) measures quality on the
+real 70,000 images.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components import fashion_mnist
+from pipelines import local_runner
+from pipelines.configs import load_config
+from tests.conftest import tiny, write_fashion_idx
+
+SIZES = {"train": 96, "eval": 40}
+
+
+@pytest.mark.e2e
+def test_fashion_mnist_conv_teacher_and_mlp_student_push_a_raw_example_model(tmp_path, monkeypatch):
+    source = tmp_path / "idx"
+    source.mkdir()
+    written = write_fashion_idx(str(source), SIZES)
+    monkeypatch.setenv(fashion_mnist.ENV_DIR, str(source))
+    config = tiny(load_config("fashion_mnist"))
+    assert config.train.augmentation.enabled and config.teacher.conv is not None and config.student.conv is None
+
+    summary = local_runner.run(config, str(tmp_path / "run"), runner="beam")
+
+    assert summary["status"] == "succeeded" and summary["pushed_model"]
+    # The official test split is the eval split: the Evaluator scored exactly its examples.
+    assert summary["metrics"]["example_count"] == SIZES["eval"]
+    teacher, student = summary["distillation"]["models"]
+    assert teacher["role"] == "teacher" and student["role"] == "student"
+    assert student["params"] * 10 <= teacher["params"]
+
+    served = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
+    images, _ = written["eval"]
+    examples = [
+        tf.train.Example(
+            features=tf.train.Features(
+                feature={"image": tf.train.Feature(float_list=tf.train.FloatList(value=(image.reshape(-1) / 255.0)))}
+            )
+        ).SerializeToString()
+        for image in images[:4]
+    ]
+    probabilities = served(examples=tf.constant(examples))["probabilities"].numpy()
+    assert probabilities.shape == (4, 10)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    # The teacher that was distilled is convolutional.
+    teacher_model = tf.saved_model.load(teacher["serving_dir"])
+    assert any("conv" in v.name for v in teacher_model.trainable_variables)
+    assert not any("conv" in v.name for v in tf.saved_model.load(student["serving_dir"]).trainable_variables)
+    assert os.path.exists(os.path.join(str(tmp_path / "run"), "summary.json"))

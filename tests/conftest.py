@@ -29,11 +29,20 @@ def digits_config() -> PipelineConfig:
 def tiny(config: PipelineConfig, **train_overrides) -> PipelineConfig:
     """The same pipeline with step counts small enough for tests."""
     train = dataclasses.replace(
-        config.train, train_steps=20, eval_steps=2, steps_per_epoch=10, checkpoint_every_steps=10, **train_overrides
+        config.train,
+        train_steps=20,
+        eval_steps=2,
+        steps_per_epoch=10,
+        checkpoint_every_steps=10,
+        warmup_steps=min(config.train.warmup_steps, 5),
+        **train_overrides,
     )
     # Thresholds any model passes: a tiny run tests the plumbing, not quality.
     evaluation = dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0)
-    return dataclasses.replace(config, train=train, evaluation=evaluation)
+    # A patient student stays patient: twice the teacher's tiny step count.
+    student_steps = 40 if config.distillation.student_train_steps else 0
+    distillation = dataclasses.replace(config.distillation, student_train_steps=student_steps)
+    return dataclasses.replace(config, train=train, evaluation=evaluation, distillation=distillation)
 
 
 @pytest.fixture(scope="session")

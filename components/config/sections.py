@@ -360,7 +360,12 @@ class TrainConfig:
       train_steps: Optimizer steps.
       eval_steps: Evaluation batches after training.
       steps_per_epoch: Steps between Keras epoch boundaries (callbacks, logs).
-      learning_rate: Adam learning rate.
+      learning_rate: Adam learning rate (the peak, with a schedule).
+      lr_schedule: `constant`, or `cosine`: linear warm-up from 0 over
+        `warmup_steps`, then cosine decay to 0 at the last step (of the
+        teacher's `train_steps`, or the student's
+        `distillation.student_train_steps`).
+      warmup_steps: Warm-up steps of the `cosine` schedule.
       mixed_precision: `none`, `mixed_float16` (GPU) or `mixed_bfloat16`
         (TPU / CPU).
       grad_accum_steps: Micro-batches per optimizer update (1 = off); each
@@ -379,6 +384,8 @@ class TrainConfig:
     eval_steps: int = 50
     steps_per_epoch: int = 100
     learning_rate: float = 1e-3
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    warmup_steps: int = 0
     mixed_precision: Literal["none", "mixed_float16", "mixed_bfloat16"] = "none"
     grad_accum_steps: int = 1
     checkpoint_every_steps: int = 100
@@ -394,6 +401,12 @@ class TrainConfig:
             fail("learning_rate", f"expected a number > 0, got {self.learning_rate}")
         if self.grad_accum_steps < 1:
             fail("grad_accum_steps", f"expected an integer >= 1 (1 disables accumulation), got {self.grad_accum_steps}")
+        if self.warmup_steps < 0:
+            fail("warmup_steps", f"expected an integer >= 0, got {self.warmup_steps}")
+        if self.warmup_steps and self.lr_schedule != "cosine":
+            fail("warmup_steps", "warm-up belongs to the 'cosine' schedule; set lr_schedule: cosine or warmup_steps: 0")
+        if self.warmup_steps >= self.train_steps:
+            fail("warmup_steps", f"expected fewer warm-up steps than train_steps ({self.train_steps}), got {self.warmup_steps}")
         return self
 
 
@@ -479,6 +492,10 @@ class DistillationConfig:
       enabled: Add the distillation stage after the teacher Trainer: the
         Distiller trains the `student` shape on the teachers' soft targets,
         and the Evaluator gates it against the first teacher.
+      student_train_steps: Optimizer steps of the student (0: `train.train_steps`).
+        A student learning to match its teachers keeps improving long
+        after a model on hard labels would have converged (Beyer et al.
+        2022), so a patient schedule gives it more steps than the teacher.
       alpha: Weight of the soft-target loss; `1 - alpha` weighs the hard loss
         (cross-entropy at T = 1).
       temperature: Softmax temperature T of the soft targets (the soft loss
@@ -494,6 +511,7 @@ class DistillationConfig:
     """
 
     enabled: bool = False
+    student_train_steps: int = 0
     alpha: float = 0.9
     temperature: float = 4.0
     num_teachers: int = 1
@@ -503,6 +521,8 @@ class DistillationConfig:
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        if self.student_train_steps < 0:
+            fail("student_train_steps", f"expected an integer >= 0 (0: train.train_steps), got {self.student_train_steps}")
         if not 0.0 <= self.alpha <= 1.0:
             fail("alpha", f"expected a number in [0, 1], got {self.alpha}")
         if not self.temperature > 0:
@@ -766,6 +786,9 @@ class PipelineConfig:
         for role in ("teacher", "student"):
             if getattr(self, role).conv is not None and not images:
                 fail(f"{role}.conv", "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]")
+        student_steps = self.distillation.student_train_steps or self.train.train_steps
+        if self.distillation.enabled and self.train.warmup_steps >= student_steps:
+            fail("distillation.student_train_steps", f"expected more steps than train.warmup_steps ({self.train.warmup_steps}), got {student_steps}")
         if self.train.augmentation.enabled and self.distillation.cache_teacher_logits:
             fail(
                 "distillation.cache_teacher_logits",

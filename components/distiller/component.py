@@ -86,7 +86,9 @@ class Distiller(base_component.BaseComponent):
             examples=examples,
             transform_graph=transform_graph,
             schema=schema,
-            train_args=trainer_pb2.TrainArgs(splits=["train"], num_steps=config.train.train_steps),
+            train_args=trainer_pb2.TrainArgs(
+                splits=["train"], num_steps=config.distillation.student_train_steps or config.train.train_steps
+            ),
             eval_args=trainer_pb2.EvalArgs(splits=["eval"], num_steps=config.train.eval_steps),
             run_fn=run_fn,
             custom_config=json_utils.dumps({**(custom_config or {}), CONFIG_KEY: config.to_json()}),

@@ -80,7 +80,7 @@ def train_student(
             cache_targets=settings.cache_teacher_logits,
             name="distiller",
         )
-        distiller.compile(optimizer=keras.optimizers.Adam(config.train.learning_rate))
+        distiller.compile(optimizer=training.make_optimizer(config, inputs.train_steps))
         return distiller
 
     distiller, results = training.fit(config, inputs, build_and_compile, choice=choice, callbacks=callbacks)

@@ -46,7 +46,7 @@ def run(
 
     def build_and_compile():
         model = training.build_model(config, tft_output, config.teacher, "teacher")
-        training.compile_classifier(model, config)
+        training.compile_classifier(model, config, inputs.train_steps)
         return model
 
     model, results = training.fit(config, inputs, build_and_compile, choice=choice, callbacks=callbacks)

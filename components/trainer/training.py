@@ -183,9 +183,34 @@ def build_model(config: PipelineConfig, tft_output: tft.TFTransformOutput, shape
     return models.build_classifier(config.data, shape, cards, name)
 
 
-def compile_classifier(model: keras.Model, config: PipelineConfig) -> None:
+def learning_rate(config: PipelineConfig, total_steps: int) -> float | keras.optimizers.schedules.LearningRateSchedule:
+    """`train.learning_rate` under `train.lr_schedule` for a training of `total_steps` updates.
+
+    The `cosine` schedule warms up linearly from 0 over `train.warmup_steps`
+    and then decays to 0 at `total_steps`. The optimizer's step counter is
+    restored with a `BackupAndRestore` backup, so a resumed run continues
+    the schedule where it stopped.
+    """
+    train = config.train
+    if train.lr_schedule == "constant":
+        return train.learning_rate
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0 if train.warmup_steps else train.learning_rate,
+        decay_steps=max(1, total_steps - train.warmup_steps),
+        warmup_target=train.learning_rate if train.warmup_steps else None,
+        warmup_steps=train.warmup_steps,
+    )
+
+
+def make_optimizer(config: PipelineConfig, total_steps: int) -> keras.optimizers.Optimizer:
+    """Adam at `learning_rate(config, total_steps)`."""
+    return keras.optimizers.Adam(learning_rate(config, total_steps))
+
+
+def compile_classifier(model: keras.Model, config: PipelineConfig, total_steps: int | None = None) -> None:
+    """Compiles a classifier: Adam under the configured schedule, sparse cross-entropy, accuracy."""
     model.compile(
-        optimizer=keras.optimizers.Adam(config.train.learning_rate),
+        optimizer=make_optimizer(config, total_steps or config.train.train_steps),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )

@@ -282,7 +282,7 @@ def test_schema_rejects_unknown_keys_and_wrong_types(schema_validator, path, val
 
 def test_schema_describes_fields_from_the_attributes_docs():
     defs = json_schema()["$defs"]
-    assert defs["TrainConfig"]["properties"]["learning_rate"]["description"] == "Adam learning rate."
+    assert defs["TrainConfig"]["properties"]["learning_rate"]["description"] == "Adam learning rate (the peak, with a schedule)."
     assert defs["TrainConfig"]["description"] == "Optimisation settings shared by the teacher and the student."
     assert defs["Placement"]["properties"]["cpu_limit"]["description"].startswith("CPU as a Kubernetes quantity")
     assert json_schema()["properties"]["kubeflow"]["description"] == "the sections above."

@@ -4,6 +4,7 @@ its output on a real tiny pipeline run (`digits_distillation_run`)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -42,6 +43,20 @@ def test_component_has_one_model_input_per_teacher(digits_config):
     assert set(component.outputs) == {"model", "model_run"}
     assert CONFIG_KEY in component.exec_properties["custom_config"]
     assert component.exec_properties["run_fn"] == "components.distiller.run_fn.run_fn"
+
+
+def test_student_trains_for_its_own_step_count(digits_config):
+    """A patient student: `distillation.student_train_steps` become the Distiller's train_args."""
+    examples, graph, teachers = _channels(1)
+    steps = {}
+    for student_steps in (0, 3 * digits_config.train.train_steps):
+        config = dataclasses.replace(
+            digits_config, distillation=dataclasses.replace(digits_config.distillation, student_train_steps=student_steps)
+        )
+        component = Distiller(config=config, examples=examples, transform_graph=graph, teacher_models=teachers)
+        train_args = json.loads(component.exec_properties["train_args"])
+        steps[student_steps] = train_args["num_steps"]
+    assert steps == {0: digits_config.train.train_steps, 3 * digits_config.train.train_steps: 3 * digits_config.train.train_steps}
 
 
 def test_component_without_teacher_fails_at_build_time(digits_config):

@@ -484,3 +484,24 @@ def test_run_fn_reads_tf_config_from_the_environment_and_evaluator_does_nothing(
     auto = penguins.with_sections(config, strategy={"kind": "auto"})
     run_fn.run_fn(FnArgs(**inputs, custom_config={CONFIG_KEY: auto.to_json()}))
     assert not os.path.exists(inputs["serving_model_dir"]) and not os.path.exists(inputs["model_run_dir"])
+
+
+def test_cosine_schedule_warms_up_then_decays_to_zero_at_the_last_step(digits_config):
+    steps, warmup, peak = 100, 10, 0.004
+    train = dataclasses.replace(digits_config.train, learning_rate=peak, lr_schedule="cosine", warmup_steps=warmup)
+    schedule = training.learning_rate(dataclasses.replace(digits_config, train=train), steps)
+    rate = {step: float(schedule(step)) for step in (0, warmup // 2, warmup, (steps + warmup) // 2, steps)}
+    assert rate[0] == pytest.approx(0.0, abs=1e-9)
+    assert rate[warmup // 2] == pytest.approx(peak / 2, rel=1e-5)
+    assert rate[warmup] == pytest.approx(peak, rel=1e-5)
+    # Half-way through the decay the cosine is at half its height.
+    assert rate[(steps + warmup) // 2] == pytest.approx(peak / 2, rel=1e-5)
+    assert rate[steps] == pytest.approx(0.0, abs=1e-9)
+    assert training.learning_rate(digits_config, steps) == digits_config.train.learning_rate
+
+
+def test_warmup_without_cosine_or_as_long_as_training_is_refused(digits_config):
+    with pytest.raises(ConfigError, match=r"train\.warmup_steps: warm-up belongs to the 'cosine' schedule"):
+        dataclasses.replace(digits_config.train, warmup_steps=5)
+    with pytest.raises(ConfigError, match=r"train\.warmup_steps: expected fewer warm-up steps than train_steps"):
+        dataclasses.replace(digits_config.train, lr_schedule="cosine", warmup_steps=digits_config.train.train_steps)

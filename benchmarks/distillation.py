@@ -81,7 +81,9 @@ def mnist_config() -> PipelineConfig:
             "path": MNIST_PATH,
             "format": "tfrecord",
             "label": {"name": "image_class", "num_classes": 10},
-            "features": [{"name": "image_floats", "kind": "float", "size": 784, "transform": "identity"}],
+            "features": [
+                {"name": "image_floats", "kind": "float", "size": 784, "transform": "identity"}
+            ],
         },
         teacher={"hidden_units": [1200, 1200], "dropout": 0.3},
         student={"hidden_units": [64]},
@@ -107,8 +109,12 @@ def run_transform(config: PipelineConfig, workdir: str) -> dict[str, str]:
     check_input(config.data, data)
     gen = example_gen(config, data)
     stats = tfx.components.StatisticsGen(examples=gen.outputs["examples"])
-    schema = tfx.components.SchemaGen(statistics=stats.outputs["statistics"], infer_feature_shape=True)
-    transform = Transform(config=config, examples=gen.outputs["examples"], schema=schema.outputs["schema"])
+    schema = tfx.components.SchemaGen(
+        statistics=stats.outputs["statistics"], infer_feature_shape=True
+    )
+    transform = Transform(
+        config=config, examples=gen.outputs["examples"], schema=schema.outputs["schema"]
+    )
     pipeline = tfx.dsl.Pipeline(
         pipeline_name=f"bench-{config.name}",
         pipeline_root=os.path.join(root, "pipeline_root"),
@@ -161,7 +167,9 @@ class Bench:
     def __init__(self, config: PipelineConfig, paths: dict[str, str], workdir: str, choice):
         self.config, self.paths, self.workdir, self.choice = config, paths, workdir, choice
         self.tft_output = tft.TFTransformOutput(paths["transform_graph"])
-        self.serialized, self.labels = report.read_eval_examples(paths["raw_eval"], config.data.label.name)
+        self.serialized, self.labels = report.read_eval_examples(
+            paths["raw_eval"], config.data.label.name
+        )
 
     def inputs(self, run: str, steps: int = 0) -> training.TrainingInputs:
         base = os.path.join(self.workdir, self.config.name, "runs", run)
@@ -178,7 +186,9 @@ class Bench:
         )
 
     def export(self, model: keras.Model, inputs: training.TrainingInputs) -> str:
-        export_serving_model(model, self.tft_output, self.config.data.label.name, inputs.serving_model_dir)
+        export_serving_model(
+            model, self.tft_output, self.config.data.label.name, inputs.serving_model_dir
+        )
         return inputs.serving_model_dir
 
     def student_steps(self, config: PipelineConfig) -> int:
@@ -198,16 +208,23 @@ class Bench:
         model, _ = training.fit(config, inputs, build_and_compile, choice=self.choice)
         return self.export(model, inputs)
 
-    def distil(self, config: PipelineConfig, teacher_dirs, run: str, timer: SteadyStateTimer | None = None) -> str:
+    def distil(
+        self, config: PipelineConfig, teacher_dirs, run: str, timer: SteadyStateTimer | None = None
+    ) -> str:
         inputs = self.inputs(run, self.student_steps(config))
         teacher_dirs = [teacher_dirs] if isinstance(teacher_dirs, str) else list(teacher_dirs)
-        student, _ = train_student(config, inputs, teacher_dirs, self.choice, callbacks=[timer] if timer else ())
+        student, _ = train_student(
+            config, inputs, teacher_dirs, self.choice, callbacks=[timer] if timer else ()
+        )
         return self.export(student, inputs)
 
     def probabilities(self, serving_dir: str) -> np.ndarray:
         serve = tf.saved_model.load(serving_dir).signatures["serving_default"]
         return np.concatenate(
-            [serve(examples=tf.constant(self.serialized[i : i + 1024]))["probabilities"].numpy() for i in range(0, len(self.serialized), 1024)]
+            [
+                serve(examples=tf.constant(self.serialized[i : i + 1024]))["probabilities"].numpy()
+                for i in range(0, len(self.serialized), 1024)
+            ]
         )
 
     def ensemble_accuracy(self, teacher_dirs: list[str]) -> float:
@@ -220,7 +237,9 @@ class Bench:
         if latency:
             return report.measure_model(serving_dir, self.serialized, self.labels)
         loaded = tf.saved_model.load(serving_dir)
-        probs = loaded.signatures["serving_default"](examples=tf.constant(self.serialized))["probabilities"].numpy()
+        probs = loaded.signatures["serving_default"](examples=tf.constant(self.serialized))[
+            "probabilities"
+        ].numpy()
         known = self.labels >= 0
         return {"accuracy": float(np.mean(np.argmax(probs[known], axis=1) == self.labels[known]))}
 
@@ -244,7 +263,9 @@ def _timed(seconds: dict, stage: str, fn, *args, **kwargs):
     return out
 
 
-def bench_dataset(bench: Bench, seeds: list[int], ensemble_size: int = 0, ensemble_students: int = 0) -> tuple[dict, list[str]]:
+def bench_dataset(
+    bench: Bench, seeds: list[int], ensemble_size: int = 0, ensemble_students: int = 0
+) -> tuple[dict, list[str]]:
     """Teacher, scratch and distilled student per seed; then the ensemble of the first teachers.
 
     The scratch student has the distilled student's shape, steps, schedule and
@@ -260,20 +281,38 @@ def bench_dataset(bench: Bench, seeds: list[int], ensemble_size: int = 0, ensemb
     augmented = config.train.augmentation.enabled
     for seed in seeds:
         seeded = with_seed(config, seed)
-        teacher_dir = _timed(seconds, "teacher", bench.train_classifier, seeded, "teacher", f"seed{seed}/teacher")
+        teacher_dir = _timed(
+            seconds, "teacher", bench.train_classifier, seeded, "teacher", f"seed{seed}/teacher"
+        )
         teacher_dirs.append(teacher_dir)
-        scratch_dir = _timed(seconds, "scratch", bench.train_classifier, seeded, "student", f"seed{seed}/scratch")
+        scratch_dir = _timed(
+            seconds, "scratch", bench.train_classifier, seeded, "student", f"seed{seed}/scratch"
+        )
         cached = not augmented and (seed == seeds[0] or config.distillation.cache_teacher_logits)
         timer = SteadyStateTimer()
         distilled_dir = _timed(
-            seconds, "distilled", bench.distil,
-            with_seed(config, seed, cache_teacher_logits=cached), teacher_dir, f"seed{seed}/distilled", timer,
+            seconds,
+            "distilled",
+            bench.distil,
+            with_seed(config, seed, cache_teacher_logits=cached),
+            teacher_dir,
+            f"seed{seed}/distilled",
+            timer,
         )
         if seed == seeds[0] and not augmented:
             timers["cached"] = timer
             timers["uncached"] = SteadyStateTimer()
-            bench.distil(with_seed(config, seed, cache_teacher_logits=False), teacher_dir, f"seed{seed}/distilled_uncached", timers["uncached"])
-        for role, d in (("teacher", teacher_dir), ("scratch", scratch_dir), ("distilled", distilled_dir)):
+            bench.distil(
+                with_seed(config, seed, cache_teacher_logits=False),
+                teacher_dir,
+                f"seed{seed}/distilled_uncached",
+                timers["uncached"],
+            )
+        for role, d in (
+            ("teacher", teacher_dir),
+            ("scratch", scratch_dir),
+            ("distilled", distilled_dir),
+        ):
             rows[role].append(bench.measure(d))
         print(
             f"# {config.name} seed {seed}: "
@@ -286,9 +325,14 @@ def bench_dataset(bench: Bench, seeds: list[int], ensemble_size: int = 0, ensemb
         mean, std = _mean_std([r["accuracy"] for r in rows[role]])
         result[f"{role}_acc"], result[f"{role}_acc_std"] = mean, std
     gap = result["teacher_acc"] - result["scratch_acc"]
-    result["gap_recovered"] = (result["distilled_acc"] - result["scratch_acc"]) / gap if gap > 0 else None
+    result["gap_recovered"] = (
+        (result["distilled_acc"] - result["scratch_acc"]) / gap if gap > 0 else None
+    )
     # Paired by seed: the distilled and scratch students of a seed share its initialisation.
-    diffs = [d["accuracy"] - s["accuracy"] for d, s in zip(rows["distilled"], rows["scratch"], strict=True)]
+    diffs = [
+        d["accuracy"] - s["accuracy"]
+        for d, s in zip(rows["distilled"], rows["scratch"], strict=True)
+    ]
     diff_mean, diff_std = _mean_std(diffs)
     result["distilled_minus_scratch"] = diff_mean
     result["distilled_minus_scratch_se"] = diff_std / len(diffs) ** 0.5 if len(diffs) > 1 else None
@@ -300,27 +344,45 @@ def bench_dataset(bench: Bench, seeds: list[int], ensemble_size: int = 0, ensemb
         for prefix in ("", "model_"):
             t = statistics.median(r[f"{prefix}latency_ms_b{batch}"] for r in rows["teacher"])
             s = statistics.median(r[f"{prefix}latency_ms_b{batch}"] for r in rows["distilled"])
-            result[f"teacher_{prefix}latency_ms_b{batch}"], result[f"student_{prefix}latency_ms_b{batch}"] = t, s
+            (
+                result[f"teacher_{prefix}latency_ms_b{batch}"],
+                result[f"student_{prefix}latency_ms_b{batch}"],
+            ) = t, s
             result[f"{prefix}latency_ratio_b{batch}"] = s / t
     if timers:
         result["distill_steps_per_s_uncached"] = timers["uncached"].steps_per_second
         result["distill_steps_per_s_cached"] = timers["cached"].steps_per_second
-        result["cache_speedup"] = timers["cached"].steps_per_second / timers["uncached"].steps_per_second
+        result["cache_speedup"] = (
+            timers["cached"].steps_per_second / timers["uncached"].steps_per_second
+        )
     if ensemble_size > 1 and ensemble_students > 0:
         members = teacher_dirs[:ensemble_size]
         result["ensemble_size"] = len(members)
         result["ensemble_acc"] = bench.ensemble_accuracy(members)
         accs = []
         for seed in seeds[:ensemble_students]:
-            d = _timed(seconds, "ensemble_distilled", bench.distil, with_seed(config, seed, cache_teacher_logits=False), members, f"seed{seed}/ensemble_distilled")
+            d = _timed(
+                seconds,
+                "ensemble_distilled",
+                bench.distil,
+                with_seed(config, seed, cache_teacher_logits=False),
+                members,
+                f"seed{seed}/ensemble_distilled",
+            )
             accs.append(bench.measure(d, latency=False)["accuracy"])
-            print(f"# {config.name} seed {seed}: ensemble-distilled {accs[-1]:.4f}", file=sys.stderr, flush=True)
+            print(
+                f"# {config.name} seed {seed}: ensemble-distilled {accs[-1]:.4f}",
+                file=sys.stderr,
+                flush=True,
+            )
         result["ensemble_distilled_acc"], result["ensemble_distilled_acc_std"] = _mean_std(accs)
         result["ensemble_students"] = len(accs)
         # Against the same seeds' scratch students.
         scratch = float(np.mean([r["accuracy"] for r in rows["scratch"][: len(accs)]]))
         egap = result["ensemble_acc"] - scratch
-        result["ensemble_gap_recovered"] = (result["ensemble_distilled_acc"] - scratch) / egap if egap > 0 else None
+        result["ensemble_gap_recovered"] = (
+            (result["ensemble_distilled_acc"] - scratch) / egap if egap > 0 else None
+        )
     result["seconds_per_stage"] = {k: round(v, 1) for k, v in seconds.items()}
     se = result["distilled_minus_scratch_se"]
     result["targets"] = {
@@ -328,7 +390,8 @@ def bench_dataset(bench: Bench, seeds: list[int], ensemble_size: int = 0, ensemb
         "param_ratio_le_0.1": result["param_ratio"] <= 0.1,
         "model_latency_ratio_b256_le_1/3": result["model_latency_ratio_b256"] <= 1 / 3,
         "distilled_minus_scratch_gt_2se": se is not None and diff_mean > 2 * se,
-        "gap_recovered_ge_0.5": result["gap_recovered"] is not None and result["gap_recovered"] >= 0.5,
+        "gap_recovered_ge_0.5": result["gap_recovered"] is not None
+        and result["gap_recovered"] >= 0.5,
         "retained_ge_0.97": result["retained"] >= 0.97,
     }
     if "ensemble_gap_recovered" in result:
@@ -346,16 +409,41 @@ def sweep(bench: Bench, teacher_dirs: list[str], seeds: list[int]) -> dict:
         for alpha in ALPHAS:
             accs = []
             for seed, teacher_dir in zip(seeds, teacher_dirs, strict=False):
-                config = with_seed(bench.config, seed, temperature=temperature, alpha=alpha, cache_teacher_logits=True)
-                accs.append(bench.measure(bench.distil(config, teacher_dir, f"sweep/T{temperature}_a{alpha}_s{seed}"), latency=False)["accuracy"])
+                config = with_seed(
+                    bench.config,
+                    seed,
+                    temperature=temperature,
+                    alpha=alpha,
+                    cache_teacher_logits=True,
+                )
+                accs.append(
+                    bench.measure(
+                        bench.distil(config, teacher_dir, f"sweep/T{temperature}_a{alpha}_s{seed}"),
+                        latency=False,
+                    )["accuracy"]
+                )
             mean, std = _mean_std(accs)
-            results.append({"temperature": temperature, "alpha": alpha, "distilled_acc": mean, "distilled_acc_std": std})
+            results.append(
+                {
+                    "temperature": temperature,
+                    "alpha": alpha,
+                    "distilled_acc": mean,
+                    "distilled_acc_std": std,
+                }
+            )
             print(f"# sweep T={temperature} alpha={alpha}: {mean:.4f}", file=sys.stderr, flush=True)
     best = max(results, key=lambda r: r["distilled_acc"])
-    return {"sweep": bench.config.name, "seeds": len(teacher_dirs), "results": results, "best": best}
+    return {
+        "sweep": bench.config.name,
+        "seeds": len(teacher_dirs),
+        "results": results,
+        "best": best,
+    }
 
 
-def scaled_steps(config: PipelineConfig, train_steps: int, student_steps: int, factor: float) -> PipelineConfig:
+def scaled_steps(
+    config: PipelineConfig, train_steps: int, student_steps: int, factor: float
+) -> PipelineConfig:
     """The config with overridden (and, for --quick, scaled-down) step counts."""
     train = config.train
     teacher = max(10, int((train_steps or train.train_steps) * factor))
@@ -363,7 +451,12 @@ def scaled_steps(config: PipelineConfig, train_steps: int, student_steps: int, f
     warmup = min(int(train.warmup_steps * factor), teacher - 1, (student or teacher) - 1)
     return dataclasses.replace(
         config,
-        train=dataclasses.replace(train, train_steps=teacher, warmup_steps=warmup, steps_per_epoch=min(train.steps_per_epoch, teacher)),
+        train=dataclasses.replace(
+            train,
+            train_steps=teacher,
+            warmup_steps=warmup,
+            steps_per_epoch=min(train.steps_per_epoch, teacher),
+        ),
         distillation=dataclasses.replace(config.distillation, student_train_steps=student),
     )
 
@@ -374,27 +467,51 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--sweep-dataset", default="digits")
     parser.add_argument("--sweep-seeds", type=int, default=3, help="0 skips the T x alpha sweep")
-    parser.add_argument("--train-steps", type=int, default=0, help="override train.train_steps (0: the config's)")
-    parser.add_argument("--student-steps", type=int, default=0, help="override distillation.student_train_steps (0: the config's)")
-    parser.add_argument("--ensemble-size", type=int, default=3, help="teachers (the first seeds') distilled together; <2 skips")
-    parser.add_argument("--ensemble-students", type=int, default=2, help="seeds that also distil the ensemble")
-    parser.add_argument("--quick", action="store_true", help="development run: 2 seeds, 1/10 of the steps, no sweep")
+    parser.add_argument(
+        "--train-steps", type=int, default=0, help="override train.train_steps (0: the config's)"
+    )
+    parser.add_argument(
+        "--student-steps",
+        type=int,
+        default=0,
+        help="override distillation.student_train_steps (0: the config's)",
+    )
+    parser.add_argument(
+        "--ensemble-size",
+        type=int,
+        default=3,
+        help="teachers (the first seeds') distilled together; <2 skips",
+    )
+    parser.add_argument(
+        "--ensemble-students", type=int, default=2, help="seeds that also distil the ensemble"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="development run: 2 seeds, 1/10 of the steps, no sweep"
+    )
     parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "bench_distillation"))
     args = parser.parse_args(argv)
 
     if args.quick:
-        args.seeds, args.sweep_seeds, args.ensemble_students = min(args.seeds, 2), 0, min(args.ensemble_students, 1)
+        args.seeds, args.sweep_seeds, args.ensemble_students = (
+            min(args.seeds, 2),
+            0,
+            min(args.ensemble_students, 1),
+        )
     choice = strategies.create_strategy(load_config("digits").strategy)
     seeds = list(range(args.seeds))
     summaries = []
     sweep_line = None
     for name in args.datasets.split(","):
         config = dataset_config(name)
-        config = scaled_steps(config, args.train_steps, args.student_steps, 0.1 if args.quick else 1.0)
+        config = scaled_steps(
+            config, args.train_steps, args.student_steps, 0.1 if args.quick else 1.0
+        )
         started = time.perf_counter()
         paths = run_transform(config, args.workdir)
         bench = Bench(config, paths, args.workdir, choice)
-        result, teacher_dirs = bench_dataset(bench, seeds, args.ensemble_size, args.ensemble_students)
+        result, teacher_dirs = bench_dataset(
+            bench, seeds, args.ensemble_size, args.ensemble_students
+        )
         if name == args.sweep_dataset and args.sweep_seeds:
             sweep_line = sweep(bench, teacher_dirs[: args.sweep_seeds], seeds[: args.sweep_seeds])
         result["seconds"] = round(time.perf_counter() - started, 1)

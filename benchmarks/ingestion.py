@@ -66,7 +66,9 @@ def emit(record: dict) -> None:
 def bench_config() -> PipelineConfig:
     """The taxi config, writing uncompressed packed output (the fast layout)."""
     config = load_config("taxi")
-    transform = dataclasses.replace(config.transform, num_shards=0, compression="none", pack_features=True)
+    transform = dataclasses.replace(
+        config.transform, num_shards=0, compression="none", pack_features=True
+    )
     ingestion_config = dataclasses.replace(config.ingestion, cache="none")
     return dataclasses.replace(config, transform=transform, ingestion=ingestion_config)
 
@@ -167,12 +169,18 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
     stock_encoder = tfx_transform_executor.TransformProcessor._RecordBatchToExamplesFn(schema)
     stock_records = (example for b in batches for _, example in stock_encoder.process((b, {})))
     stock_files = _write_shards(
-        os.path.join(data_dir, "stock", "Split-train", "transformed_examples"), ".gz", settings.num_shards, stock_records, True
+        os.path.join(data_dir, "stock", "Split-train", "transformed_examples"),
+        ".gz",
+        settings.num_shards,
+        stock_records,
+        True,
     )
     ours_encoder = writer.EncodeExamplesFn(schema, packing)
     ours_records = (example for b in batches for example in ours_encoder.encode(b))
     ours_prefix = os.path.join(data_dir, "ours", "Split-train", "transformed_examples")
-    ours_files = _write_shards(ours_prefix, settings.suffix, settings.num_shards, ours_records, False)
+    ours_files = _write_shards(
+        ours_prefix, settings.suffix, settings.num_shards, ours_records, False
+    )
     staged = {
         ours_prefix: {
             "output_path": ours_prefix,
@@ -194,7 +202,9 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
     return description
 
 
-def drain(ds: tf.data.Dataset, examples: int, warm: int = 0, fill: bool = False) -> tuple[int, float]:
+def drain(
+    ds: tf.data.Dataset, examples: int, warm: int = 0, fill: bool = False
+) -> tuple[int, float]:
     """Pulls batches until `examples` are seen and returns (examples, seconds).
 
     Args:
@@ -219,7 +229,9 @@ def drain(ds: tf.data.Dataset, examples: int, warm: int = 0, fill: bool = False)
     return seen, time.perf_counter() - started
 
 
-def measure(name: str, make, examples: int, repeats: int, warm: int = 0, fill: bool = False) -> float:
+def measure(
+    name: str, make, examples: int, repeats: int, warm: int = 0, fill: bool = False
+) -> float:
     """Best examples/s of `repeats` runs on fresh datasets; emits one JSON line."""
     best, cpu = 0.0, []
     for _ in range(repeats):
@@ -227,7 +239,14 @@ def measure(name: str, make, examples: int, repeats: int, warm: int = 0, fill: b
         seen, seconds = drain(make(), examples, warm, fill)
         best = max(best, seen / seconds)
         cpu.append(time.process_time() - cpu_started)
-    emit({"case": name, "examples": seen, "examples_per_s": round(best), "cpu_seconds": [round(c, 1) for c in cpu]})
+    emit(
+        {
+            "case": name,
+            "examples": seen,
+            "examples_per_s": round(best),
+            "cpu_seconds": [round(c, 1) for c in cpu],
+        }
+    )
     return best
 
 
@@ -243,7 +262,9 @@ def stock_dataset(files: list[str], config: PipelineConfig) -> tf.data.Dataset:
     examples.split_names = artifact_utils.encode_split_names(["train"])
     factory = tfxio_utils.get_tf_dataset_factory_from_artifact([examples], [])
     schema = schema_utils.schema_from_feature_spec(transformed_spec(config))
-    options = tfxio.TensorFlowDatasetOptions(batch_size=config.ingestion.batch_size, label_key=config.data.label.name)
+    options = tfxio.TensorFlowDatasetOptions(
+        batch_size=config.ingestion.batch_size, label_key=config.data.label.name
+    )
     return factory(files, options, schema)
 
 
@@ -302,12 +323,22 @@ def child_peak_memory(args) -> None:
 
 
 def peak_memory(args, fraction: float) -> dict:
-    command = [sys.executable, os.path.abspath(__file__), "--child-peak-memory", "--data-dir", args.data_dir, "--fraction", str(fraction)]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child-peak-memory",
+        "--data-dir",
+        args.data_dir,
+        "--fraction",
+        str(fraction),
+    ]
     out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def train_rates(config: PipelineConfig, datasets: dict[str, tf.data.Dataset], steps: int, rounds: int) -> dict:
+def train_rates(
+    config: PipelineConfig, datasets: dict[str, tf.data.Dataset], steps: int, rounds: int
+) -> dict:
     """Training steps/s of one taxi teacher fed by each dataset in turn.
 
     The datasets take turns (`rounds` times, `steps` steps each, the first
@@ -341,15 +372,21 @@ def train_rates(config: PipelineConfig, datasets: dict[str, tf.data.Dataset], st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=2**20)
-    parser.add_argument("--stock-examples", type=int, default=2**18, help="examples timed for (a), the slowest case")
+    parser.add_argument(
+        "--stock-examples", type=int, default=2**18, help="examples timed for (a), the slowest case"
+    )
     parser.add_argument("--data-dir", default="")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--train-steps", type=int, default=300, help="training steps per timed turn")
+    parser.add_argument(
+        "--train-steps", type=int, default=300, help="training steps per timed turn"
+    )
     parser.add_argument("--train-rounds", type=int, default=4, help="turns of each training input")
     parser.add_argument("--child-peak-memory", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fraction", type=float, default=1.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"tfxkit_bench_ingestion_{args.examples}")
+    args.data_dir = args.data_dir or os.path.join(
+        tempfile.gettempdir(), f"tfxkit_bench_ingestion_{args.examples}"
+    )
     if args.child_peak_memory:
         child_peak_memory(args)
         return
@@ -373,11 +410,19 @@ def main() -> None:
         }
     )
     stock_files, ours_files = data["stock_files"], data["ours_files"]
-    stock = measure("stock", lambda: stock_dataset(stock_files, config), args.stock_examples, args.repeats)
+    stock = measure(
+        "stock", lambda: stock_dataset(stock_files, config), args.stock_examples, args.repeats
+    )
     same = measure("ours_same_files", lambda: ours(config, stock_files), n, args.repeats)
-    end_to_end = measure("ours_end_to_end", lambda: ours(config, ours_files, layout), n, args.repeats)
+    end_to_end = measure(
+        "ours_end_to_end", lambda: ours(config, ours_files, layout), n, args.repeats
+    )
     cached = measure(
-        "ours_cached", lambda: ours(config, ours_files, layout, cache="memory"), 2 * n, args.repeats, warm=n
+        "ours_cached",
+        lambda: ours(config, ours_files, layout, cache="memory"),
+        2 * n,
+        args.repeats,
+        warm=n,
     )
 
     def parsed():
@@ -387,16 +432,28 @@ def main() -> None:
     # behind a prefetch (whichever is faster on this machine).
     limit = max(
         measure("limit", lambda: parsed().cache(), n, args.repeats, fill=True),
-        measure("limit_prefetched", lambda: parsed().cache().prefetch(tf.data.AUTOTUNE), n, args.repeats, fill=True),
+        measure(
+            "limit_prefetched",
+            lambda: parsed().cache().prefetch(tf.data.AUTOTUNE),
+            n,
+            args.repeats,
+            fill=True,
+        ),
     )
     for fraction in (0.25, 1.0):
-        emit({"case": "ours_end_to_end_memory", "fraction": fraction, **peak_memory(args, fraction)})
+        emit(
+            {"case": "ours_end_to_end_memory", "fraction": fraction, **peak_memory(args, fraction)}
+        )
 
     real_ds = ours(config, ours_files, layout)
     synthetic_ds = tf.data.Dataset.from_tensors(next(iter(real_ds))).repeat()
     rates = train_rates(
         config,
-        {"real": real_ds, "real_cached": ours(config, ours_files, layout, cache="memory"), "synthetic": synthetic_ds},
+        {
+            "real": real_ds,
+            "real_cached": ours(config, ours_files, layout, cache="memory"),
+            "synthetic": synthetic_ds,
+        },
         args.train_steps,
         args.train_rounds,
     )
@@ -422,7 +479,12 @@ def main() -> None:
                 "ours_cached/limit": round(cached / limit, 2),
                 "train_real/synthetic": round(real / synthetic, 3),
             },
-            "targets": {"ours_same_files/stock": 3, "ours_end_to_end/stock": 8, "ours_cached/limit": 0.9, "train_real/synthetic": 0.95},
+            "targets": {
+                "ours_same_files/stock": 3,
+                "ours_end_to_end/stock": 8,
+                "ours_cached/limit": 0.9,
+                "train_real/synthetic": 0.95,
+            },
         }
     )
     emit(

@@ -48,9 +48,16 @@ def _config(steps: int, **sections):
     from pipelines.configs import load_config
 
     data = to_dict(load_config("taxi"))
-    data["ingestion"].update({"batch_size": GLOBAL_BATCH, "cache": "memory", "shuffle_buffer": 10000})
+    data["ingestion"].update(
+        {"batch_size": GLOBAL_BATCH, "cache": "memory", "shuffle_buffer": 10000}
+    )
     data["train"].update(
-        {"train_steps": steps, "steps_per_epoch": max(1, steps // EPOCHS), "eval_steps": 1, "checkpoint_every_steps": 10 * steps}
+        {
+            "train_steps": steps,
+            "steps_per_epoch": max(1, steps // EPOCHS),
+            "eval_steps": 1,
+            "checkpoint_every_steps": 10 * steps,
+        }
     )
     for section, values in sections.items():
         data[section].update(values)
@@ -72,11 +79,17 @@ def materialize(workdir: str) -> dict:
     dtypes = {"float": tf.float32, "int_categorical": tf.int64, "string_categorical": tf.string}
     spec = {name: tf.io.VarLenFeature(dtypes[kind]) for name, kind in kinds.items()}
     spec[config.data.label.name] = tf.io.VarLenFeature(tf.int64)
-    convert = {"float": float, "int_categorical": lambda v: int(float(v)), "string_categorical": str.encode}
+    convert = {
+        "float": float,
+        "int_categorical": lambda v: int(float(v)),
+        "string_categorical": str.encode,
+    }
     instances = []
     with open(taxi_csv_path()) as f:
         for row in csv.DictReader(f):
-            instance = {k: [convert[kind](row[k])] if row[k] != "" else [] for k, kind in kinds.items()}
+            instance = {
+                k: [convert[kind](row[k])] if row[k] != "" else [] for k, kind in kinds.items()
+            }
             label = row[config.data.label.name]
             instance[config.data.label.name] = [int(float(label))] if label != "" else []
             instances.append(instance)
@@ -86,9 +99,13 @@ def materialize(workdir: str) -> dict:
         (transformed, transformed_metadata), transform_fn = (
             instances,
             raw_metadata,
-        ) | tft_beam.AnalyzeAndTransformDataset(build_preprocessing_fn(config), output_record_batches=False)
+        ) | tft_beam.AnalyzeAndTransformDataset(
+            build_preprocessing_fn(config), output_record_batches=False
+        )
         _ = transform_fn | tft_beam.WriteTransformFn(transform_output)
-    metadata_io.write_metadata(raw_metadata, os.path.join(transform_output, tft.TFTransformOutput.RAW_METADATA_DIR))
+    metadata_io.write_metadata(
+        raw_metadata, os.path.join(transform_output, tft.TFTransformOutput.RAW_METADATA_DIR)
+    )
     coder = tft.coders.ExampleProtoCoder(transformed_metadata.schema)
     options = tf.io.TFRecordOptions(compression_type="GZIP")
     files = []
@@ -99,7 +116,12 @@ def materialize(workdir: str) -> dict:
             for instance in transformed[shard::SHARDS]:
                 writer.write(coder.encode(instance))
         files.append(path)
-    return {"transform_output": transform_output, "train_files": files, "eval_files": files[:1], "rows": len(transformed)}
+    return {
+        "transform_output": transform_output,
+        "train_files": files,
+        "eval_files": files[:1],
+        "rows": len(transformed),
+    }
 
 
 # --------------------------------------------------------------------------- #
@@ -179,7 +201,17 @@ def run_mode(name: str, config, materialized: dict, workdir: str, tf_configs=(No
         if tf_config is not None:
             env["TF_CONFIG"] = json.dumps(tf_config)
         log = open(os.path.join(workdir, f"{name}{index}.log"), "w")
-        processes.append((subprocess.Popen([sys.executable, __file__, "--worker", spec_path], env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        processes.append(
+            (
+                subprocess.Popen(
+                    [sys.executable, __file__, "--worker", spec_path],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                ),
+                log,
+            )
+        )
         results.append(result)
     try:
         for p, _ in processes:
@@ -212,7 +244,17 @@ def main() -> None:
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_strategies_")
     start = time.perf_counter()
     materialized = materialize(os.path.join(workdir, "data"))
-    print(json.dumps({"data": "taxi", "rows": materialized["rows"], "shards": SHARDS, "transform_s": round(time.perf_counter() - start, 1)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "data": "taxi",
+                "rows": materialized["rows"],
+                "shards": SHARDS,
+                "transform_s": round(time.perf_counter() - start, 1),
+            }
+        ),
+        flush=True,
+    )
     gpus = len(tf.config.list_physical_devices("GPU"))
     steps = args.steps
     figures = {}
@@ -227,24 +269,54 @@ def main() -> None:
         tuple({"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(2)),
     )
     modes["grad_accum_4x64"] = (
-        _config(steps, strategy={"kind": "one_device"}, ingestion={"batch_size": GLOBAL_BATCH // 4}, train={"grad_accum_steps": 4}),
+        _config(
+            steps,
+            strategy={"kind": "one_device"},
+            ingestion={"batch_size": GLOBAL_BATCH // 4},
+            train={"grad_accum_steps": 4},
+        ),
         (None,),
     )
     if gpus:
         modes["gpu_float32"] = (_config(steps, strategy={"kind": "one_device"}), (None,))
-        modes["gpu_mixed_float16"] = (_config(steps, strategy={"kind": "one_device"}, train={"mixed_precision": "mixed_float16"}), (None,))
+        modes["gpu_mixed_float16"] = (
+            _config(
+                steps, strategy={"kind": "one_device"}, train={"mixed_precision": "mixed_float16"}
+            ),
+            (None,),
+        )
     for name, (config, tf_configs) in modes.items():
         figures[name] = run_mode(name, config, materialized, workdir, tf_configs)
-        print(json.dumps({"mode": name, **{k: round(v, 4) if isinstance(v, float) else v for k, v in figures[name].items()}}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "mode": name,
+                    **{
+                        k: round(v, 4) if isinstance(v, float) else v
+                        for k, v in figures[name].items()
+                    },
+                }
+            ),
+            flush=True,
+        )
     if not gpus:
-        print(json.dumps({"gpu": "none visible on this machine; GPU and mixed-precision figures not measured"}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "gpu": "none visible on this machine; GPU and mixed-precision figures not measured"
+                }
+            ),
+            flush=True,
+        )
     print(
         json.dumps(
             {
                 "one_device": round(figures["one_device"]["examples_per_s"], 1),
                 "mirrored": round(figures["mirrored"]["examples_per_s"], 1),
                 "multi_worker": round(figures["multi_worker"]["examples_per_s"], 1),
-                "grad_accum_overhead": round(figures["grad_accum_4x64"]["step_s"] / figures["one_device"]["step_s"], 3),
+                "grad_accum_overhead": round(
+                    figures["grad_accum_4x64"]["step_s"] / figures["one_device"]["step_s"], 3
+                ),
             }
         ),
         flush=True,

@@ -32,11 +32,15 @@ def random_translate(images: tf.Tensor, max_pixels: int, seed: tf.Tensor) -> tf.
     if max_pixels == 0:
         return images
     batch = tf.shape(images)[0]
-    shifts = tf.random.stateless_uniform([batch, 2], seed, minval=-max_pixels, maxval=max_pixels + 1, dtype=tf.int32)
+    shifts = tf.random.stateless_uniform(
+        [batch, 2], seed, minval=-max_pixels, maxval=max_pixels + 1, dtype=tf.int32
+    )
     shifts = tf.cast(shifts, tf.float32)
     ones, zeros = tf.ones([batch], tf.float32), tf.zeros([batch], tf.float32)
     # Output pixel (x, y) reads input pixel (x - dx, y - dy).
-    transforms = tf.stack([ones, zeros, -shifts[:, 0], zeros, ones, -shifts[:, 1], zeros, zeros], axis=1)
+    transforms = tf.stack(
+        [ones, zeros, -shifts[:, 0], zeros, ones, -shifts[:, 1], zeros, zeros], axis=1
+    )
     shape = tf.shape(images)[1:3]
     return tf.raw_ops.ImageProjectiveTransformV3(
         images=images,
@@ -81,7 +85,9 @@ def augment_images(
         flat = features[key]
         images = tf.reshape(flat, [-1, *shape])
         key_seed = tf.random.experimental.stateless_fold_in(seed, i)
-        images = random_translate(images, translate, tf.random.experimental.stateless_fold_in(key_seed, 0))
+        images = random_translate(
+            images, translate, tf.random.experimental.stateless_fold_in(key_seed, 0)
+        )
         if flip:
             images = random_flip(images, tf.random.experimental.stateless_fold_in(key_seed, 1))
         out[key] = tf.reshape(images, tf.shape(flat))

@@ -51,10 +51,17 @@ def taxi_csv_path() -> str:
     import tfx
 
     path = os.path.join(
-        os.path.dirname(tfx.__file__), "examples", "chicago_taxi_pipeline", "data", "big_tipper_label", "data.csv"
+        os.path.dirname(tfx.__file__),
+        "examples",
+        "chicago_taxi_pipeline",
+        "data",
+        "big_tipper_label",
+        "data.csv",
     )
     if not tf.io.gfile.exists(path):
-        raise DataError(f"data.builtin: the taxi CSV is missing from the installed tfx package ({path})")
+        raise DataError(
+            f"data.builtin: the taxi CSV is missing from the installed tfx package ({path})"
+        )
     return path
 
 
@@ -79,8 +86,12 @@ def write_digits(directory: str) -> str:
             example = tf.train.Example(
                 features=tf.train.Features(
                     feature={
-                        "pixels": tf.train.Feature(float_list=tf.train.FloatList(value=image.astype("float32"))),
-                        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+                        "pixels": tf.train.Feature(
+                            float_list=tf.train.FloatList(value=image.astype("float32"))
+                        ),
+                        "label": tf.train.Feature(
+                            int64_list=tf.train.Int64List(value=[int(label)])
+                        ),
                     }
                 )
             )
@@ -124,7 +135,10 @@ def write_fashion_mnist(directory: str, source_dir: str | None = None) -> str:
     """
     from components import fashion_mnist
 
-    if all(tf.io.gfile.exists(os.path.join(directory, split, "data.tfrecord")) for split, _ in FASHION_MNIST_SPLITS):
+    if all(
+        tf.io.gfile.exists(os.path.join(directory, split, "data.tfrecord"))
+        for split, _ in FASHION_MNIST_SPLITS
+    ):
         return directory
     try:
         source_dir = source_dir or fashion_mnist.find_dir()
@@ -163,13 +177,17 @@ def resolve_input(data: DataConfig, data_root: str) -> ResolvedInput:
     else:
         path = data.path
     if not tf.io.gfile.exists(path):
-        raise DataError(f"data.path: {path!r} does not exist; point it at a {data.format.upper()} file or a directory of them")
+        raise DataError(
+            f"data.path: {path!r} does not exist; point it at a {data.format.upper()} file or a directory of them"
+        )
     if tf.io.gfile.isdir(path):
         resolved = ResolvedInput(path, "*", data.format)
     else:
         resolved = ResolvedInput(os.path.dirname(path) or ".", os.path.basename(path), data.format)
     if not resolved.files:
-        raise DataError(f"data.path: no files match {os.path.join(resolved.input_base, resolved.pattern)!r}")
+        raise DataError(
+            f"data.path: no files match {os.path.join(resolved.input_base, resolved.pattern)!r}"
+        )
     return resolved
 
 
@@ -193,7 +211,9 @@ def _first_example_keys(path: str) -> set[str]:
     keys: set[str] = set()
     seen = 0
     try:
-        for record in tf.data.TFRecordDataset(path, compression_type=_compression_of(path)).take(_RECORDS_TO_CHECK):
+        for record in tf.data.TFRecordDataset(path, compression_type=_compression_of(path)).take(
+            _RECORDS_TO_CHECK
+        ):
             keys.update(tf.train.Example.FromString(record.numpy()).features.feature.keys())
             seen += 1
     except tf.errors.OpError as e:

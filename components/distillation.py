@@ -60,28 +60,43 @@ class DistillationLosses(NamedTuple):
     soft: tf.Tensor
 
 
-def check_hyperparameters(alpha: float, temperature: float, teacher_weights: Sequence[float] | None = None, num_teachers: int = 1) -> None:
+def check_hyperparameters(
+    alpha: float,
+    temperature: float,
+    teacher_weights: Sequence[float] | None = None,
+    num_teachers: int = 1,
+) -> None:
     """Rejects values outside the range the loss is defined for.
 
     Raises:
       ValueError: naming the `distillation.*` config field and the fix.
     """
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"distillation.alpha: expected a number in [0, 1] (weight of the soft-target loss), got {alpha}")
+        raise ValueError(
+            f"distillation.alpha: expected a number in [0, 1] (weight of the soft-target loss), got {alpha}"
+        )
     if not temperature > 0:
-        raise ValueError(f"distillation.temperature: expected a number > 0 (softmax temperature), got {temperature}")
+        raise ValueError(
+            f"distillation.temperature: expected a number > 0 (softmax temperature), got {temperature}"
+        )
     if num_teachers < 1:
-        raise ValueError("distillation: no teacher given; distillation needs at least one trained teacher model")
+        raise ValueError(
+            "distillation: no teacher given; distillation needs at least one trained teacher model"
+        )
     if teacher_weights:
         if len(teacher_weights) != num_teachers:
             raise ValueError(
                 f"distillation.teacher_weights: expected {num_teachers} weights (one per teacher), got {len(teacher_weights)}"
             )
         if any(w < 0 for w in teacher_weights) or sum(teacher_weights) <= 0:
-            raise ValueError("distillation.teacher_weights: expected non-negative weights with a positive sum")
+            raise ValueError(
+                "distillation.teacher_weights: expected non-negative weights with a positive sum"
+            )
 
 
-def normalized_weights(num_teachers: int, teacher_weights: Sequence[float] | None = None) -> np.ndarray:
+def normalized_weights(
+    num_teachers: int, teacher_weights: Sequence[float] | None = None
+) -> np.ndarray:
     """Teacher weights summing to 1 (uniform when none are given)."""
     if not teacher_weights:
         return np.full(num_teachers, 1.0 / num_teachers, dtype=np.float32)
@@ -90,7 +105,9 @@ def normalized_weights(num_teachers: int, teacher_weights: Sequence[float] | Non
 
 
 def soft_targets(
-    teacher_logits: Sequence[tf.Tensor], temperature: float, teacher_weights: Sequence[float] | None = None
+    teacher_logits: Sequence[tf.Tensor],
+    temperature: float,
+    teacher_weights: Sequence[float] | None = None,
 ) -> tf.Tensor:
     """The (weighted) average of the teachers' softened class probabilities.
 
@@ -108,7 +125,11 @@ def soft_targets(
 
 
 def distillation_losses(
-    labels: tf.Tensor, student_logits: tf.Tensor, targets: tf.Tensor, alpha: float, temperature: float
+    labels: tf.Tensor,
+    student_logits: tf.Tensor,
+    targets: tf.Tensor,
+    alpha: float,
+    temperature: float,
 ) -> DistillationLosses:
     """Per-example distillation loss and its two parts.
 
@@ -191,14 +212,18 @@ class Distiller(models.GradientAccumulationMixin, keras.Model):
         self.teachers = teachers
         self.alpha = float(alpha)
         self.temperature = float(temperature)
-        self.teacher_weights = tuple(float(w) for w in normalized_weights(len(teachers), teacher_weights))
+        self.teacher_weights = tuple(
+            float(w) for w in normalized_weights(len(teachers), teacher_weights)
+        )
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.hard_loss_tracker = keras.metrics.Mean(name="hard_loss")
         self.soft_loss_tracker = keras.metrics.Mean(name="soft_loss")
         self.accuracy_metric = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
         self.target_cache = None
         if cache_targets:
-            if isinstance(tf.distribute.get_strategy(), tf.distribute.experimental.ParameterServerStrategy):
+            if isinstance(
+                tf.distribute.get_strategy(), tf.distribute.experimental.ParameterServerStrategy
+            ):
                 raise ValueError(
                     "distillation.cache_teacher_logits: not supported with strategy.kind 'parameter_server'; "
                     "set it to false"
@@ -206,13 +231,20 @@ class Distiller(models.GradientAccumulationMixin, keras.Model):
             num_classes = int(student.output_shape[-1])
             # NaN marks a miss: soft targets are probabilities, never NaN.
             self.target_cache = tf.lookup.experimental.MutableHashTable(
-                key_dtype=tf.int64, value_dtype=tf.float32, default_value=tf.fill([num_classes], float("nan"))
+                key_dtype=tf.int64,
+                value_dtype=tf.float32,
+                default_value=tf.fill([num_classes], float("nan")),
             )
 
     @property
     def metrics(self):
         # Listed here so Keras resets them at each epoch and after evaluate.
-        return [self.loss_tracker, self.hard_loss_tracker, self.soft_loss_tracker, self.accuracy_metric]
+        return [
+            self.loss_tracker,
+            self.hard_loss_tracker,
+            self.soft_loss_tracker,
+            self.accuracy_metric,
+        ]
 
     def call(self, inputs, training=None):
         return self.student(inputs, training=training)
@@ -254,7 +286,9 @@ class Distiller(models.GradientAccumulationMixin, keras.Model):
         self.soft_loss_tracker.update_state(losses.soft)
         self.accuracy_metric.update_state(tf.reshape(labels, [-1]), student_logits)
 
-    def _update_metrics(self, labels, student_logits, losses: DistillationLosses) -> dict[str, tf.Tensor]:
+    def _update_metrics(
+        self, labels, student_logits, losses: DistillationLosses
+    ) -> dict[str, tf.Tensor]:
         self._update_metric_states(labels, student_logits, losses)
         return {m.name: m.result() for m in self.metrics}
 
@@ -288,7 +322,9 @@ class Distiller(models.GradientAccumulationMixin, keras.Model):
             self._update_metric_states(micro_labels, student_logits, losses)
             return self._scaled_loss(losses)
 
-        grads = models.accumulate_gradients(micro_loss, (features, labels, targets), variables, steps, self.optimizer)
+        grads = models.accumulate_gradients(
+            micro_loss, (features, labels, targets), variables, steps, self.optimizer
+        )
         self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return {m.name: m.result() for m in self.metrics}
 
@@ -303,7 +339,9 @@ class Distiller(models.GradientAccumulationMixin, keras.Model):
 
 def _flatten(features: Features) -> dict[str, tf.Tensor]:
     """`[steps, batch, ...]` micro-batches to one `[steps * batch, ...]` batch."""
-    return {k: tf.reshape(v, tf.concat([[-1], tf.shape(v)[2:]], axis=0)) for k, v in features.items()}
+    return {
+        k: tf.reshape(v, tf.concat([[-1], tf.shape(v)[2:]], axis=0)) for k, v in features.items()
+    }
 
 
 def _unflatten(values: tf.Tensor, steps: int) -> tf.Tensor:
@@ -319,7 +357,10 @@ def feature_fingerprints(features: Features) -> tf.Tensor:
     Returns:
       int64 `[batch]`; equal feature values give equal fingerprints.
     """
-    per_feature = [tf.fingerprint(tf.reshape(features[k], [tf.shape(features[k])[0], -1])) for k in sorted(features)]
+    per_feature = [
+        tf.fingerprint(tf.reshape(features[k], [tf.shape(features[k])[0], -1]))
+        for k in sorted(features)
+    ]
     combined = tf.fingerprint(tf.concat(per_feature, axis=1))
     return tf.bitcast(combined, tf.int64)
 

@@ -32,7 +32,9 @@ def export_serving_model(
     raw_spec.pop(label_key, None)
     input_keys = list(model.input_names)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False)
+    @tf.function(
+        input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False
+    )
     def serve(examples):
         parsed = tf.io.parse_example(examples, raw_spec)
         transformed = model.tft_layer(parsed)
@@ -43,12 +45,17 @@ def export_serving_model(
             "classes": tf.argmax(logits, axis=-1),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False)
+    @tf.function(
+        input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False
+    )
     def transform_features(examples):
         parsed = tf.io.parse_example(examples, raw_spec)
         return model.tft_layer(parsed)
 
-    transformed_specs = {k: tf.TensorSpec(t.shape, t.dtype, name=k) for k, t in zip(input_keys, model.inputs, strict=True)}
+    transformed_specs = {
+        k: tf.TensorSpec(t.shape, t.dtype, name=k)
+        for k, t in zip(input_keys, model.inputs, strict=True)
+    }
 
     @tf.function(input_signature=[transformed_specs], autograph=False)
     def transformed_logits(features):

@@ -32,7 +32,16 @@ SPLIT_SIZES = {"train": 60000, "eval": 10000}
 IMAGE_SHAPE = (28, 28)
 NUM_CLASSES = 10
 CLASS_NAMES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 # IDX type byte -> numpy dtype (big-endian where it matters).
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -62,7 +71,9 @@ def find_dir(environ=None) -> str:
         if all(os.path.isfile(os.path.join(directory, n)) for n in names):
             return directory
     raise FashionMnistMissing(
-        "data.builtin: Fashion-MNIST's IDX files (" + ", ".join(names) + ") are in none of "
+        "data.builtin: Fashion-MNIST's IDX files ("
+        + ", ".join(names)
+        + ") are in none of "
         + ", ".join(searched)
         + ". Get them with `apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu, as root; "
         "`make fashion-mnist` does it), or, without root, with "
@@ -88,7 +99,9 @@ def read_idx(path: str) -> np.ndarray:
     shape = struct.unpack(f">{ndim}I", data[4:header])
     expected = int(np.prod(shape)) * dtype.itemsize
     if len(data) - header != expected:
-        raise ValueError(f"{path}: header says shape {shape} ({expected} bytes), file has {len(data) - header}")
+        raise ValueError(
+            f"{path}: header says shape {shape} ({expected} bytes), file has {len(data) - header}"
+        )
     return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
 
 

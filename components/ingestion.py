@@ -66,7 +66,9 @@ def shard_policy(num_files: int, num_pipelines: int) -> str:
     """
     if num_pipelines <= 1:
         return "none"
-    if num_files >= num_pipelines and (num_files % num_pipelines == 0 or num_files >= 2 * num_pipelines):
+    if num_files >= num_pipelines and (
+        num_files % num_pipelines == 0 or num_files >= 2 * num_pipelines
+    ):
         return "file"
     return "data"
 
@@ -78,24 +80,33 @@ def _tune(value: int) -> int:
 _KINDS = {tf.float32: "float_list", tf.int64: "int64_list", tf.string: "bytes_list"}
 
 
-def _check_first_record(path: str, ctype: str, spec: Mapping, packing: layout.Packing | None) -> None:
+def _check_first_record(
+    path: str, ctype: str, spec: Mapping, packing: layout.Packing | None
+) -> None:
     """Checks one file's first record against the parse spec (cheap, early, named)."""
     try:
         first = list(tf.data.TFRecordDataset(path, compression_type=ctype).take(1))
     except tf.errors.OpError as e:
-        raise IngestionError(f"ingestion: TFRecord shard {path!r} is corrupt, truncated or unreadable: {e.message}") from e
+        raise IngestionError(
+            f"ingestion: TFRecord shard {path!r} is corrupt, truncated or unreadable: {e.message}"
+        ) from e
     if not first:
         return
     try:
         features = tf.train.Example.FromString(first[0].numpy()).features.feature
     except DecodeError as e:
-        raise IngestionError(f"ingestion: {path!r} does not hold serialized tf.Examples ({e})") from e
+        raise IngestionError(
+            f"ingestion: {path!r} does not hold serialized tf.Examples ({e})"
+        ) from e
     for key, feature_spec in spec.items():
         if not isinstance(feature_spec, tf.io.FixedLenFeature | tf.io.VarLenFeature):
             continue
         packed = packing is not None and key == packing.feature
         if key not in features:
-            if isinstance(feature_spec, tf.io.VarLenFeature) or feature_spec.default_value is not None:
+            if (
+                isinstance(feature_spec, tf.io.VarLenFeature)
+                or feature_spec.default_value is not None
+            ):
                 continue
             if packed:
                 raise IngestionError(
@@ -197,20 +208,29 @@ def make_dataset(
             )
         clash = sorted(set(spec) & {m.name for m in packing.members})
         if clash:
-            raise IngestionError(f"ingestion: features {clash} are both packed and stored on their own")
+            raise IngestionError(
+                f"ingestion: features {clash} are both packed and stored on their own"
+            )
     produced = set(spec)
     if packing is not None:
         produced = (produced - {packing.feature}) | {m.name for m in packing.members}
     if label_key not in produced:
-        raise IngestionError(f"ingestion: label {label_key!r} is not among the parsed features ({sorted(produced)})")
+        raise IngestionError(
+            f"ingestion: label {label_key!r} is not among the parsed features ({sorted(produced)})"
+        )
     if config.cache == "file" and not cache_path:
-        raise IngestionError("ingestion.cache: 'file' needs a cache path (the Trainer uses its model run directory)")
+        raise IngestionError(
+            "ingestion.cache: 'file' needs a cache path (the Trainer uses its model run directory)"
+        )
 
     per_replica_batch = batch_size
     num_pipelines, pipeline_id = 1, 0
     if input_context is not None:
         per_replica_batch = input_context.get_per_replica_batch_size(batch_size)
-        num_pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
+        num_pipelines, pipeline_id = (
+            input_context.num_input_pipelines,
+            input_context.input_pipeline_id,
+        )
     policy = shard_policy(len(files), num_pipelines)
     shuffle = training and config.shuffle_buffer > 0
     cached = training and config.cache != "none"
@@ -257,7 +277,9 @@ def make_dataset(
             if accounting:
                 if check_bytes:
                     data_bytes += tf.reduce_sum(tf.cast(tf.strings.length(batch), tf.int64))
-                    complete = tf.equal(data_bytes + layout.RECORD_OVERHEAD_BYTES * seen, want_bytes)
+                    complete = tf.equal(
+                        data_bytes + layout.RECORD_OVERHEAD_BYTES * seen, want_bytes
+                    )
                 else:
                     complete = tf.equal(seen, want_records)
                 # Only the empty end-of-file sentinel can fail the check.
@@ -270,7 +292,9 @@ def make_dataset(
                             "is corrupt, truncated or unreadable; restore the file or re-run the Transform. Records read, "
                             "bytes read (-1: not counted), records and bytes expected (-1: not known):",
                             seen,
-                            data_bytes + layout.RECORD_OVERHEAD_BYTES * seen if check_bytes else tf.constant(-1, tf.int64),
+                            data_bytes + layout.RECORD_OVERHEAD_BYTES * seen
+                            if check_bytes
+                            else tf.constant(-1, tf.int64),
                             want_records,
                             want_bytes,
                         ],
@@ -280,13 +304,19 @@ def make_dataset(
                 if data_shards > 1:
                     # Record-level sharding within the file: record j of the file
                     # goes to pipeline j % data_shards, whatever the file order.
-                    out = tf.boolean_mask(batch, tf.equal((seen + tf.range(n)) % data_shards, pipeline_id))
+                    out = tf.boolean_mask(
+                        batch, tf.equal((seen + tf.range(n)) % data_shards, pipeline_id)
+                    )
                 else:
                     out = tf.identity(batch)
             return (seen + n, data_bytes), (path, out)
 
         zero = tf.constant(0, tf.int64)
-        return batches.concatenate(sentinel).scan((zero, zero), step).filter(_plain(lambda _, batch: tf.size(batch) > 0))
+        return (
+            batches.concatenate(sentinel)
+            .scan((zero, zero), step)
+            .filter(_plain(lambda _, batch: tf.size(batch) > 0))
+        )
 
     ds = file_ds.interleave(
         read_file,
@@ -298,7 +328,9 @@ def make_dataset(
     @_plain
     def parse(path, serialized):
         # example_names puts the file into every parse error message.
-        return tf.io.parse_example(serialized, spec, example_names=tf.fill(tf.shape(serialized), path))
+        return tf.io.parse_example(
+            serialized, spec, example_names=tf.fill(tf.shape(serialized), path)
+        )
 
     @_plain
     def finish(parsed):
@@ -363,4 +395,6 @@ def _permute_windows(
         order = tf.random.experimental.stateless_shuffle(tf.range(size), seed=pair)
         return tf.nest.map_structure(lambda t: tf.gather(t, order), batch)
 
-    return tf.data.Dataset.zip((ds, seeds)).map(permute, num_parallel_calls=parallel, deterministic=deterministic)
+    return tf.data.Dataset.zip((ds, seeds)).map(
+        permute, num_parallel_calls=parallel, deterministic=deterministic
+    )

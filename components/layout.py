@@ -117,7 +117,9 @@ class Packing:
             start += size
             if dtype == "int64":
                 block = tf.cast(block, tf.int64)
-            parts = tf.split(block, [m.width for m in members], axis=1) if len(members) > 1 else [block]
+            parts = (
+                tf.split(block, [m.width for m in members], axis=1) if len(members) > 1 else [block]
+            )
             for member, part in zip(members, parts, strict=True):
                 if member.shape != (member.width,):
                     part = tf.reshape(part, [-1, *member.shape])
@@ -143,7 +145,9 @@ class ShardStats:
 def compression_type(compression: str) -> str:
     """Maps the config's `gzip` / `none` to a TFRecordDataset compression type."""
     if compression not in ("gzip", "none"):
-        raise IngestionError(f"transform.compression: expected 'gzip' or 'none', got {compression!r}")
+        raise IngestionError(
+            f"transform.compression: expected 'gzip' or 'none', got {compression!r}"
+        )
     return "GZIP" if compression == "gzip" else ""
 
 
@@ -155,7 +159,9 @@ def shard_suffix(compression: str) -> str:
 
 @tf.autograph.experimental.do_not_convert
 def _batch_counts(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    return tf.size(batch, out_type=tf.int64), tf.reduce_sum(tf.cast(tf.strings.length(batch), tf.int64))
+    return tf.size(batch, out_type=tf.int64), tf.reduce_sum(
+        tf.cast(tf.strings.length(batch), tf.int64)
+    )
 
 
 @tf.autograph.experimental.do_not_convert
@@ -169,13 +175,21 @@ def scan_shard(path: str, compression: str) -> ShardStats:
     Raises:
       IngestionError: naming the file when it cannot be read to the end.
     """
-    ds = tf.data.TFRecordDataset(path, compression_type=compression_type(compression)).batch(_SCAN_BATCH)
+    ds = tf.data.TFRecordDataset(path, compression_type=compression_type(compression)).batch(
+        _SCAN_BATCH
+    )
     try:
-        records, data = ds.map(_batch_counts).reduce((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), _add_counts)
+        records, data = ds.map(_batch_counts).reduce(
+            (tf.constant(0, tf.int64), tf.constant(0, tf.int64)), _add_counts
+        )
     except tf.errors.OpError as e:
-        raise IngestionError(f"ingestion: TFRecord shard {path!r} is corrupt, truncated or unreadable: {e.message}") from e
+        raise IngestionError(
+            f"ingestion: TFRecord shard {path!r} is corrupt, truncated or unreadable: {e.message}"
+        ) from e
     records = int(records)
-    return ShardStats(records, int(data) + RECORD_OVERHEAD_BYTES * records, tf.io.gfile.stat(path).length)
+    return ShardStats(
+        records, int(data) + RECORD_OVERHEAD_BYTES * records, tf.io.gfile.stat(path).length
+    )
 
 
 def check_shards(files: Iterable[str], recorded: Mapping[str, ShardStats]) -> list[ShardStats]:
@@ -274,7 +288,9 @@ def pack_record_batch(record_batch: pa.RecordBatch, packing: Packing) -> pa.Reco
     blocks = []
     for member in packing.members:
         if member.name not in names:
-            raise ValueError(f"transform.pack_features: feature {member.name!r} is not in the transformed data")
+            raise ValueError(
+                f"transform.pack_features: feature {member.name!r} is not in the transformed data"
+            )
         column = record_batch.column(names.index(member.name))
         values = column.flatten()
         if column.null_count or len(values) != n * member.width:
@@ -297,7 +313,8 @@ def pack_record_batch(record_batch: pa.RecordBatch, packing: Packing) -> pa.Reco
     members = {m.name for m in packing.members}
     keep = [i for i, name in enumerate(names) if name not in members]
     return pa.RecordBatch.from_arrays(
-        [record_batch.column(i) for i in keep] + [packed_column], [names[i] for i in keep] + [packing.feature]
+        [record_batch.column(i) for i in keep] + [packed_column],
+        [names[i] for i in keep] + [packing.feature],
     )
 
 
@@ -329,7 +346,12 @@ def spec_to_json(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             except TypeError:
                 out[name] = {"kind": _FROM_TRANSFORM_GRAPH}
                 continue
-            out[name] = {"kind": "fixed_len", "dtype": s.dtype.name, "shape": [int(d) for d in s.shape], "default": default}
+            out[name] = {
+                "kind": "fixed_len",
+                "dtype": s.dtype.name,
+                "shape": [int(d) for d in s.shape],
+                "default": default,
+            }
         elif isinstance(s, tf.io.VarLenFeature):
             out[name] = {"kind": "var_len", "dtype": s.dtype.name}
         else:
@@ -337,7 +359,9 @@ def spec_to_json(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def spec_from_json(data: Mapping[str, Mapping[str, Any]], transform_graph_spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def spec_from_json(
+    data: Mapping[str, Mapping[str, Any]], transform_graph_spec: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Rebuilds a parse spec; `transform_graph` entries come from `transform_graph_spec`.
 
     Raises:
@@ -348,12 +372,16 @@ def spec_from_json(data: Mapping[str, Mapping[str, Any]], transform_graph_spec: 
     for name, entry in data.items():
         kind = entry.get("kind")
         if kind == "fixed_len":
-            spec[name] = tf.io.FixedLenFeature(entry["shape"], tf.as_dtype(entry["dtype"]), entry.get("default"))
+            spec[name] = tf.io.FixedLenFeature(
+                entry["shape"], tf.as_dtype(entry["dtype"]), entry.get("default")
+            )
         elif kind == "var_len":
             spec[name] = tf.io.VarLenFeature(tf.as_dtype(entry["dtype"]))
         elif kind == _FROM_TRANSFORM_GRAPH:
             if transform_graph_spec is None or name not in transform_graph_spec:
-                raise LayoutError(f"layout: feature {name!r} is described by the transform graph, which lacks it")
+                raise LayoutError(
+                    f"layout: feature {name!r} is described by the transform graph, which lacks it"
+                )
             spec[name] = transform_graph_spec[name]
         else:
             raise LayoutError(f"layout: feature {name!r} has an unknown parse spec kind {kind!r}")
@@ -454,7 +482,11 @@ class Layout:
                 packing=packing_from_json(data["packing"]),
                 parse_spec=dict(data["parse_spec"]),
                 files=tuple(
-                    ShardFile(f["path"], f["split"], ShardStats(int(f["records"]), int(f["raw_bytes"]), int(f["file_bytes"])))
+                    ShardFile(
+                        f["path"],
+                        f["split"],
+                        ShardStats(int(f["records"]), int(f["raw_bytes"]), int(f["file_bytes"])),
+                    )
                     for f in data["files"]
                 ),
             )
@@ -470,7 +502,9 @@ def packing_to_json(packing: Packing | None) -> dict[str, Any] | None:
     return {
         "feature": packing.feature,
         "width": packing.width,
-        "members": [{"name": m.name, "dtype": m.dtype, "shape": list(m.shape)} for m in packing.members],
+        "members": [
+            {"name": m.name, "dtype": m.dtype, "shape": list(m.shape)} for m in packing.members
+        ],
     }
 
 
@@ -478,10 +512,13 @@ def packing_from_json(data: Mapping[str, Any] | None) -> Packing | None:
     if data is None:
         return None
     packing = Packing(
-        data["feature"], tuple(PackedMember(m["name"], m["dtype"], tuple(m["shape"])) for m in data["members"])
+        data["feature"],
+        tuple(PackedMember(m["name"], m["dtype"], tuple(m["shape"])) for m in data["members"]),
     )
     if packing.width != data["width"]:
-        raise LayoutError(f"layout: packed width {data['width']} disagrees with its members ({packing.width})")
+        raise LayoutError(
+            f"layout: packed width {data['width']} disagrees with its members ({packing.width})"
+        )
     return packing
 
 

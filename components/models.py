@@ -54,11 +54,17 @@ def build_classifier(
         key = feature.transformed_name
         if feature.is_categorical:
             inp = keras.Input(shape=(1,), dtype="int64", name=key)
-            emb = keras.layers.Embedding(cardinalities[feature.name], model.embedding_dim, name=f"{key}_embedding")(inp)
+            emb = keras.layers.Embedding(
+                cardinalities[feature.name], model.embedding_dim, name=f"{key}_embedding"
+            )(inp)
             parts.append(keras.layers.Flatten(name=f"{key}_flat")(emb))
         else:
             inp = keras.Input(shape=(feature.size,), dtype="float32", name=key)
-            parts.append(conv_tower(inp, feature.shape, model.conv, key) if feature.shape and model.conv else inp)
+            parts.append(
+                conv_tower(inp, feature.shape, model.conv, key)
+                if feature.shape and model.conv
+                else inp
+            )
         inputs[key] = inp
     x = keras.layers.Concatenate(name="features")(parts) if len(parts) > 1 else parts[0]
     for i, width in enumerate(model.hidden_units):
@@ -69,7 +75,9 @@ def build_classifier(
     return Classifier(inputs=inputs, outputs=logits, name=name)
 
 
-def conv_tower(flat: keras.KerasTensor, shape: Sequence[int], conv: ConvTowerConfig, key: str) -> keras.KerasTensor:
+def conv_tower(
+    flat: keras.KerasTensor, shape: Sequence[int], conv: ConvTowerConfig, key: str
+) -> keras.KerasTensor:
     """Conv blocks over one image-shaped feature, flattened (see `ConvTowerConfig`).
 
     Args:
@@ -121,7 +129,9 @@ def precision_policy(name: str) -> Iterator[keras.mixed_precision.Policy]:
       ValueError: naming `train.mixed_precision` for an unknown policy.
     """
     if name not in MIXED_PRECISION_POLICIES:
-        raise ValueError(f"train.mixed_precision: expected one of {list(MIXED_PRECISION_POLICIES)}, got {name!r}")
+        raise ValueError(
+            f"train.mixed_precision: expected one of {list(MIXED_PRECISION_POLICIES)}, got {name!r}"
+        )
     previous = keras.mixed_precision.global_policy()
     policy = keras.mixed_precision.Policy("float32" if name == "none" else name)
     keras.mixed_precision.set_global_policy(policy)
@@ -184,7 +194,10 @@ def accumulate_gradients(
             grads = optimizer.get_unscaled_gradients(grads)
         # Embedding gradients arrive as IndexedSlices; a loop carry needs one
         # fixed dense shape per variable.
-        return [tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g) for g, v in zip(grads, variables, strict=True)]
+        return [
+            tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g)
+            for g, v in zip(grads, variables, strict=True)
+        ]
 
     if steps == 1:
         return micro_gradients(data)
@@ -234,7 +247,9 @@ class GradientAccumulationMixin:
             return loss
 
         variables = self.trainable_variables
-        grads = accumulate_gradients(loss_fn, data, variables, self.grad_accum_steps, self.optimizer)
+        grads = accumulate_gradients(
+            loss_fn, data, variables, self.grad_accum_steps, self.optimizer
+        )
         self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return self.get_metrics_result()
 

@@ -46,7 +46,12 @@ TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 TF_CONFIG_ENV = "TF_CONFIG"
 # Environment variables that say a TPU is attached (Cloud TPU VMs, GKE TPU
 # node pools, legacy TPU nodes); without one of them `auto` never probes.
-TPU_ENV_HINTS = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", "TPU_WORKER_HOSTNAMES")
+TPU_ENV_HINTS = (
+    "TPU_NAME",
+    "TPU_ACCELERATOR_TYPE",
+    "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS",
+    "TPU_WORKER_HOSTNAMES",
+)
 
 ROLE_TRAINER = "trainer"
 ROLE_SERVER = "server"
@@ -113,7 +118,10 @@ class TFConfig:
 
     def cluster_resolver(self) -> tf.distribute.cluster_resolver.ClusterResolver:
         return tf.distribute.cluster_resolver.SimpleClusterResolver(
-            self.cluster_spec(), task_type=self.task_type, task_id=self.task_id, rpc_layer=self.rpc_layer
+            self.cluster_spec(),
+            task_type=self.task_type,
+            task_id=self.task_id,
+            rpc_layer=self.rpc_layer,
         )
 
 
@@ -137,21 +145,34 @@ def parse_tf_config(text: str | None) -> TFConfig | None:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        return _fail(TF_CONFIG_ENV, f"is not valid JSON ({e}); set it to an object with 'cluster' and 'task'")
+        return _fail(
+            TF_CONFIG_ENV, f"is not valid JSON ({e}); set it to an object with 'cluster' and 'task'"
+        )
     if not isinstance(data, dict):
-        return _fail(TF_CONFIG_ENV, f"expected a JSON object with 'cluster' and 'task', got {type(data).__name__}")
+        return _fail(
+            TF_CONFIG_ENV,
+            f"expected a JSON object with 'cluster' and 'task', got {type(data).__name__}",
+        )
     if not data:
         return None
     unknown = sorted(set(data) - {"cluster", "task", "rpc_layer", "environment"})
     if unknown:
-        _fail(f"{TF_CONFIG_ENV}.{unknown[0]}", "unknown key; allowed keys: cluster, task, rpc_layer, environment")
+        _fail(
+            f"{TF_CONFIG_ENV}.{unknown[0]}",
+            "unknown key; allowed keys: cluster, task, rpc_layer, environment",
+        )
     cluster = _parse_cluster(data.get("cluster"))
     task = data.get("task")
     if not isinstance(task, dict):
-        return _fail(f"{TF_CONFIG_ENV}.task", f"expected an object with 'type' and 'index', got {task!r}")
+        return _fail(
+            f"{TF_CONFIG_ENV}.task", f"expected an object with 'type' and 'index', got {task!r}"
+        )
     task_type, task_id = task.get("type"), task.get("index", 0)
     if task_type not in TASK_TYPES:
-        _fail(f"{TF_CONFIG_ENV}.task.type", f"unknown task type {task_type!r}; expected one of {list(TASK_TYPES)}")
+        _fail(
+            f"{TF_CONFIG_ENV}.task.type",
+            f"unknown task type {task_type!r}; expected one of {list(TASK_TYPES)}",
+        )
     if isinstance(task_id, bool) or not isinstance(task_id, int) or task_id < 0:
         _fail(f"{TF_CONFIG_ENV}.task.index", f"expected an integer >= 0, got {task_id!r}")
     if task_type == "evaluator" and "evaluator" not in cluster:
@@ -159,7 +180,10 @@ def parse_tf_config(text: str | None) -> TFConfig | None:
         if task_id != 0:
             _fail(f"{TF_CONFIG_ENV}.task.index", f"there is one evaluator (index 0), got {task_id}")
     elif task_type not in cluster:
-        _fail(f"{TF_CONFIG_ENV}.task.type", f"{task_type!r} has no tasks in TF_CONFIG.cluster ({sorted(cluster)}); add its addresses")
+        _fail(
+            f"{TF_CONFIG_ENV}.task.type",
+            f"{task_type!r} has no tasks in TF_CONFIG.cluster ({sorted(cluster)}); add its addresses",
+        )
     elif task_id >= len(cluster[task_type]):
         _fail(
             f"{TF_CONFIG_ENV}.task.index",
@@ -178,28 +202,46 @@ def parse_tf_config(text: str | None) -> TFConfig | None:
                 "add one (a TFJob's Chief replica)",
             )
         if "worker" not in cluster:
-            _fail(f"{TF_CONFIG_ENV}.cluster.worker", "the parameter-server strategy needs at least one 'worker' task")
+            _fail(
+                f"{TF_CONFIG_ENV}.cluster.worker",
+                "the parameter-server strategy needs at least one 'worker' task",
+            )
     return tf_config
 
 
 def _parse_cluster(cluster: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(cluster, dict) or not cluster:
-        return _fail(f"{TF_CONFIG_ENV}.cluster", f"expected a non-empty object of job -> ['host:port', ...], got {cluster!r}")
+        return _fail(
+            f"{TF_CONFIG_ENV}.cluster",
+            f"expected a non-empty object of job -> ['host:port', ...], got {cluster!r}",
+        )
     out: dict[str, tuple[str, ...]] = {}
     for job, tasks in cluster.items():
         if job not in TASK_TYPES:
-            _fail(f"{TF_CONFIG_ENV}.cluster.{job}", f"unknown job {job!r}; expected one of {list(TASK_TYPES)}")
+            _fail(
+                f"{TF_CONFIG_ENV}.cluster.{job}",
+                f"unknown job {job!r}; expected one of {list(TASK_TYPES)}",
+            )
         if not isinstance(tasks, list) or not tasks:
-            _fail(f"{TF_CONFIG_ENV}.cluster.{job}", f"expected a non-empty list of 'host:port' addresses, got {tasks!r}")
+            _fail(
+                f"{TF_CONFIG_ENV}.cluster.{job}",
+                f"expected a non-empty list of 'host:port' addresses, got {tasks!r}",
+            )
         for i, address in enumerate(tasks):
             if not isinstance(address, str) or not _ADDRESS.fullmatch(address):
-                _fail(f"{TF_CONFIG_ENV}.cluster.{job}[{i}]", f"expected a 'host:port' address, got {address!r}")
+                _fail(
+                    f"{TF_CONFIG_ENV}.cluster.{job}[{i}]",
+                    f"expected a 'host:port' address, got {address!r}",
+                )
         if len(set(tasks)) != len(tasks):
             _fail(f"{TF_CONFIG_ENV}.cluster.{job}", f"duplicate addresses in {tasks}")
         out[job] = tuple(tasks)
     for job in ("chief", "evaluator"):
         if len(out.get(job, ())) > 1:
-            _fail(f"{TF_CONFIG_ENV}.cluster.{job}", f"expected at most one {job} task, got {len(out[job])}")
+            _fail(
+                f"{TF_CONFIG_ENV}.cluster.{job}",
+                f"expected at most one {job} task, got {len(out[job])}",
+            )
     return out
 
 
@@ -226,11 +268,18 @@ class Resolution:
 def tpu_hinted(config: StrategyConfig, environ: Mapping[str, str] | None = None) -> bool:
     """Whether a TPU may be attached: named in config or environment, or /dev/accel* exists."""
     environ = os.environ if environ is None else environ
-    return bool(config.tpu) or any(environ.get(k) for k in TPU_ENV_HINTS) or bool(glob.glob("/dev/accel*"))
+    return (
+        bool(config.tpu)
+        or any(environ.get(k) for k in TPU_ENV_HINTS)
+        or bool(glob.glob("/dev/accel*"))
+    )
 
 
 def resolve_kind(
-    config: StrategyConfig, tf_config: TFConfig | None, num_gpus_visible: int, tpu_available: bool = False
+    config: StrategyConfig,
+    tf_config: TFConfig | None,
+    num_gpus_visible: int,
+    tpu_available: bool = False,
 ) -> Resolution:
     """Resolves `strategy.kind` (including `auto`) against the cluster and devices.
 
@@ -249,7 +298,11 @@ def resolve_kind(
     if kind not in KINDS:
         _fail("strategy.kind", f"unknown strategy kind {kind!r}; expected one of {list(KINDS)}")
     if tf_config is not None and tf_config.task_type == "evaluator":
-        return Resolution("one_device", ROLE_EVALUATOR, "this task is the TF_CONFIG evaluator, which trains nothing")
+        return Resolution(
+            "one_device",
+            ROLE_EVALUATOR,
+            "this task is the TF_CONFIG evaluator, which trains nothing",
+        )
     multi = tf_config is not None and (tf_config.num_workers > 1 or tf_config.has_ps)
     local_devices = num_gpus_visible if num_gpus_visible else config.num_cpu_devices
     device_word = "GPUs" if num_gpus_visible else "logical CPU devices"
@@ -258,13 +311,19 @@ def resolve_kind(
         if tpu_available:
             kind, why = "tpu", "a TPU is resolvable"
         elif tf_config is not None and tf_config.has_ps:
-            kind, why = "parameter_server", f"TF_CONFIG lists {tf_config.num_ps} ps and {len(tf_config.cluster.get('worker', ()))} worker task(s)"
+            kind, why = (
+                "parameter_server",
+                f"TF_CONFIG lists {tf_config.num_ps} ps and {len(tf_config.cluster.get('worker', ()))} worker task(s)",
+            )
         elif multi:
             kind, why = "multi_worker_mirrored", f"TF_CONFIG lists {tf_config.num_workers} workers"
         elif local_devices > 1:
             kind, why = "mirrored", f"{local_devices} {device_word} are available"
         else:
-            kind, why = "one_device", "there is no TPU, no multi-worker TF_CONFIG and a single local device"
+            kind, why = (
+                "one_device",
+                "there is no TPU, no multi-worker TF_CONFIG and a single local device",
+            )
         reason = f"strategy.kind is 'auto' and {why}"
     else:
         reason = f"strategy.kind is {kind!r}"
@@ -287,14 +346,22 @@ def resolve_kind(
                 "use 'multi_worker_mirrored' (or 'auto')",
             )
     if tf_config is not None and kind in ("multi_worker_mirrored", "parameter_server"):
-        expected = tf_config.num_workers if kind == "multi_worker_mirrored" else len(tf_config.cluster["worker"])
+        expected = (
+            tf_config.num_workers
+            if kind == "multi_worker_mirrored"
+            else len(tf_config.cluster["worker"])
+        )
         if config.kind != "auto" and expected != config.workers:
             _fail(
                 "strategy.workers",
                 f"TF_CONFIG lists {expected} worker(s) but strategy.workers is {config.workers}; "
                 f"set strategy.workers: {expected} (it sizes shards and the TFJob)",
             )
-        if kind == "parameter_server" and config.kind != "auto" and tf_config.num_ps != config.parameter_servers:
+        if (
+            kind == "parameter_server"
+            and config.kind != "auto"
+            and tf_config.num_ps != config.parameter_servers
+        ):
             _fail(
                 "strategy.parameter_servers",
                 f"TF_CONFIG lists {tf_config.num_ps} ps task(s) but strategy.parameter_servers is "
@@ -322,7 +389,9 @@ def configure_devices(config: StrategyConfig) -> None:
         return
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)]
+        )
     except RuntimeError:
         have = len(tf.config.list_logical_devices("CPU"))
         if have != n:
@@ -340,7 +409,9 @@ def _local_devices(config: StrategyConfig, num_gpus_visible: int) -> list[str]:
     return [f"/cpu:{i}" for i in range(max(1, config.num_cpu_devices))]
 
 
-def communication_options(config: StrategyConfig) -> tf.distribute.experimental.CommunicationOptions:
+def communication_options(
+    config: StrategyConfig,
+) -> tf.distribute.experimental.CommunicationOptions:
     """Collective all-reduce options of multi-worker training from config."""
     implementation = {
         "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
@@ -431,14 +502,20 @@ class StrategyChoice:
 
     def describe(self) -> str:
         task = f"{self.task_type}:{self.task_id}" if self.tf_config else "single process"
-        where = f"{self.num_replicas} replica(s) on {', '.join(self.devices)}" if self.strategy else "no strategy"
+        where = (
+            f"{self.num_replicas} replica(s) on {', '.join(self.devices)}"
+            if self.strategy
+            else "no strategy"
+        )
         return (
             f"Strategy: {self.kind} ({where}); role {self.role}, task {task}, "
             f"chief {'yes' if self.is_chief else 'no'}; because {self.reason}"
         )
 
 
-def create_strategy(config: StrategyConfig, environ: Mapping[str, str] | None = None) -> StrategyChoice:
+def create_strategy(
+    config: StrategyConfig, environ: Mapping[str, str] | None = None
+) -> StrategyChoice:
     """Builds the strategy for this task from the `strategy` config and `TF_CONFIG`.
 
     Call it before any other TensorFlow op in the process: it may create
@@ -458,7 +535,9 @@ def create_strategy(config: StrategyConfig, environ: Mapping[str, str] | None = 
     """
     environ = os.environ if environ is None else environ
     if config.kind not in KINDS:
-        _fail("strategy.kind", f"unknown strategy kind {config.kind!r}; expected one of {list(KINDS)}")
+        _fail(
+            "strategy.kind", f"unknown strategy kind {config.kind!r}; expected one of {list(KINDS)}"
+        )
     tf_config = read_tf_config(environ)
     configure_devices(config)
     num_gpus_visible = len(tf.config.list_physical_devices("GPU"))
@@ -469,11 +548,15 @@ def create_strategy(config: StrategyConfig, environ: Mapping[str, str] | None = 
             f"to at most {num_gpus_visible}, or set it to 0 to use every visible GPU",
         )
     if config.communication == "nccl" and not num_gpus_visible:
-        _fail("strategy.communication", "'nccl' needs GPUs but none are visible; use 'ring' or 'auto'")
+        _fail(
+            "strategy.communication", "'nccl' needs GPUs but none are visible; use 'ring' or 'auto'"
+        )
     tpu_resolver = None
     if config.kind == "tpu" or (config.kind == "auto" and tpu_hinted(config, environ)):
         tpu_resolver = _resolve_tpu(config, required=config.kind == "tpu")
-    resolution = resolve_kind(config, tf_config, num_gpus_visible, tpu_available=tpu_resolver is not None)
+    resolution = resolve_kind(
+        config, tf_config, num_gpus_visible, tpu_available=tpu_resolver is not None
+    )
     key = (
         resolution.kind,
         resolution.role,
@@ -525,7 +608,9 @@ def _resolve_tpu(config: StrategyConfig, required: bool):
         return None
 
 
-def _build(config, resolution: Resolution, tf_config, num_gpus_visible: int, tpu_resolver) -> StrategyChoice:
+def _build(
+    config, resolution: Resolution, tf_config, num_gpus_visible: int, tpu_resolver
+) -> StrategyChoice:
     kind, role = resolution.kind, resolution.role
     common = {"kind": kind, "role": role, "reason": resolution.reason, "tf_config": tf_config}
     if role == ROLE_SERVER:
@@ -533,14 +618,18 @@ def _build(config, resolution: Resolution, tf_config, num_gpus_visible: int, tpu
     devices = _local_devices(config, num_gpus_visible)
     if kind == "one_device" or role == ROLE_EVALUATOR:
         device = devices[0]
-        return StrategyChoice(strategy=tf.distribute.OneDeviceStrategy(device), devices=(device,), **common)
+        return StrategyChoice(
+            strategy=tf.distribute.OneDeviceStrategy(device), devices=(device,), **common
+        )
     if kind == "mirrored":
         strategy = tf.distribute.MirroredStrategy(
             devices=devices, cross_device_ops=_mirrored_cross_device_ops(config, num_gpus_visible)
         )
         return StrategyChoice(strategy=strategy, devices=tuple(devices), **common)
     if kind == "central_storage":
-        strategy = tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices, parameter_device="/cpu:0")
+        strategy = tf.distribute.experimental.CentralStorageStrategy(
+            compute_devices=devices, parameter_device="/cpu:0"
+        )
         return StrategyChoice(strategy=strategy, devices=tuple(devices), **common)
     if kind == "multi_worker_mirrored":
         resolver = tf_config.cluster_resolver() if tf_config is not None else None
@@ -555,11 +644,15 @@ def _build(config, resolution: Resolution, tf_config, num_gpus_visible: int, tpu
         os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
         strategy = tf.distribute.ParameterServerStrategy(tf_config.cluster_resolver())
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        workers = tuple(f"/job:worker/replica:0/task:{i}" for i in range(len(tf_config.cluster["worker"])))
+        workers = tuple(
+            f"/job:worker/replica:0/task:{i}" for i in range(len(tf_config.cluster["worker"]))
+        )
         return StrategyChoice(strategy=strategy, coordinator=coordinator, devices=workers, **common)
     if kind == "tpu":
         strategy = tf.distribute.TPUStrategy(tpu_resolver)
-        return StrategyChoice(strategy=strategy, devices=tuple(strategy.extended.worker_devices), **common)
+        return StrategyChoice(
+            strategy=strategy, devices=tuple(strategy.extended.worker_devices), **common
+        )
     return _fail("strategy.kind", f"unknown strategy kind {kind!r}; expected one of {list(KINDS)}")
 
 
@@ -575,7 +668,10 @@ def start_server(tf_config: TFConfig, start: bool = True) -> tf.distribute.Serve
       TFJob operator stops workers and ps once the chief completes).
     """
     if tf_config.task_type not in ("worker", "ps"):
-        _fail(f"{TF_CONFIG_ENV}.task.type", f"only worker and ps tasks run a server, not {tf_config.task_type!r}")
+        _fail(
+            f"{TF_CONFIG_ENV}.task.type",
+            f"only worker and ps tasks run a server, not {tf_config.task_type!r}",
+        )
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     # A worker runs one closure per coordinator thread plus its own ops; with
     # fewer inter-op threads than workers + 1 (few cores) the cluster
@@ -589,7 +685,10 @@ def start_server(tf_config: TFConfig, start: bool = True) -> tf.distribute.Serve
         tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError:
         if tf.config.threading.get_inter_op_parallelism_threads() not in (0, threads):
-            logging.warning("Strategy: TensorFlow already runs with fewer inter-op threads than %d; the cluster may stall", threads)
+            logging.warning(
+                "Strategy: TensorFlow already runs with fewer inter-op threads than %d; the cluster may stall",
+                threads,
+            )
     return tf.distribute.Server(
         tf_config.cluster_spec(),
         job_name=tf_config.task_type,

@@ -14,23 +14,43 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tfxkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the pipeline locally")
-    run.add_argument("--config", default="taxi", help="shipped config name (taxi, digits) or a YAML path")
+    run.add_argument(
+        "--config", default="taxi", help="shipped config name (taxi, digits) or a YAML path"
+    )
     run.add_argument("--runner", default="beam", choices=["beam", "local"])
     run.add_argument("--output", default="runs", help="output directory (default: runs)")
-    comp = sub.add_parser("compile", help="compile for Kubeflow Pipelines (KFP v2 YAML with node-pool placement)")
-    comp.add_argument("--config", required=True, help="shipped config name (taxi, digits) or a YAML path")
+    comp = sub.add_parser(
+        "compile", help="compile for Kubeflow Pipelines (KFP v2 YAML with node-pool placement)"
+    )
+    comp.add_argument(
+        "--config", required=True, help="shipped config name (taxi, digits) or a YAML path"
+    )
     comp.add_argument("--output", required=True, help="the .yaml file to write")
-    submit = sub.add_parser("submit", help="upload a pipeline to Kubeflow Pipelines through kfp.Client")
+    submit = sub.add_parser(
+        "submit", help="upload a pipeline to Kubeflow Pipelines through kfp.Client"
+    )
     source = submit.add_mutually_exclusive_group(required=True)
     source.add_argument("--package", help="a compiled pipeline .yaml")
     source.add_argument("--config", help="compile this config first, then upload it")
-    submit.add_argument("--host", required=True, help="KFP API endpoint, e.g. http://localhost:8080")
-    submit.add_argument("--name", help="pipeline name in KFP (default: the config's name or the file's stem)")
-    submit.add_argument("--version", help="version name when the pipeline exists (default: file name + time)")
-    submit.add_argument("--run", action="store_true", help="also start a run of the uploaded version")
-    submit.add_argument("--experiment", default="Default", help="experiment of the run (default: Default)")
+    submit.add_argument(
+        "--host", required=True, help="KFP API endpoint, e.g. http://localhost:8080"
+    )
+    submit.add_argument(
+        "--name", help="pipeline name in KFP (default: the config's name or the file's stem)"
+    )
+    submit.add_argument(
+        "--version", help="version name when the pipeline exists (default: file name + time)"
+    )
+    submit.add_argument(
+        "--run", action="store_true", help="also start a run of the uploaded version"
+    )
+    submit.add_argument(
+        "--experiment", default="Default", help="experiment of the run (default: Default)"
+    )
     submit.add_argument("--namespace", help="Kubeflow profile namespace (multi-user deployments)")
-    sub.add_parser("schema", help="print the JSON Schema of a config file (for editors and checkers)")
+    sub.add_parser(
+        "schema", help="print the JSON Schema of a config file (for editors and checkers)"
+    )
     args = parser.parse_args(argv)
 
     # Imported after parsing so that `--help` stays fast (components.data imports TensorFlow).
@@ -55,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:
             print(f"tfxkit: cannot compile: {e}", file=sys.stderr)
             return 2
-        print(f"tfxkit: wrote {compiled.path} ({len(compiled.pipeline_spec.root.dag.tasks)} components)")
+        print(
+            f"tfxkit: wrote {compiled.path} ({len(compiled.pipeline_spec.root.dag.tasks)} components)"
+        )
         return 0
     if args.command == "run":
         from components.data import DataError
@@ -88,18 +110,27 @@ def _submit(args) -> int:
                 from pipelines import kubeflow_runner
 
                 config = load_config(args.config)
-                package = kubeflow_runner.compile_pipeline(config, os.path.join(tmp, f"{config.name}.yaml")).path
+                package = kubeflow_runner.compile_pipeline(
+                    config, os.path.join(tmp, f"{config.name}.yaml")
+                ).path
                 name = name or config.name
             elif not os.path.isfile(package):
-                raise ConfigError(f"--package: {package!r} does not exist; compile it first (tfxkit compile)")
+                raise ConfigError(
+                    f"--package: {package!r} does not exist; compile it first (tfxkit compile)"
+                )
         except ConfigError as e:
             print(f"tfxkit: cannot compile: {e}", file=sys.stderr)
             return 2
         name = name or os.path.splitext(os.path.basename(package))[0]
         try:
             ids = submit.submit(
-                package, args.host, name, version_name=args.version, run=args.run,
-                experiment=args.experiment, namespace=args.namespace,
+                package,
+                args.host,
+                name,
+                version_name=args.version,
+                run=args.run,
+                experiment=args.experiment,
+                namespace=args.namespace,
             )
         except Exception as e:  # noqa: BLE001 - kfp raises transport and API errors of many types
             print(f"tfxkit: submit to {args.host} failed: {type(e).__name__}: {e}", file=sys.stderr)

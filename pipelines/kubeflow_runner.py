@@ -104,12 +104,24 @@ def _check_placements(config: PipelineConfig, pipeline) -> None:
     for name, placement in config.kubeflow.placements.items():
         path = f"kubeflow.placements.{name}"
         if name not in nodes:
-            raise ConfigError(f"{path}: the pipeline has no component {name!r}; its components are {containers}")
+            raise ConfigError(
+                f"{path}: the pipeline has no component {name!r}; its components are {containers}"
+            )
         if name not in containers:
-            raise ConfigError(f"{path}: {name!r} is a {type(nodes[name]).__name__} that runs inside the orchestrator, not in a pod; remove the entry")
-        if placement.beam_args and not isinstance(nodes[name].executor_spec, executor_spec.BeamExecutorSpec):
-            beam = sorted(i for i in containers if isinstance(nodes[i].executor_spec, executor_spec.BeamExecutorSpec))
-            raise ConfigError(f"{path}.beam_args: {name!r} runs no Beam pipeline; Beam-based components: {beam}")
+            raise ConfigError(
+                f"{path}: {name!r} is a {type(nodes[name]).__name__} that runs inside the orchestrator, not in a pod; remove the entry"
+            )
+        if placement.beam_args and not isinstance(
+            nodes[name].executor_spec, executor_spec.BeamExecutorSpec
+        ):
+            beam = sorted(
+                i
+                for i in containers
+                if isinstance(nodes[i].executor_spec, executor_spec.BeamExecutorSpec)
+            )
+            raise ConfigError(
+                f"{path}.beam_args: {name!r} runs no Beam pipeline; Beam-based components: {beam}"
+            )
 
 
 def _tfjob_components(config: PipelineConfig, pipeline) -> set[str]:
@@ -145,12 +157,18 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
     from tfx.orchestration.kubeflow.v2 import pipeline_builder
 
     if not output_path.endswith((".yaml", ".yml")):
-        raise ConfigError(f"--output: {output_path!r} must end in .yaml (the platform spec is a second YAML document)")
+        raise ConfigError(
+            f"--output: {output_path!r} must end in .yaml (the platform spec is a second YAML document)"
+        )
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,127}", config.name):
-        raise ConfigError(f"name: Kubeflow pipeline names are lowercase letters, digits and '-' ([a-z0-9][a-z0-9-]*), got {config.name!r}")
+        raise ConfigError(
+            f"name: Kubeflow pipeline names are lowercase letters, digits and '-' ([a-z0-9][a-z0-9-]*), got {config.name!r}"
+        )
     kf = config.kubeflow
     tfjob.check_strategy(config.strategy)
-    pipeline = create_pipeline(config, cluster_input(config), cluster_paths(config), beam_pipeline_args=list(kf.beam_args))
+    pipeline = create_pipeline(
+        config, cluster_input(config), cluster_paths(config), beam_pipeline_args=list(kf.beam_args)
+    )
     _check_placements(config, pipeline)
     by_id = {node.id: node for node in pipeline.components}
     for name, placement in kf.placements.items():
@@ -177,7 +195,9 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         container = executors.get(label, {}).get("container") if label else None
         if container is None:
             continue
-        container["env"] = [{"name": k, "value": v} for k, v in tfxkit_env.step_env(node.id).items()]
+        container["env"] = [
+            {"name": k, "value": v} for k, v in tfxkit_env.step_env(node.id).items()
+        ]
         placement = kf.placements.get(node.id)
         if placement is None or node.id in launchers:
             # A TFJob launcher only submits and watches: its replicas get the
@@ -193,7 +213,10 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
     json_format.ParseDict(spec_dict, pipeline_spec)
     platform_spec = pipeline_spec_pb2.PlatformSpec()
     if platform:
-        json_format.ParseDict({"platforms": {"kubernetes": {"deploymentSpec": {"executors": platform}}}}, platform_spec)
+        json_format.ParseDict(
+            {"platforms": {"kubernetes": {"deploymentSpec": {"executors": platform}}}},
+            platform_spec,
+        )
     directory = os.path.dirname(os.path.abspath(output_path))
     os.makedirs(directory, exist_ok=True)
     pipeline_spec_builder.write_pipeline_spec_to_file(
@@ -203,4 +226,3 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         output_path,
     )
     return CompiledPipeline(output_path, pipeline_spec, platform_spec)
-

@@ -96,7 +96,9 @@ def exclusive_run(output_dir: str):
         os.close(fd)
 
 
-def run(config: PipelineConfig, output_dir: str, runner: str = "beam", stream=None) -> dict[str, Any]:
+def run(
+    config: PipelineConfig, output_dir: str, runner: str = "beam", stream=None
+) -> dict[str, Any]:
     """Checks the data, runs the pipeline, and writes `summary.json`.
 
     Returns:
@@ -151,7 +153,9 @@ def _run_locked(config: PipelineConfig, output_dir: str, runner: str, stream) ->
         summary["error"] = f"{type(error).__name__}: {error}"
         summary["pushed_model"] = None
     elif config.distillation.enabled:
-        summary["distillation"] = report.distillation_report(paths.metadata_path, config, output_dir)
+        summary["distillation"] = report.distillation_report(
+            paths.metadata_path, config, output_dir
+        )
     write_summary(summary, output_dir)
     print(format_summary(summary), file=stream, flush=True)
     if "distillation" in summary:

@@ -120,7 +120,9 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
     """
     teachers = [teacher]
     for i in range(1, config.distillation.num_teachers):
-        seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=config.train.seed + i))
+        seeded = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, seed=config.train.seed + i)
+        )
         teachers.append(
             Trainer(
                 config=seeded,
@@ -144,10 +146,14 @@ def example_gen(config: PipelineConfig, data: ResolvedInput):
     cls = tfx.components.CsvExampleGen if data.format == "csv" else tfx.components.ImportExampleGen
     if data.splits:
         input_config = tfx.proto.Input(
-            splits=[tfx.proto.Input.Split(name=name, pattern=pattern) for name, pattern in data.splits]
+            splits=[
+                tfx.proto.Input.Split(name=name, pattern=pattern) for name, pattern in data.splits
+            ]
         )
         return cls(input_base=data.input_base, input_config=input_config)
-    input_config = tfx.proto.Input(splits=[tfx.proto.Input.Split(name="single_split", pattern=data.pattern)])
+    input_config = tfx.proto.Input(
+        splits=[tfx.proto.Input.Split(name="single_split", pattern=data.pattern)]
+    )
     output_config = tfx.proto.Output(
         split_config=tfx.proto.SplitConfig(
             splits=[
@@ -177,7 +183,9 @@ def create_pipeline(
     """
     gen = example_gen(config, data)
     statistics = tfx.components.StatisticsGen(examples=gen.outputs["examples"])
-    schema = tfx.components.SchemaGen(statistics=statistics.outputs["statistics"], infer_feature_shape=True)
+    schema = tfx.components.SchemaGen(
+        statistics=statistics.outputs["statistics"], infer_feature_shape=True
+    )
     validator = tfx.components.ExampleValidator(
         statistics=statistics.outputs["statistics"], schema=schema.outputs["schema"]
     )
@@ -185,7 +193,9 @@ def create_pipeline(
     baseline_schema = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestArtifactStrategy,
         schema=tfx.dsl.Channel(
-            type=tfx.types.standard_artifacts.Schema, producer_component_id=GATE_ID, output_key=GATE_SCHEMA_KEY
+            type=tfx.types.standard_artifacts.Schema,
+            producer_component_id=GATE_ID,
+            output_key=GATE_SCHEMA_KEY,
         ),
     ).with_id("latest_validated_schema")
     gate = DataGate(
@@ -195,7 +205,9 @@ def create_pipeline(
         anomalies=validator.outputs["anomalies"],
         baseline_schema=baseline_schema.outputs["schema"],
     ).with_id(GATE_ID)
-    transform = Transform(config=config, examples=gen.outputs["examples"], schema=schema.outputs["schema"])
+    transform = Transform(
+        config=config, examples=gen.outputs["examples"], schema=schema.outputs["schema"]
+    )
     # Ordering only (not data), so an unchanged run's Transform stays cached
     # even though the gate re-checks against a newer baseline every run.
     transform.add_upstream_node(gate)
@@ -205,10 +217,19 @@ def create_pipeline(
         transform_graph=transform.outputs["transform_graph"],
         schema=schema.outputs["schema"],
     )
-    candidate, baseline, distill, evaluation = trainer.outputs["model"], None, [], eval_config(config)
+    candidate, baseline, distill, evaluation = (
+        trainer.outputs["model"],
+        None,
+        [],
+        eval_config(config),
+    )
     if config.distillation.enabled:
         distill = distillation_stage(config, transform, schema, trainer)
-        candidate, baseline, evaluation = distill[-1].outputs["model"], trainer.outputs["model"], distillation_eval_config(config)
+        candidate, baseline, evaluation = (
+            distill[-1].outputs["model"],
+            trainer.outputs["model"],
+            distillation_eval_config(config),
+        )
     evaluator = tfx.components.Evaluator(
         examples=gen.outputs["examples"],
         model=candidate,
@@ -222,7 +243,19 @@ def create_pipeline(
             filesystem=tfx.proto.PushDestination.Filesystem(base_directory=paths.serving_dir)
         ),
     )
-    components = [gen, statistics, schema, validator, baseline_schema, gate, transform, trainer, *distill, evaluator, pusher]
+    components = [
+        gen,
+        statistics,
+        schema,
+        validator,
+        baseline_schema,
+        gate,
+        transform,
+        trainer,
+        *distill,
+        evaluator,
+        pusher,
+    ]
     metadata = (
         tfx.orchestration.metadata.sqlite_metadata_connection_config(paths.metadata_path)
         if paths.metadata_path
@@ -234,5 +267,7 @@ def create_pipeline(
         components=components,
         enable_cache=enable_cache,
         metadata_connection_config=metadata,
-        beam_pipeline_args=list(beam_pipeline_args if beam_pipeline_args is not None else config.beam_args),
+        beam_pipeline_args=list(
+            beam_pipeline_args if beam_pipeline_args is not None else config.beam_args
+        ),
     )

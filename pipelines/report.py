@@ -65,18 +65,24 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
             for _, artifact in artifacts_of(store, execution.id, "Model"):
                 found.append((role, node, path_utils.serving_model_path(artifact.uri), artifact.id))
         if role == roles.STUDENT:
-            for event, artifact in artifacts_of(store, execution.id, "Model", (metadata_store_pb2.Event.INPUT,)):
+            for event, artifact in artifacts_of(
+                store, execution.id, "Model", (metadata_store_pb2.Event.INPUT,)
+            ):
                 key = event.path.steps[0].key if event.path.steps else ""
                 if key.startswith(TEACHER_KEY_PREFIX):
                     teacher_order[artifact.id] = int(key[len(TEACHER_KEY_PREFIX) :])
         elif execution.type == roles.EVALUATOR_TYPE:
-            for _, artifact in artifacts_of(store, execution.id, "Examples", (metadata_store_pb2.Event.INPUT,)):
+            for _, artifact in artifacts_of(
+                store, execution.id, "Examples", (metadata_store_pb2.Event.INPUT,)
+            ):
                 eval_glob = os.path.join(artifact.uri, "Split-eval", "*")
     rank = {roles.TEACHER: 0, roles.STUDENT: 1}
     found.sort(key=lambda m: (rank[m[0]], teacher_order.get(m[3], len(teacher_order)), m[1]))
     models = [(role, node, serving_dir) for role, node, serving_dir, _ in found]
     if {role for role, _, _ in models} != {roles.TEACHER, roles.STUDENT}:
-        raise ValueError(f"report: the newest run of {pipeline_name!r} has no teacher and student models (found {models})")
+        raise ValueError(
+            f"report: the newest run of {pipeline_name!r} has no teacher and student models (found {models})"
+        )
     return models, eval_glob
 
 
@@ -84,14 +90,18 @@ def _compression(path: str) -> str:
     return "GZIP" if path.endswith(".gz") else ""
 
 
-def read_eval_examples(eval_glob: str, label_key: str, limit: int = MAX_EVAL_EXAMPLES) -> tuple[np.ndarray, np.ndarray]:
+def read_eval_examples(
+    eval_glob: str, label_key: str, limit: int = MAX_EVAL_EXAMPLES
+) -> tuple[np.ndarray, np.ndarray]:
     """Serialized raw eval examples (label removed) and their labels."""
     files = sorted(tf.io.gfile.glob(eval_glob))
     if not files:
         raise ValueError(f"report: no eval examples match {eval_glob!r}")
     records = tf.data.TFRecordDataset(files, compression_type=_compression(files[0])).take(limit)
     serialized = np.array([r.numpy() for r in records], dtype=object)
-    parsed = tf.io.parse_example(serialized, {label_key: tf.io.FixedLenFeature([], tf.int64, default_value=-1)})
+    parsed = tf.io.parse_example(
+        serialized, {label_key: tf.io.FixedLenFeature([], tf.int64, default_value=-1)}
+    )
     return serialized, parsed[label_key].numpy()
 
 
@@ -118,7 +128,10 @@ def measure_model(serving_dir: str, serialized: np.ndarray, labels: np.ndarray) 
     loaded = tf.saved_model.load(serving_dir)
     serve = loaded.signatures["serving_default"]
     probs = np.concatenate(
-        [serve(examples=tf.constant(serialized[i : i + 1024]))["probabilities"].numpy() for i in range(0, len(serialized), 1024)]
+        [
+            serve(examples=tf.constant(serialized[i : i + 1024]))["probabilities"].numpy()
+            for i in range(0, len(serialized), 1024)
+        ]
     )
     known = labels >= 0
     picked = probs[known, labels[known]]
@@ -134,11 +147,15 @@ def measure_model(serving_dir: str, serialized: np.ndarray, labels: np.ndarray) 
     model_inputs = set(model_only.structured_input_signature[1])
     for size in LATENCY_BATCHES:
         batch = tf.constant(np.resize(serialized, size))
-        result[f"latency_ms_b{size}"] = 1000.0 * _median_seconds(lambda b: serve(examples=b), batch, _REPEATS[size])
+        result[f"latency_ms_b{size}"] = 1000.0 * _median_seconds(
+            lambda b: serve(examples=b), batch, _REPEATS[size]
+        )
         # The model alone, on already transformed features: what the two
         # models cost apart from the parsing and transform graph they share.
         features = {k: v for k, v in transform(examples=batch).items() if k in model_inputs}
-        result[f"model_latency_ms_b{size}"] = 1000.0 * _median_seconds(lambda f: model_only(**f), features, _REPEATS[size])
+        result[f"model_latency_ms_b{size}"] = 1000.0 * _median_seconds(
+            lambda f: model_only(**f), features, _REPEATS[size]
+        )
     return result
 
 
@@ -163,12 +180,21 @@ def write_chart(rows: list[dict[str, Any]], path: str) -> str:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    panels = [("params", "trainable parameters (log scale)"), ("latency_ms_b256", "serving latency, batch 256 (ms)")]
+    panels = [
+        ("params", "trainable parameters (log scale)"),
+        ("latency_ms_b256", "serving latency, batch 256 (ms)"),
+    ]
     for ax, (key, label) in zip(axes, panels, strict=True):
         for row in rows:
             color = "tab:blue" if row["role"] == "teacher" else "tab:orange"
             ax.scatter(row[key], row["accuracy"], s=60, color=color, label=row["role"])
-            ax.annotate(row["node"], (row[key], row["accuracy"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+            ax.annotate(
+                row["node"],
+                (row[key], row["accuracy"]),
+                textcoords="offset points",
+                xytext=(5, 5),
+                fontsize=8,
+            )
         if key == "params":
             ax.set_xscale("log")
         # Room around the points so labels and the legend do not cover them.
@@ -187,7 +213,9 @@ def write_chart(rows: list[dict[str, Any]], path: str) -> str:
     return path
 
 
-def distillation_report(metadata_path: str, config: PipelineConfig, output_dir: str) -> dict[str, Any]:
+def distillation_report(
+    metadata_path: str, config: PipelineConfig, output_dir: str
+) -> dict[str, Any]:
     """Measures the newest run's teachers and student and writes the chart.
 
     Returns:
@@ -197,7 +225,10 @@ def distillation_report(metadata_path: str, config: PipelineConfig, output_dir: 
     """
     models, eval_glob = find_models(metadata_path, config.name)
     serialized, labels = read_eval_examples(eval_glob, config.data.label.name)
-    rows = [{"role": role, "node": node, "serving_dir": d, **measure_model(d, serialized, labels)} for role, node, d in models]
+    rows = [
+        {"role": role, "node": node, "serving_dir": d, **measure_model(d, serialized, labels)}
+        for role, node, d in models
+    ]
     chart = write_chart(rows, os.path.join(output_dir, CHART_FILE))
     return {"models": rows, "student_vs_teacher": _ratios(rows), "chart": chart}
 

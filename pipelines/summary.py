@@ -33,7 +33,9 @@ def open_store(metadata_path: str) -> metadata_store.MetadataStore:
     return metadata_store.MetadataStore(cfg)
 
 
-def latest_run_executions(store: metadata_store.MetadataStore, pipeline_name: str) -> dict[str, Any]:
+def latest_run_executions(
+    store: metadata_store.MetadataStore, pipeline_name: str
+) -> dict[str, Any]:
     """Maps node id -> newest execution of the newest run of `pipeline_name`."""
     runs = [
         c
@@ -63,7 +65,9 @@ def latest_run_executions(store: metadata_store.MetadataStore, pipeline_name: st
 _OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
 
 
-def artifacts_of(store, execution_id: int, type_name: str, events=_OUTPUT_EVENTS) -> list[tuple[Any, Any]]:
+def artifacts_of(
+    store, execution_id: int, type_name: str, events=_OUTPUT_EVENTS
+) -> list[tuple[Any, Any]]:
     """`(event, artifact)` pairs of one execution's artifacts of type `type_name`.
 
     Args:
@@ -73,10 +77,16 @@ def artifacts_of(store, execution_id: int, type_name: str, events=_OUTPUT_EVENTS
       events: Event types to follow (outputs by default; pass
         `(metadata_store_pb2.Event.INPUT,)` for inputs).
     """
-    by_id = {e.artifact_id: e for e in store.get_events_by_execution_ids([execution_id]) if e.type in events}
+    by_id = {
+        e.artifact_id: e
+        for e in store.get_events_by_execution_ids([execution_id])
+        if e.type in events
+    }
     artifacts = store.get_artifacts_by_id(list(by_id)) if by_id else []
     return [
-        (by_id[a.id], a) for a in artifacts if store.get_artifact_types_by_id([a.type_id])[0].name == type_name
+        (by_id[a.id], a)
+        for a in artifacts
+        if store.get_artifact_types_by_id([a.type_id])[0].name == type_name
     ]
 
 
@@ -114,7 +124,10 @@ def summarize_run(metadata_path: str, pipeline_name: str) -> dict[str, Any]:
             # A resolver with nothing to resolve (e.g. no baseline on a first
             # run) is recorded as failed, yet its consumers run without it.
             state = "empty"
-        seconds = max(0.0, (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000.0)
+        seconds = max(
+            0.0,
+            (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000.0,
+        )
         components[node] = {"status": state, "seconds": round(seconds, 2)}
         # Found by artifact type, not node id: a renamed Evaluator or Pusher
         # still reports (see `pipelines.roles`).
@@ -150,7 +163,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     for node, info in summary["components"].items():
         lines.append(f"  {node:<22} {info['status']:<10} {info['seconds']:>8.1f} s")
     if summary.get("metrics"):
-        lines.append("Evaluation (eval split): " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary["metrics"].items())))
+        lines.append(
+            "Evaluation (eval split): "
+            + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary["metrics"].items()))
+        )
     if summary.get("blessed") is not None:
         lines.append(f"Blessed: {summary['blessed']}")
     lines.append(f"Pushed model: {summary['pushed_model'] or 'none'}")

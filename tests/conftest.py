@@ -13,7 +13,9 @@ import pytest
 from components.config import PipelineConfig
 from pipelines.configs import load_config
 
-SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data")
+SHARED_DATA = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data"
+)
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +44,9 @@ def tiny(config: PipelineConfig, **train_overrides) -> PipelineConfig:
     # A patient student stays patient: twice the teacher's tiny step count.
     student_steps = 40 if config.distillation.student_train_steps else 0
     distillation = dataclasses.replace(config.distillation, student_train_steps=student_steps)
-    return dataclasses.replace(config, train=train, evaluation=evaluation, distillation=distillation)
+    return dataclasses.replace(
+        config, train=train, evaluation=evaluation, distillation=distillation
+    )
 
 
 @pytest.fixture(scope="session")

@@ -56,14 +56,20 @@ def test_wheel_installs_and_imports_beside_the_locked_dependencies(wheel, tmp_pa
     python = str(env_dir / "bin" / "python")
     site = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     # The locked dependencies, seen through a path entry (which, unlike a
     # site directory, runs none of the source tree's editable-install hooks).
     with open(os.path.join(site, "locked_deps.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
     uv = os.path.join(os.path.dirname(sys.executable), "uv")
-    subprocess.run([uv, "pip", "install", "-q", "--python", python, "--no-deps", wheel], check=True, timeout=300)
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--python", python, "--no-deps", wheel],
+        check=True,
+        timeout=300,
+    )
 
     result = subprocess.run(
         [python, "-c", _CHECK], cwd=tmp_path, capture_output=True, text=True, timeout=300
@@ -74,6 +80,10 @@ def test_wheel_installs_and_imports_beside_the_locked_dependencies(wheel, tmp_pa
     assert report["components"].startswith(site)
     assert {"taxi.yaml", "digits.yaml"} <= set(report["configs"])
     help_run = subprocess.run(
-        [str(env_dir / "bin" / "tfxkit"), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        [str(env_dir / "bin" / "tfxkit"), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert help_run.returncode == 0 and "run" in help_run.stdout

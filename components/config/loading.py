@@ -34,7 +34,9 @@ def from_dict(data: Any) -> PipelineConfig:
     try:
         text = json.dumps(data)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"config: expected plain data (mappings, lists, strings, numbers, booleans): {e}") from e
+        raise ConfigError(
+            f"config: expected plain data (mappings, lists, strings, numbers, booleans): {e}"
+        ) from e
     try:
         return _adapter().validate_json(text)
     except pydantic.ValidationError as e:

@@ -25,7 +25,10 @@ _SECRET_PATTERNS = (
     ("an API secret key", re.compile(r"\bsk-[0-9A-Za-z]{20,}")),
     (
         "a credential assignment",
-        re.compile(r"(password|passwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key)[\"']?\s*[=:]\s*[^\s/]\S*", re.I),
+        re.compile(
+            r"(password|passwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key)[\"']?\s*[=:]\s*[^\s/]\S*",
+            re.I,
+        ),
     ),
 )
 

@@ -94,30 +94,51 @@ class FeatureConfig:
             fail("name", f"expected an identifier ([A-Za-z_][A-Za-z0-9_]*), got {self.name!r}")
         allowed = typing.get_args(FloatTransform if self.kind == "float" else CategoricalTransform)
         if self.transform is not None and self.transform not in allowed:
-            fail("transform", f"expected one of {list(allowed)} for kind {self.kind!r}, got {self.transform!r}")
+            fail(
+                "transform",
+                f"expected one of {list(allowed)} for kind {self.kind!r}, got {self.transform!r}",
+            )
         if self.size < 1:
             fail("size", f"expected an integer >= 1, got {self.size}")
         t = self.effective_transform
         if t == "bucketize" and self.num_buckets < 2:
-            fail("num_buckets", f"expected an integer >= 2 for transform 'bucketize', got {self.num_buckets}")
+            fail(
+                "num_buckets",
+                f"expected an integer >= 2 for transform 'bucketize', got {self.num_buckets}",
+            )
         if self.kind != "float" and t == "identity":
             if self.kind == "string_categorical":
                 fail("transform", "'identity' needs integer values; use 'vocabulary' for strings")
             if self.num_buckets < 1:
-                fail("num_buckets", "expected the id range (>= 1) for an 'identity' integer categorical")
+                fail(
+                    "num_buckets",
+                    "expected the id range (>= 1) for an 'identity' integer categorical",
+                )
         if t == "vocabulary" and self.oov_buckets < 1:
-            fail("oov_buckets", f"expected an integer >= 1 (unseen values need a bucket), got {self.oov_buckets}")
+            fail(
+                "oov_buckets",
+                f"expected an integer >= 1 (unseen values need a bucket), got {self.oov_buckets}",
+            )
         if self.top_k < 0:
             fail("top_k", f"expected an integer >= 0 (0 keeps all), got {self.top_k}")
         if self.kind != "float" and self.size != 1:
             fail("size", "categorical features must be scalars (size 1)")
         if self.shape:
             if self.kind != "float" or self.effective_transform == "bucketize":
-                fail("shape", f"an image shape needs a float feature with transform 'zscore' or 'identity', got kind {self.kind!r} with transform {self.effective_transform!r}")
+                fail(
+                    "shape",
+                    f"an image shape needs a float feature with transform 'zscore' or 'identity', got kind {self.kind!r} with transform {self.effective_transform!r}",
+                )
             if len(self.shape) != 3 or any(d < 1 for d in self.shape):
-                fail("shape", f"expected [height, width, channels] of positive integers, got {list(self.shape)}")
+                fail(
+                    "shape",
+                    f"expected [height, width, channels] of positive integers, got {list(self.shape)}",
+                )
             if math.prod(self.shape) != self.size:
-                fail("shape", f"{list(self.shape)} holds {math.prod(self.shape)} values but size is {self.size}; make size the product of the shape")
+                fail(
+                    "shape",
+                    f"{list(self.shape)} holds {math.prod(self.shape)} values but size is {self.size}; make size the product of the shape",
+                )
         return self
 
 
@@ -174,7 +195,10 @@ class DataConfig:
     @model_validator(mode="after")
     def _check(self) -> Self:
         if bool(self.builtin) == bool(self.path):
-            fail("", f"set exactly one of 'builtin' ({', '.join(BUILTIN_DATASETS)}) or 'path' (your CSV/TFRecord files)")
+            fail(
+                "",
+                f"set exactly one of 'builtin' ({', '.join(BUILTIN_DATASETS)}) or 'path' (your CSV/TFRecord files)",
+            )
         if self.builtin and self.builtin not in BUILTIN_DATASETS:
             fail("builtin", f"expected one of {list(BUILTIN_DATASETS)}, got {self.builtin!r}")
         if not self.features:
@@ -185,9 +209,15 @@ class DataConfig:
                 fail(f"features[{i}].name", f"duplicate feature {feat.name!r}")
             seen.add(feat.name)
             if feat.name == self.label.name:
-                fail(f"features[{i}].name", f"{feat.name!r} is the label; a label cannot also be a feature")
+                fail(
+                    f"features[{i}].name",
+                    f"{feat.name!r} is the label; a label cannot also be a feature",
+                )
             if feat.name in self.exclude:
-                fail(f"features[{i}].name", f"{feat.name!r} is listed in data.exclude (it leaks the label)")
+                fail(
+                    f"features[{i}].name",
+                    f"{feat.name!r} is listed in data.exclude (it leaks the label)",
+                )
         if self.label.name in self.exclude:
             fail("exclude", f"the label {self.label.name!r} cannot be excluded")
         for name in ("train_buckets", "eval_buckets"):
@@ -321,9 +351,14 @@ class StrategyConfig:
         if self.kind == "parameter_server" and self.parameter_servers < 1 and self.workers > 1:
             fail("parameter_servers", "expected >= 1 parameter server for kind 'parameter_server'")
         if self.kind == "one_device" and self.num_gpus > 1:
-            fail("num_gpus", f"kind 'one_device' uses one device, got num_gpus {self.num_gpus}; use kind 'mirrored' for several GPUs")
+            fail(
+                "num_gpus",
+                f"kind 'one_device' uses one device, got num_gpus {self.num_gpus}; use kind 'mirrored' for several GPUs",
+            )
         if self.kind == "tpu" and self.communication == "nccl":
-            fail("communication", "'nccl' is for GPUs; TPUs have their own interconnect (use 'auto')")
+            fail(
+                "communication", "'nccl' is for GPUs; TPUs have their own interconnect (use 'auto')"
+            )
         return self
 
 
@@ -348,7 +383,9 @@ class AugmentationConfig:
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.translate < 0:
-            fail("translate", f"expected an integer >= 0 (0 disables shifting), got {self.translate}")
+            fail(
+                "translate", f"expected an integer >= 0 (0 disables shifting), got {self.translate}"
+            )
         return self
 
 
@@ -400,13 +437,22 @@ class TrainConfig:
         if not self.learning_rate > 0:
             fail("learning_rate", f"expected a number > 0, got {self.learning_rate}")
         if self.grad_accum_steps < 1:
-            fail("grad_accum_steps", f"expected an integer >= 1 (1 disables accumulation), got {self.grad_accum_steps}")
+            fail(
+                "grad_accum_steps",
+                f"expected an integer >= 1 (1 disables accumulation), got {self.grad_accum_steps}",
+            )
         if self.warmup_steps < 0:
             fail("warmup_steps", f"expected an integer >= 0, got {self.warmup_steps}")
         if self.warmup_steps and self.lr_schedule != "cosine":
-            fail("warmup_steps", "warm-up belongs to the 'cosine' schedule; set lr_schedule: cosine or warmup_steps: 0")
+            fail(
+                "warmup_steps",
+                "warm-up belongs to the 'cosine' schedule; set lr_schedule: cosine or warmup_steps: 0",
+            )
         if self.warmup_steps >= self.train_steps:
-            fail("warmup_steps", f"expected fewer warm-up steps than train_steps ({self.train_steps}), got {self.warmup_steps}")
+            fail(
+                "warmup_steps",
+                f"expected fewer warm-up steps than train_steps ({self.train_steps}), got {self.warmup_steps}",
+            )
         return self
 
 
@@ -522,16 +568,25 @@ class DistillationConfig:
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.student_train_steps < 0:
-            fail("student_train_steps", f"expected an integer >= 0 (0: train.train_steps), got {self.student_train_steps}")
+            fail(
+                "student_train_steps",
+                f"expected an integer >= 0 (0: train.train_steps), got {self.student_train_steps}",
+            )
         if not 0.0 <= self.alpha <= 1.0:
             fail("alpha", f"expected a number in [0, 1], got {self.alpha}")
         if not self.temperature > 0:
             fail("temperature", f"expected a number > 0, got {self.temperature}")
         if not 1 <= self.num_teachers <= MAX_TEACHERS:
-            fail("num_teachers", f"expected an integer in [1, {MAX_TEACHERS}], got {self.num_teachers}")
+            fail(
+                "num_teachers",
+                f"expected an integer in [1, {MAX_TEACHERS}], got {self.num_teachers}",
+            )
         if self.teacher_weights:
             if len(self.teacher_weights) != self.num_teachers:
-                fail("teacher_weights", f"expected {self.num_teachers} weights (one per teacher), got {len(self.teacher_weights)}")
+                fail(
+                    "teacher_weights",
+                    f"expected {self.num_teachers} weights (one per teacher), got {len(self.teacher_weights)}",
+                )
             if any(w < 0 for w in self.teacher_weights) or sum(self.teacher_weights) <= 0:
                 fail("teacher_weights", "expected non-negative weights with a positive sum")
         return self
@@ -557,8 +612,6 @@ class EvaluationConfig:
         if not 0.0 <= self.max_accuracy_drop <= 1.0:
             fail("max_accuracy_drop", f"expected a number in [0, 1], got {self.max_accuracy_drop}")
         return self
-
-
 
 
 @section()
@@ -625,11 +678,17 @@ class Placement:
         if self.accelerator_count < 0:
             fail("accelerator_count", f"expected an integer >= 0, got {self.accelerator_count}")
         if self.accelerator_count and not self.accelerator_type:
-            fail("accelerator_type", "accelerator_count is set but accelerator_type is empty; name the accelerator (e.g. nvidia-l4)")
+            fail(
+                "accelerator_type",
+                "accelerator_count is set but accelerator_type is empty; name the accelerator (e.g. nvidia-l4)",
+            )
         if self.accelerator_type:
             self._check_accelerator()
         elif self.tpu_topology:
-            fail("tpu_topology", "tpu_topology is set but accelerator_type is empty; name the TPU (e.g. tpu-v5-lite-podslice)")
+            fail(
+                "tpu_topology",
+                "tpu_topology is set but accelerator_type is empty; name the TPU (e.g. tpu-v5-lite-podslice)",
+            )
         if self.tolerations and not self.node_selector and not self.accelerator_type:
             fail(
                 "",
@@ -639,13 +698,19 @@ class Placement:
             )
         for key, value in self.node_selector.items():
             if not key or not value:
-                fail("node_selector", f"expected non-empty label keys and values, got {key!r}: {value!r}")
+                fail(
+                    "node_selector",
+                    f"expected non-empty label keys and values, got {key!r}: {value!r}",
+                )
         return self
 
     def _check_accelerator(self) -> None:
         kind = self.accelerator_type
         if self.accelerator_count < 1:
-            fail("accelerator_count", f"expected an integer >= 1 with accelerator_type {kind!r}, got {self.accelerator_count}")
+            fail(
+                "accelerator_count",
+                f"expected an integer >= 1 with accelerator_type {kind!r}, got {self.accelerator_count}",
+            )
         if not is_tpu(kind):
             if not kind.startswith("nvidia-"):
                 fail(
@@ -653,16 +718,28 @@ class Placement:
                     f"expected a GKE accelerator name: nvidia-* for GPUs (e.g. nvidia-l4) or one of {sorted(TPU_TOPOLOGY_DIMS)}, got {kind!r}",
                 )
             if self.tpu_topology:
-                fail("tpu_topology", f"tpu_topology is for TPU accelerators only, but accelerator_type is the GPU {kind!r}")
+                fail(
+                    "tpu_topology",
+                    f"tpu_topology is for TPU accelerators only, but accelerator_type is the GPU {kind!r}",
+                )
         else:
             if kind not in TPU_TOPOLOGY_DIMS:
-                fail("accelerator_type", f"unknown TPU {kind!r}; expected one of {sorted(TPU_TOPOLOGY_DIMS)}")
+                fail(
+                    "accelerator_type",
+                    f"unknown TPU {kind!r}; expected one of {sorted(TPU_TOPOLOGY_DIMS)}",
+                )
             dims = TPU_TOPOLOGY_DIMS[kind]
             example = "2x4" if dims == 2 else "2x2x2"
             if not self.tpu_topology:
-                fail("tpu_topology", f"a TPU slice needs its topology (GKE schedules {kind} by it), e.g. {example!r}")
+                fail(
+                    "tpu_topology",
+                    f"a TPU slice needs its topology (GKE schedules {kind} by it), e.g. {example!r}",
+                )
             if not re.fullmatch(r"[1-9][0-9]*(x[1-9][0-9]*)*", self.tpu_topology):
-                fail("tpu_topology", f"expected a topology such as {example!r}, got {self.tpu_topology!r}")
+                fail(
+                    "tpu_topology",
+                    f"expected a topology such as {example!r}, got {self.tpu_topology!r}",
+                )
             sizes = [int(s) for s in self.tpu_topology.split("x")]
             if len(sizes) != dims:
                 fail(
@@ -678,7 +755,10 @@ class Placement:
         derived = accelerator_node_labels(kind, self.tpu_topology)
         for key, value in self.node_selector.items():
             if key in derived and value != derived[key]:
-                fail(f"node_selector.{key}", f"{value!r} contradicts the accelerator fields, which select {derived[key]!r}; drop the label")
+                fail(
+                    f"node_selector.{key}",
+                    f"{value!r} contradicts the accelerator fields, which select {derived[key]!r}; drop the label",
+                )
 
 
 def _check_not_empty(placement: Placement, path: str) -> None:
@@ -736,21 +816,35 @@ class KubeflowConfig:
     @model_validator(mode="after")
     def _check(self) -> Self:
         if not self.image:
-            fail("image", "expected the default container image (e.g. us-docker.pkg.dev/<project>/tfxkit/tfxkit:0.1.0)")
+            fail(
+                "image",
+                "expected the default container image (e.g. us-docker.pkg.dev/<project>/tfxkit/tfxkit:0.1.0)",
+            )
         for name, placement in self.placements.items():
             if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-                fail(f"placements.{name}", "expected a component id (letters, digits, '_', '.', '-')")
+                fail(
+                    f"placements.{name}", "expected a component id (letters, digits, '_', '.', '-')"
+                )
             _check_not_empty(placement, f"placements.{name}")
         if self.tfjob_ps_placement is not None:
             _check_not_empty(self.tfjob_ps_placement, "tfjob_ps_placement")
             if self.tfjob_ps_placement.beam_args:
-                fail("tfjob_ps_placement.beam_args", "parameter servers run no Beam pipeline; remove beam_args")
+                fail(
+                    "tfjob_ps_placement.beam_args",
+                    "parameter servers run no Beam pipeline; remove beam_args",
+                )
         if self.tfjob_timeout_seconds < 1:
-            fail("tfjob_timeout_seconds", f"expected an integer >= 1, got {self.tfjob_timeout_seconds}")
+            fail(
+                "tfjob_timeout_seconds",
+                f"expected an integer >= 1, got {self.tfjob_timeout_seconds}",
+            )
         if self.tfjob_backoff_limit < 0:
             fail("tfjob_backoff_limit", f"expected an integer >= 0, got {self.tfjob_backoff_limit}")
         if self.namespace and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.namespace):
-            fail("namespace", f"expected a Kubernetes namespace name (lowercase letters, digits, '-'), got {self.namespace!r}")
+            fail(
+                "namespace",
+                f"expected a Kubernetes namespace name (lowercase letters, digits, '-'), got {self.namespace!r}",
+            )
         return self
 
 
@@ -772,7 +866,9 @@ class PipelineConfig:
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     teacher: ModelConfig = field(default_factory=ModelConfig)
-    student: ModelConfig = field(default_factory=lambda: ModelConfig(hidden_units=(16,), embedding_dim=2))
+    student: ModelConfig = field(
+        default_factory=lambda: ModelConfig(hidden_units=(16,), embedding_dim=2)
+    )
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     kubeflow: KubeflowConfig = field(default_factory=KubeflowConfig)
@@ -785,10 +881,16 @@ class PipelineConfig:
         images = [f.name for f in self.data.features if f.shape]
         for role in ("teacher", "student"):
             if getattr(self, role).conv is not None and not images:
-                fail(f"{role}.conv", "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]")
+                fail(
+                    f"{role}.conv",
+                    "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
+                )
         student_steps = self.distillation.student_train_steps or self.train.train_steps
         if self.distillation.enabled and self.train.warmup_steps >= student_steps:
-            fail("distillation.student_train_steps", f"expected more steps than train.warmup_steps ({self.train.warmup_steps}), got {student_steps}")
+            fail(
+                "distillation.student_train_steps",
+                f"expected more steps than train.warmup_steps ({self.train.warmup_steps}), got {student_steps}",
+            )
         if self.train.augmentation.enabled and self.distillation.cache_teacher_logits:
             fail(
                 "distillation.cache_teacher_logits",
@@ -796,7 +898,10 @@ class PipelineConfig:
                 "example (the cache would grow without bound and never hit); turn one of them off",
             )
         if self.train.augmentation.enabled and not images:
-            fail("train.augmentation", "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape")
+            fail(
+                "train.augmentation",
+                "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape",
+            )
         reject_secrets(self)
         return self
 

@@ -70,7 +70,9 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     for line in body:
         if not line.strip():
             continue
-        starts_entry = len(line) - len(line.lstrip()) == indent and (not entries or ":" in entries[-1])
+        starts_entry = len(line) - len(line.lstrip()) == indent and (
+            not entries or ":" in entries[-1]
+        )
         if starts_entry:
             entries.append(line.strip())
         else:
@@ -117,6 +119,7 @@ def section(path: str = ""):
 # pydantic errors -> ConfigError
 # --------------------------------------------------------------------------- #
 
+
 def config_error(error: pydantic.ValidationError, root: type, prefix: str = "") -> ConfigError:
     """The `ConfigError` of the first error in `error`, raised validating `root`.
 
@@ -133,16 +136,24 @@ def config_error(error: pydantic.ValidationError, root: type, prefix: str = "") 
     kind, value = e["type"], e.get("input")
     if kind == "value_error" and isinstance(e["ctx"]["error"], _RuleViolation):
         violation = e["ctx"]["error"]
-        return ConfigError(f"{join(path, violation.path) if violation.path else path or 'config'}: {violation.message}")
+        return ConfigError(
+            f"{join(path, violation.path) if violation.path else path or 'config'}: {violation.message}"
+        )
     if kind == "value_error" and isinstance(e["ctx"]["error"], ConfigError):
         return e["ctx"]["error"]
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        allowed = sorted(f.name for f in dataclasses.fields(_non_null(_annotation_at(root, loc[:-1]))))
+        allowed = sorted(
+            f.name for f in dataclasses.fields(_non_null(_annotation_at(root, loc[:-1])))
+        )
         return ConfigError(f"{path}: unknown key {loc[-1]!r}; allowed keys: {', '.join(allowed)}")
     if kind in ("missing", "missing_argument"):
         return ConfigError(f"{path}: required key is missing")
     annotation = _annotation_at(root, loc)
-    expected = _expected_form(annotation) if annotation is not None else e["msg"].removeprefix("Input should be ")
+    expected = (
+        _expected_form(annotation)
+        if annotation is not None
+        else e["msg"].removeprefix("Input should be ")
+    )
     return ConfigError(f"{path or 'config'}: expected {expected}, got {value!r}")
 
 
@@ -162,7 +173,6 @@ def _annotation_at(root: Any, loc: tuple) -> Any:
     return tp
 
 
-
 def _expected_form(tp: Any) -> str:
     """How an error message names the values of type `tp` (`a list of an integer`)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -176,7 +186,13 @@ def _expected_form(tp: Any) -> str:
         return f"a mapping of {_expected_form(args[1])}"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
-    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null"}
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        bool: "true or false",
+        type(None): "null",
+    }
     return names.get(tp, str(tp))
 
 

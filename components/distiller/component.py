@@ -36,9 +36,16 @@ class DistillerSpec(types.ComponentSpec):
     PARAMETERS = dict(standard_component_specs.TrainerSpec.PARAMETERS)
     INPUTS = {
         standard_component_specs.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
-        standard_component_specs.TRANSFORM_GRAPH_KEY: ChannelParameter(type=standard_artifacts.TransformGraph),
-        standard_component_specs.SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
-        **{teacher_key(i): ChannelParameter(type=standard_artifacts.Model, optional=i > 0) for i in range(MAX_TEACHERS)},
+        standard_component_specs.TRANSFORM_GRAPH_KEY: ChannelParameter(
+            type=standard_artifacts.TransformGraph
+        ),
+        standard_component_specs.SCHEMA_KEY: ChannelParameter(
+            type=standard_artifacts.Schema, optional=True
+        ),
+        **{
+            teacher_key(i): ChannelParameter(type=standard_artifacts.Model, optional=i > 0)
+            for i in range(MAX_TEACHERS)
+        },
     }
     OUTPUTS = dict(standard_component_specs.TrainerSpec.OUTPUTS)
     TYPE_ANNOTATION = standard_component_specs.TrainerSpec.TYPE_ANNOTATION
@@ -81,13 +88,16 @@ class Distiller(base_component.BaseComponent):
                 "distillation: no teacher model was given; pass the teacher Trainers' outputs['model'] as teacher_models"
             )
         if len(teacher_models) > MAX_TEACHERS:
-            raise ValueError(f"distillation.num_teachers: at most {MAX_TEACHERS} teachers are supported, got {len(teacher_models)}")
+            raise ValueError(
+                f"distillation.num_teachers: at most {MAX_TEACHERS} teachers are supported, got {len(teacher_models)}"
+            )
         spec = DistillerSpec(
             examples=examples,
             transform_graph=transform_graph,
             schema=schema,
             train_args=trainer_pb2.TrainArgs(
-                splits=["train"], num_steps=config.distillation.student_train_steps or config.train.train_steps
+                splits=["train"],
+                num_steps=config.distillation.student_train_steps or config.train.train_steps,
             ),
             eval_args=trainer_pb2.EvalArgs(splits=["eval"], num_steps=config.train.eval_steps),
             run_fn=run_fn,

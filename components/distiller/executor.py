@@ -22,12 +22,16 @@ def teacher_model_dirs(input_dict) -> list[str]:
     """Serving model directories of the teacher inputs, in input-key order."""
     keys = sorted(
         (k for k in input_dict if k.startswith(TEACHER_KEY_PREFIX) and input_dict[k]),
-        key=lambda k: int(k[len(TEACHER_KEY_PREFIX):]),
+        key=lambda k: int(k[len(TEACHER_KEY_PREFIX) :]),
     )
     dirs = []
     for key in keys:
         for artifact in input_dict[key]:
-            dirs.append(path_utils.serving_model_path(artifact.uri, path_utils.is_old_model_artifact(artifact)))
+            dirs.append(
+                path_utils.serving_model_path(
+                    artifact.uri, path_utils.is_old_model_artifact(artifact)
+                )
+            )
     return dirs
 
 

@@ -70,7 +70,9 @@ def train_student(
 
     def build_and_compile() -> keras.Model:
         student = training.build_model(config, tft_output, config.student, "student")
-        teachers = [teachers_lib.ExportedTeacher(d, name=f"teacher_{i}") for i, d in enumerate(teacher_dirs)]
+        teachers = [
+            teachers_lib.ExportedTeacher(d, name=f"teacher_{i}") for i, d in enumerate(teacher_dirs)
+        ]
         distiller = distillation.Distiller(
             student,
             teachers,
@@ -83,7 +85,9 @@ def train_student(
         distiller.compile(optimizer=training.make_optimizer(config, inputs.train_steps))
         return distiller
 
-    distiller, results = training.fit(config, inputs, build_and_compile, choice=choice, callbacks=callbacks)
+    distiller, results = training.fit(
+        config, inputs, build_and_compile, choice=choice, callbacks=callbacks
+    )
     return distiller.student, results
 
 

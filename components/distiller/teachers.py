@@ -50,7 +50,9 @@ def describe_teacher(export_dir: str) -> TeacherInfo:
     try:
         loaded = tf.saved_model.load(export_dir)
     except (OSError, ValueError, tf.errors.OpError) as e:
-        raise ValueError(f"distillation: teacher model {export_dir!r} is not a readable SavedModel: {e}") from e
+        raise ValueError(
+            f"distillation: teacher model {export_dir!r} is not a readable SavedModel: {e}"
+        ) from e
     signatures = loaded.signatures
     missing = [s for s in ("serving_default", TRANSFORMED_LOGITS_SIGNATURE) if s not in signatures]
     if missing:
@@ -69,7 +71,9 @@ def describe_teacher(export_dir: str) -> TeacherInfo:
     )
 
 
-def check_teachers(config: PipelineConfig, teachers: Sequence[TeacherInfo], student: keras.Model) -> None:
+def check_teachers(
+    config: PipelineConfig, teachers: Sequence[TeacherInfo], student: keras.Model
+) -> None:
     """Fails before training when the teachers cannot teach this student.
 
     Args:
@@ -91,7 +95,10 @@ def check_teachers(config: PipelineConfig, teachers: Sequence[TeacherInfo], stud
             f"distillation.teacher_weights: {len(weights)} weights for {len(teachers)} teacher models; give one weight per teacher"
         )
     num_classes = config.data.label.num_classes
-    student_inputs = {k: (tuple(t.shape.as_list()[1:]), t.dtype) for k, t in zip(student.input_names, student.inputs, strict=True)}
+    student_inputs = {
+        k: (tuple(t.shape.as_list()[1:]), t.dtype)
+        for k, t in zip(student.input_names, student.inputs, strict=True)
+    }
     student_params = count_params(student.trainable_weights)
     for i, teacher in enumerate(teachers):
         where = f"teacher {i} ({teacher.export_dir})"
@@ -106,7 +113,9 @@ def check_teachers(config: PipelineConfig, teachers: Sequence[TeacherInfo], stud
                 f"{sorted(SERVING_OUTPUT_KEYS)}; Evaluator and Pusher compare them as one model, so export the "
                 "teacher with the tfxkit Trainer"
             )
-        teacher_inputs = {k: (tuple(s.shape.as_list()[1:]), s.dtype) for k, s in teacher.input_specs.items()}
+        teacher_inputs = {
+            k: (tuple(s.shape.as_list()[1:]), s.dtype) for k, s in teacher.input_specs.items()
+        }
         if teacher_inputs != student_inputs:
             raise ValueError(
                 f"data.features: {where} reads transformed features {_describe(teacher_inputs)} but the student reads "
@@ -121,7 +130,13 @@ def check_teachers(config: PipelineConfig, teachers: Sequence[TeacherInfo], stud
 
 
 def _describe(inputs: dict[str, tuple]) -> str:
-    return "{" + ", ".join(f"{k}: {list(shape)} {dtype.name}" for k, (shape, dtype) in sorted(inputs.items())) + "}"
+    return (
+        "{"
+        + ", ".join(
+            f"{k}: {list(shape)} {dtype.name}" for k, (shape, dtype) in sorted(inputs.items())
+        )
+        + "}"
+    )
 
 
 class ExportedTeacher(keras.layers.Layer):

@@ -52,8 +52,19 @@ TPU_PREFIX = "tpu-"
 
 # Memory quantity suffix -> bytes (Kubernetes quantities).
 _MEMORY_UNITS = {
-    "": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "": 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
 }
 
 
@@ -109,13 +120,25 @@ def accelerator_node_labels(accelerator_type: str, tpu_topology: str = "") -> di
 
 def node_selector(placement: Placement) -> dict[str, str]:
     """The pod's node selector: the accelerator's GKE labels, then `placement.node_selector`."""
-    return {**accelerator_node_labels(placement.accelerator_type, placement.tpu_topology), **placement.node_selector}
+    return {
+        **accelerator_node_labels(placement.accelerator_type, placement.tpu_topology),
+        **placement.node_selector,
+    }
 
 
 def tolerations(placement: Placement) -> list[dict[str, str]]:
     """The pod's tolerations as Kubernetes dicts (empty fields left out)."""
     return [
-        {k: v for k, v in (("key", t.key), ("operator", t.operator), ("value", t.value), ("effect", t.effect)) if v}
+        {
+            k: v
+            for k, v in (
+                ("key", t.key),
+                ("operator", t.operator),
+                ("value", t.value),
+                ("effect", t.effect),
+            )
+            if v
+        }
         for t in placement.tolerations
     ]
 
@@ -127,8 +150,12 @@ def resources(placement: Placement) -> dict[str, dict[str, str]]:
       `{"requests": {...}, "limits": {...}}`, each present only when
       non-empty; {} for a placement without resources.
     """
-    requests = {k: v for k, v in (("cpu", placement.cpu_request), ("memory", placement.memory_request)) if v}
-    limits = {k: v for k, v in (("cpu", placement.cpu_limit), ("memory", placement.memory_limit)) if v}
+    requests = {
+        k: v for k, v in (("cpu", placement.cpu_request), ("memory", placement.memory_request)) if v
+    }
+    limits = {
+        k: v for k, v in (("cpu", placement.cpu_limit), ("memory", placement.memory_limit)) if v
+    }
     resource = accelerator_resource(placement.accelerator_type)
     if resource:
         # Extended resources are requested through limits (requests default to them).
@@ -210,7 +237,7 @@ def cpu_quantity(value: str) -> float:
 def memory_quantity(value: str) -> float:
     """Decimal gigabytes of a Kubernetes memory quantity ('16Gi' -> 17.18), as KFP stores them."""
     number = value.rstrip("KMGTPEi")
-    return int(number) * _MEMORY_UNITS[value[len(number):]] / 10**9
+    return int(number) * _MEMORY_UNITS[value[len(number) :]] / 10**9
 
 
 def resource_spec(placement: Placement):

@@ -42,11 +42,15 @@ def submit(
         pipeline = client.upload_pipeline(package_path, pipeline_name=pipeline_name)
         pipeline_id = pipeline.pipeline_id
         # Uploading a new pipeline creates its first version; runs need its id.
-        versions = client.list_pipeline_versions(pipeline_id, page_size=1, sort_by="created_at desc")
+        versions = client.list_pipeline_versions(
+            pipeline_id, page_size=1, sort_by="created_at desc"
+        )
         version_id = versions.pipeline_versions[0].pipeline_version_id
     else:
         name = version_name or f"{os.path.basename(package_path)}-{time.strftime('%Y%m%d-%H%M%S')}"
-        version_id = client.upload_pipeline_version(package_path, name, pipeline_id=pipeline_id).pipeline_version_id
+        version_id = client.upload_pipeline_version(
+            package_path, name, pipeline_id=pipeline_id
+        ).pipeline_version_id
     out = {"pipeline_id": pipeline_id, "version_id": version_id}
     if run:
         experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id

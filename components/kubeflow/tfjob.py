@@ -107,7 +107,11 @@ def check_strategy(strategy: StrategyConfig, path: str = "strategy") -> None:
 
 def job_name(pipeline_name: str, component_id: str, suffix: str | None = None) -> str:
     """A DNS-1123 TFJob name, short enough for the operator's per-replica services."""
-    base = re.sub(r"[^a-z0-9-]+", "-", f"{pipeline_name}-{component_id}".lower()).strip("-")[:36].strip("-")
+    base = (
+        re.sub(r"[^a-z0-9-]+", "-", f"{pipeline_name}-{component_id}".lower())
+        .strip("-")[:36]
+        .strip("-")
+    )
     return f"{base or 'tfxkit'}-{suffix or uuid.uuid4().hex[:8]}"
 
 
@@ -160,12 +164,18 @@ def build_manifest(
     check_strategy(config.strategy)
     counts = replica_counts(config.strategy)
     if not counts:
-        raise ConfigError(f"strategy.kind: {config.strategy.kind!r} trains in one pod; a TFJob needs one of {list(MULTI_WORKER_KINDS)}")
+        raise ConfigError(
+            f"strategy.kind: {config.strategy.kind!r} trains in one pod; a TFJob needs one of {list(MULTI_WORKER_KINDS)}"
+        )
     kf = config.kubeflow
     placement = kf.placements.get(component_id, Placement())
     image = placement.image or kf.image
     ps_placement = kf.tfjob_ps_placement or Placement()
-    labels = {"app.kubernetes.io/name": "tfxkit", "tfxkit/pipeline": config.name[:63], "tfxkit/component": component_id[:63]}
+    labels = {
+        "app.kubernetes.io/name": "tfxkit",
+        "tfxkit/pipeline": config.name[:63],
+        "tfxkit/component": component_id[:63],
+    }
     env = tfxkit_env.replica_env(invocation_uri)
     replica_specs = {}
     for replica_type, replicas in counts.items():
@@ -175,7 +185,9 @@ def build_manifest(
             # ExitCode: restart on retryable exit codes (preemption, OOM-kill
             # signals) and fail at once on program errors.
             "restartPolicy": "ExitCode",
-            "template": _pod_template(pool, pool.image or image, env, labels, kf.tfjob_service_account),
+            "template": _pod_template(
+                pool, pool.image or image, env, labels, kf.tfjob_service_account
+            ),
         }
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -257,10 +269,18 @@ def pod_reasons(core_api, namespace: str, name: str) -> list[str]:
         for cs in pod.status.container_statuses or []:
             if cs.state and cs.state.terminated and cs.state.terminated.exit_code:
                 t = cs.state.terminated
-                found.append(f"{cs.name} terminated: {t.reason or 'Error'} (exit code {t.exit_code}){': ' + t.message.strip() if t.message else ''}")
-            elif cs.state and cs.state.waiting and cs.state.waiting.reason not in (None, "ContainerCreating"):
+                found.append(
+                    f"{cs.name} terminated: {t.reason or 'Error'} (exit code {t.exit_code}){': ' + t.message.strip() if t.message else ''}"
+                )
+            elif (
+                cs.state
+                and cs.state.waiting
+                and cs.state.waiting.reason not in (None, "ContainerCreating")
+            ):
                 w = cs.state.waiting
-                found.append(f"{cs.name} waiting: {w.reason}{': ' + w.message if w.message else ''}")
+                found.append(
+                    f"{cs.name} waiting: {w.reason}{': ' + w.message if w.message else ''}"
+                )
         for cond in pod.status.conditions or []:
             if cond.type == "PodScheduled" and cond.status == "False":
                 found.append(f"unschedulable: {cond.message or cond.reason}")
@@ -320,7 +340,9 @@ def run(
             hint = "; is the Kubeflow Training Operator (TFJob CRD) installed?"
         elif e.status == 403:
             hint = "; the step's service account needs create/get/delete on tfjobs.kubeflow.org (kubeflow/tfjob-rbac.yaml)"
-        raise TFJobError(f"{where}: submission refused: {e.status} {e.reason}: {_api_message(e)}{hint}") from e
+        raise TFJobError(
+            f"{where}: submission refused: {e.status} {e.reason}: {_api_message(e)}{hint}"
+        ) from e
     log(f"{where}: submitted ({_shape(manifest)})")
     deadline = clock() + timeout_seconds
     last = None
@@ -331,9 +353,13 @@ def run(
             status = JobStatus.from_object(obj)
         except ApiException as e:
             if e.status == 404:
-                raise TFJobError(f"{where}: the job disappeared while it was being watched (deleted by someone else?)") from e
+                raise TFJobError(
+                    f"{where}: the job disappeared while it was being watched (deleted by someone else?)"
+                ) from e
             if e.status < 500:
-                raise TFJobError(f"{where}: cannot read its status: {e.status} {e.reason}: {_api_message(e)}") from e
+                raise TFJobError(
+                    f"{where}: cannot read its status: {e.status} {e.reason}: {_api_message(e)}"
+                ) from e
             # A busy API server is transient: keep watching until the deadline.
             log(f"{where}: status read failed ({e.status} {e.reason}); retrying")
         if status.summary() != last:
@@ -355,7 +381,9 @@ def run(
             _delete(custom, namespace, name, log, where)
             raise TFJobTimeout(
                 f"{where} did not finish within kubeflow.tfjob_timeout_seconds={timeout_seconds:g}: "
-                f"{status.summary()}" + "".join(f"\n  {r}" for r in reasons) + "\n  (the job was deleted)"
+                f"{status.summary()}"
+                + "".join(f"\n  {r}" for r in reasons)
+                + "\n  (the job was deleted)"
             )
         sleep(min(poll_seconds, remaining))
 
@@ -366,12 +394,19 @@ def _delete(custom, namespace: str, name: str, log, where: str) -> None:
 
     try:
         custom.delete_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, body=client.V1DeleteOptions(propagation_policy="Background")
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            body=client.V1DeleteOptions(propagation_policy="Background"),
         )
         log(f"{where}: deleted")
     except ApiException as e:
         if e.status != 404:
-            log(f"{where}: delete failed ({e.status} {e.reason}); remove it with kubectl -n {namespace} delete tfjob {name}")
+            log(
+                f"{where}: delete failed ({e.status} {e.reason}); remove it with kubectl -n {namespace} delete tfjob {name}"
+            )
 
 
 def _api_message(e) -> str:
@@ -417,7 +452,9 @@ def current_namespace(config: PipelineConfig) -> str:
     if os.path.exists(SERVICE_ACCOUNT_NAMESPACE_FILE):
         with open(SERVICE_ACCOUNT_NAMESPACE_FILE) as f:
             return f.read().strip()
-    raise ConfigError("kubeflow.namespace: empty and this pod has no service-account namespace; set the TFJob namespace")
+    raise ConfigError(
+        "kubeflow.namespace: empty and this pod has no service-account namespace; set the TFJob namespace"
+    )
 
 
 def kubernetes_api_client():

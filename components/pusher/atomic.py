@@ -42,7 +42,9 @@ def atomic_copy_model(model_path: str, base_directory: str, version: str) -> str
             tf.io.gfile.rmtree(os.path.join(base_directory, name.rstrip("/")))
     serving_path = os.path.join(base_directory, version)
     if tf.io.gfile.exists(serving_path):
-        raise FileExistsError(f"Pusher: {serving_path} already exists; refusing to overwrite a pushed model")
+        raise FileExistsError(
+            f"Pusher: {serving_path} already exists; refusing to overwrite a pushed model"
+        )
     staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}-{os.getpid()}")
     copy_tree(model_path, staging)
     # A directory rename is atomic on POSIX filesystems; object stores (gs://)

@@ -27,12 +27,16 @@ class Executor(tfx_pusher_executor.Executor):
 
     def Do(self, input_dict, output_dict, exec_properties):
         self._log_startup(input_dict, output_dict, exec_properties)
-        model_push = artifact_utils.get_single_instance(output_dict[standard_component_specs.PUSHED_MODEL_KEY])
+        model_push = artifact_utils.get_single_instance(
+            output_dict[standard_component_specs.PUSHED_MODEL_KEY]
+        )
         if not self.CheckBlessing(input_dict):
             self._MarkNotPushed(model_push)
             return
         destination = pusher_pb2.PushDestination()
-        proto_utils.json_to_proto(exec_properties[standard_component_specs.PUSH_DESTINATION_KEY], destination)
+        proto_utils.json_to_proto(
+            exec_properties[standard_component_specs.PUSH_DESTINATION_KEY], destination
+        )
         if destination.WhichOneof("destination") != "filesystem":
             super().Do(input_dict, output_dict, exec_properties)
             return

@@ -33,7 +33,9 @@ class Executor(tfx_trainer_executor.GenericExecutor):
                 "output_dict": artifact_utils.jsonify_artifact_dict(output_dict),
                 "exec_properties": json.loads(json.dumps(exec_properties)),
             }
-            model_run = artifact_utils.get_single_uri(output_dict[standard_component_specs.MODEL_RUN_KEY])
+            model_run = artifact_utils.get_single_uri(
+                output_dict[standard_component_specs.MODEL_RUN_KEY]
+            )
             tfjob.launch(config, invocation, model_run, os.environ, log=logging.info)
             return
         super().Do(input_dict, output_dict, exec_properties)

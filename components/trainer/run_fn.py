@@ -49,7 +49,9 @@ def run(
         training.compile_classifier(model, config, inputs.train_steps)
         return model
 
-    model, results = training.fit(config, inputs, build_and_compile, choice=choice, callbacks=callbacks)
+    model, results = training.fit(
+        config, inputs, build_and_compile, choice=choice, callbacks=callbacks
+    )
     written = training.export_and_release(model, config, inputs, choice)
     logging.info("Trainer: %s wrote %s", "chief" if choice.is_chief else "non-chief task", written)
     return model, results

@@ -73,12 +73,20 @@ class TrainingInputs:
         # backup and resume; anything changed starts afresh.
         fingerprint = hashlib.sha256(
             json.dumps(
-                [inputs.train_files, inputs.eval_files, inputs.transform_output, config.to_json(), inputs.train_steps],
+                [
+                    inputs.train_files,
+                    inputs.eval_files,
+                    inputs.transform_output,
+                    config.to_json(),
+                    inputs.train_steps,
+                ],
                 sort_keys=True,
             ).encode()
         ).hexdigest()[:16]
         node_dir = os.path.dirname(os.path.dirname(fn_args.model_run_dir.rstrip("/")))
-        return dataclasses.replace(inputs, backup_dir=os.path.join(node_dir, "backups", fingerprint))
+        return dataclasses.replace(
+            inputs, backup_dir=os.path.join(node_dir, "backups", fingerprint)
+        )
 
 
 def list_files(patterns: tuple[str, ...] | list[str]) -> list[str]:
@@ -116,7 +124,10 @@ def make_datasets(
     record = layout.read_layout(inputs.transform_output)
     graph_spec = tft_output.transformed_feature_spec()
     if record is None:
-        logging.info("Trainer: no tfxkit layout record in %s; reading stock TFX Transform output", inputs.transform_output)
+        logging.info(
+            "Trainer: no tfxkit layout record in %s; reading stock TFX Transform output",
+            inputs.transform_output,
+        )
         feature_spec, packing, compression, shard_stats = graph_spec, None, "gzip", None
     else:
         feature_spec = record.feature_spec(graph_spec)
@@ -153,7 +164,9 @@ def make_datasets(
 
 
 def augmented(
-    dataset: tf.data.Dataset, config: PipelineConfig, input_context: tf.distribute.InputContext | None = None
+    dataset: tf.data.Dataset,
+    config: PipelineConfig,
+    input_context: tf.distribute.InputContext | None = None,
 ) -> tf.data.Dataset:
     """Training batches with `train.augmentation` applied to the image-shaped features.
 
@@ -171,19 +184,29 @@ def augmented(
     def augment(index, batch):
         features, label = batch
         seed = tf.stack([tf.constant(config.train.seed, tf.int64), index * pipelines + pipeline_id])
-        views = augment_lib.augment_images(features, shapes, translate=settings.translate, flip=settings.flip, seed=seed)
+        views = augment_lib.augment_images(
+            features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
+        )
         return views, label
 
-    return dataset.enumerate().map(augment, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return (
+        dataset.enumerate()
+        .map(augment, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
-def build_model(config: PipelineConfig, tft_output: tft.TFTransformOutput, shape: ModelConfig, name: str) -> keras.Model:
+def build_model(
+    config: PipelineConfig, tft_output: tft.TFTransformOutput, shape: ModelConfig, name: str
+) -> keras.Model:
     """A classifier of the given shape over this run's transformed features."""
     cards = {f.name: num_ids(f, tft_output) for f in config.data.features if f.is_categorical}
     return models.build_classifier(config.data, shape, cards, name)
 
 
-def learning_rate(config: PipelineConfig, total_steps: int) -> float | keras.optimizers.schedules.LearningRateSchedule:
+def learning_rate(
+    config: PipelineConfig, total_steps: int
+) -> float | keras.optimizers.schedules.LearningRateSchedule:
     """`train.learning_rate` under `train.lr_schedule` for a training of `total_steps` updates.
 
     The `cosine` schedule warms up linearly from 0 over `train.warmup_steps`
@@ -207,7 +230,9 @@ def make_optimizer(config: PipelineConfig, total_steps: int) -> keras.optimizers
     return keras.optimizers.Adam(learning_rate(config, total_steps))
 
 
-def compile_classifier(model: keras.Model, config: PipelineConfig, total_steps: int | None = None) -> None:
+def compile_classifier(
+    model: keras.Model, config: PipelineConfig, total_steps: int | None = None
+) -> None:
     """Compiles a classifier: Adam under the configured schedule, sparse cross-entropy, accuracy."""
     model.compile(
         optimizer=make_optimizer(config, total_steps or config.train.train_steps),
@@ -274,7 +299,9 @@ def fit(
     """
     choice = choice if choice is not None else strategies.create_strategy(config.strategy)
     if choice.role != strategies.ROLE_TRAINER:
-        raise ValueError(f"Trainer: this task ({choice.task_type}:{choice.task_id}) is a {choice.role}, not a trainer")
+        raise ValueError(
+            f"Trainer: this task ({choice.task_type}:{choice.task_id}) is a {choice.role}, not a trainer"
+        )
     _check_settings(config, choice)
     keras.utils.set_random_seed(config.train.seed)
     tft_output = tft.TFTransformOutput(inputs.transform_output)
@@ -284,7 +311,9 @@ def fit(
         _configure_model(model, config)
         train_data, eval_data = _distributed_datasets(config, inputs, tft_output, choice)
         steps_per_epoch = min(config.train.steps_per_epoch, inputs.train_steps)
-        save_freq: int | str = max(1, config.train.checkpoint_every_steps // config.strategy.steps_per_execution)
+        save_freq: int | str = max(
+            1, config.train.checkpoint_every_steps // config.strategy.steps_per_execution
+        )
         if choice.uses_coordinator:
             # Keras backs up a parameter-server run at epoch ends only, so
             # epochs are no longer than the backup interval.
@@ -306,19 +335,32 @@ def fit(
 def _check_settings(config: PipelineConfig, choice: strategies.StrategyChoice) -> None:
     train = config.train
     if train.grad_accum_steps < 1:
-        raise ConfigError(f"train.grad_accum_steps: expected an integer >= 1 (1 disables accumulation), got {train.grad_accum_steps}")
+        raise ConfigError(
+            f"train.grad_accum_steps: expected an integer >= 1 (1 disables accumulation), got {train.grad_accum_steps}"
+        )
     if train.checkpoint_every_steps < 1:
-        raise ConfigError(f"train.checkpoint_every_steps: expected an integer >= 1, got {train.checkpoint_every_steps}")
+        raise ConfigError(
+            f"train.checkpoint_every_steps: expected an integer >= 1, got {train.checkpoint_every_steps}"
+        )
     if config.strategy.steps_per_execution < 1:
-        raise ConfigError(f"strategy.steps_per_execution: expected an integer >= 1, got {config.strategy.steps_per_execution}")
+        raise ConfigError(
+            f"strategy.steps_per_execution: expected an integer >= 1, got {config.strategy.steps_per_execution}"
+        )
     strategies.check_batch_sizes(
-        config.ingestion.batch_size, config.ingestion.eval_batch_size, choice.num_replicas, choice.kind
+        config.ingestion.batch_size,
+        config.ingestion.eval_batch_size,
+        choice.num_replicas,
+        choice.kind,
     )
     if train.mixed_precision == "mixed_float16":
         if choice.kind == "tpu":
-            raise ConfigError("train.mixed_precision: TPUs compute in bfloat16; use 'mixed_bfloat16'")
+            raise ConfigError(
+                "train.mixed_precision: TPUs compute in bfloat16; use 'mixed_bfloat16'"
+            )
         if not tf.config.list_physical_devices("GPU"):
-            logging.warning("Trainer: train.mixed_precision 'mixed_float16' without a GPU runs, but slowly; use 'mixed_bfloat16' on CPU")
+            logging.warning(
+                "Trainer: train.mixed_precision 'mixed_float16' without a GPU runs, but slowly; use 'mixed_bfloat16' on CPU"
+            )
 
 
 def _configure_model(model: keras.Model, config: PipelineConfig) -> None:
@@ -362,7 +404,9 @@ def _distributed_datasets(
         creator = keras.utils.experimental.DatasetCreator
         return creator(train_fn), creator(eval_fn)
     strategy = choice.strategy
-    return strategy.distribute_datasets_from_function(train_fn), strategy.distribute_datasets_from_function(eval_fn)
+    return strategy.distribute_datasets_from_function(
+        train_fn
+    ), strategy.distribute_datasets_from_function(eval_fn)
 
 
 BACKUP_DIR_NAME = "backup"
@@ -418,7 +462,9 @@ class _ResumeLog(keras.callbacks.Callback):
             logging.info("Trainer: no backup in %s; training from step 0", self._directory)
 
 
-def prepare_task(fn_args, component: str) -> tuple[PipelineConfig, strategies.StrategyChoice] | None:
+def prepare_task(
+    fn_args, component: str
+) -> tuple[PipelineConfig, strategies.StrategyChoice] | None:
     """The first steps of every tfxkit `run_fn`, in the order TensorFlow needs.
 
     Parses the config, then creates the strategy before any other TensorFlow
@@ -436,20 +482,33 @@ def prepare_task(fn_args, component: str) -> tuple[PipelineConfig, strategies.St
     """
     config = from_custom_config(fn_args.custom_config)
     if config is None:
-        raise ValueError(f"{component}: custom_config carries no tfxkit config; use the tfxkit {component} component")
+        raise ValueError(
+            f"{component}: custom_config carries no tfxkit config; use the tfxkit {component} component"
+        )
     choice = strategies.create_strategy(config.strategy)
     if choice.role == strategies.ROLE_SERVER:
-        logging.info("%s: serving as %s:%d of the parameter-server cluster", component, choice.task_type, choice.task_id)
+        logging.info(
+            "%s: serving as %s:%d of the parameter-server cluster",
+            component,
+            choice.task_type,
+            choice.task_id,
+        )
         strategies.start_server(choice.tf_config).join()
         return None
     if choice.role == strategies.ROLE_EVALUATOR:
-        logging.info("%s: evaluator task; the Evaluator component evaluates the export, nothing to do", component)
+        logging.info(
+            "%s: evaluator task; the Evaluator component evaluates the export, nothing to do",
+            component,
+        )
         return None
     return config, choice
 
 
 def export_and_release(
-    model: keras.Model, config: PipelineConfig, inputs: TrainingInputs, choice: strategies.StrategyChoice
+    model: keras.Model,
+    config: PipelineConfig,
+    inputs: TrainingInputs,
+    choice: strategies.StrategyChoice,
 ) -> str:
     """Exports the serving model (chief only), then removes the training backup.
 
@@ -472,4 +531,3 @@ def export_and_release(
     )
     remove_backup(inputs, choice)
     return written
-

@@ -31,7 +31,9 @@ def split_prefixes(transformed_examples) -> dict[str, str]:
     prefixes = {}
     for artifact in transformed_examples or []:
         for split in artifact_utils.decode_split_names(artifact.split_names):
-            prefixes[os.path.join(artifact_utils.get_split_uri([artifact], split), EXAMPLES_PREFIX)] = split
+            prefixes[
+                os.path.join(artifact_utils.get_split_uri([artifact], split), EXAMPLES_PREFIX)
+            ] = split
     return prefixes
 
 
@@ -46,13 +48,24 @@ class Executor(tfx_transform_executor.Executor):
             with tfx_compat.without_deep_copy():
                 super().Do(input_dict, output_dict, exec_properties)
             return
-        graph_uri = artifact_utils.get_single_uri(output_dict[standard_component_specs.TRANSFORM_GRAPH_KEY])
-        settings = writer.OutputSettings.from_config(config, os.path.join(graph_uri, writer.STAGING_DIR))
+        graph_uri = artifact_utils.get_single_uri(
+            output_dict[standard_component_specs.TRANSFORM_GRAPH_KEY]
+        )
+        settings = writer.OutputSettings.from_config(
+            config, os.path.join(graph_uri, writer.STAGING_DIR)
+        )
         writer.clear_staged_records(settings)
-        with tfx_compat.without_deep_copy(), tfx_compat.tfrecord_writer(
-            lambda schema, output_path: writer.WriteIngestionReady(settings, schema, output_path)
+        with (
+            tfx_compat.without_deep_copy(),
+            tfx_compat.tfrecord_writer(
+                lambda schema, output_path: writer.WriteIngestionReady(
+                    settings, schema, output_path
+                )
+            ),
         ):
             super().Do(input_dict, output_dict, exec_properties)
         # After the run: TFX's `Do` sets the split names of the transformed examples.
-        prefixes = split_prefixes(output_dict.get(standard_component_specs.TRANSFORMED_EXAMPLES_KEY))
+        prefixes = split_prefixes(
+            output_dict.get(standard_component_specs.TRANSFORMED_EXAMPLES_KEY)
+        )
         writer.write_layout_record(graph_uri, prefixes, settings)

@@ -74,7 +74,10 @@ def transform_feature(feature: FeatureConfig, x: Any) -> tf.Tensor:
     if feature.kind != "string_categorical" and x.dtype == tf.string:
         # A CSV column with no values at all is inferred as string; the gate
         # has already rejected columns holding actual non-numeric text.
-        x = _map_values(x, lambda v: tf.strings.to_number(v, tf.float32 if feature.kind == "float" else tf.int64))
+        x = _map_values(
+            x,
+            lambda v: tf.strings.to_number(v, tf.float32 if feature.kind == "float" else tf.int64),
+        )
     if feature.kind == "float":
         # Every analyzer below reads raw present values only, so the whole
         # preprocessing_fn is one analysis phase (one pass over the data), and
@@ -106,7 +109,9 @@ def transform_feature(feature: FeatureConfig, x: Any) -> tf.Tensor:
     dense = _to_dense(tf.cast(x, tf.int64), tf.constant(-1, tf.int64), 1)
     if t == "identity":
         in_range = tf.logical_and(dense >= 0, dense < feature.num_buckets)
-        return tf.where(in_range, dense, tf.fill(tf.shape(dense), tf.constant(feature.num_buckets, tf.int64)))
+        return tf.where(
+            in_range, dense, tf.fill(tf.shape(dense), tf.constant(feature.num_buckets, tf.int64))
+        )
     return tft.compute_and_apply_vocabulary(
         dense,
         top_k=feature.top_k or None,

@@ -67,8 +67,16 @@ def _internals() -> list[tuple[str, object, str]]:
     """(qualified owner, owner, name) of every internal name patched or read here."""
     return [
         ("tfx.components.transform.executor", tfx_transform_executor, "TransformProcessor"),
-        ("tfx.components.transform.executor", tfx_transform_executor, "_TRANSFORM_INTERNAL_FEATURE_FOR_KEY"),
-        ("tfx.components.transform.executor.TransformProcessor", STOCK_PROCESSOR, "_EncodeAndWrite"),
+        (
+            "tfx.components.transform.executor",
+            tfx_transform_executor,
+            "_TRANSFORM_INTERNAL_FEATURE_FOR_KEY",
+        ),
+        (
+            "tfx.components.transform.executor.TransformProcessor",
+            STOCK_PROCESSOR,
+            "_EncodeAndWrite",
+        ),
         ("tensorflow_transform.beam.Context", tft_beam.Context, "get_use_deep_copy_optimization"),
     ]
 
@@ -134,10 +142,14 @@ def tfrecord_writer(make_writer: WriterFactory) -> Iterator[None]:
     def encode_and_write(self, schema, file_format, output_path):
         if file_format != labels.FORMAT_TFRECORD:
             # Parquet output stays stock; the Trainer then has no layout record.
-            return STOCK_PROCESSOR._EncodeAndWrite(schema=schema, file_format=file_format, output_path=output_path)
+            return STOCK_PROCESSOR._EncodeAndWrite(
+                schema=schema, file_format=file_format, output_path=output_path
+            )
         return make_writer(schema, output_path)
 
-    processor = type("IngestionReadyProcessor", (STOCK_PROCESSOR,), {"_EncodeAndWrite": encode_and_write})
+    processor = type(
+        "IngestionReadyProcessor", (STOCK_PROCESSOR,), {"_EncodeAndWrite": encode_and_write}
+    )
     # Under a lock, so two runs in one process never see each other's writer.
     with _PROCESSOR_LOCK:
         tfx_transform_executor.TransformProcessor = processor

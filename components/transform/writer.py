@@ -66,7 +66,9 @@ class OutputSettings:
     @classmethod
     def from_config(cls, config: PipelineConfig, staging_dir: str) -> OutputSettings:
         return cls(
-            num_shards=layout.resolve_num_shards(config.transform.num_shards, config.strategy.workers),
+            num_shards=layout.resolve_num_shards(
+                config.transform.num_shards, config.strategy.workers
+            ),
             compression=config.transform.compression,
             pack_features=config.transform.pack_features,
             staging_dir=staging_dir,
@@ -166,14 +168,17 @@ class WriteIngestionReady(beam.PTransform):
                 self._output_path,
                 file_name_suffix=settings.suffix,
                 num_shards=settings.num_shards,
-                compression_type=CompressionTypes.GZIP if settings.compression == "gzip" else CompressionTypes.UNCOMPRESSED,
+                compression_type=CompressionTypes.GZIP
+                if settings.compression == "gzip"
+                else CompressionTypes.UNCOMPRESSED,
             )
         )
         return (
             written
             | "DescribeShards" >> beam.Map(describe_shard, settings.compression)
             | "CollectShards" >> beam.combiners.ToList()
-            | "StageShardRecord" >> beam.Map(_stage_shard_record, self._output_path, settings, packing)
+            | "StageShardRecord"
+            >> beam.Map(_stage_shard_record, self._output_path, settings, packing)
         )
 
 
@@ -210,7 +215,9 @@ def build_layout(
     files, packings = [], set()
     for prefix, split in sorted(prefixes.items()):
         if prefix not in staged:
-            raise ValueError(f"Transform: no shard record was written for split {split!r} ({prefix})")
+            raise ValueError(
+                f"Transform: no shard record was written for split {split!r} ({prefix})"
+            )
         record = staged[prefix]
         packings.add(json.dumps(record["packing"], sort_keys=True))
         for shard in record["shards"]:
@@ -228,7 +235,9 @@ def build_layout(
     )
 
 
-def write_layout_record(transform_graph_uri: str, prefixes: dict[str, str], settings: OutputSettings) -> str | None:
+def write_layout_record(
+    transform_graph_uri: str, prefixes: dict[str, str], settings: OutputSettings
+) -> str | None:
     """Writes the layout record of this run into the transform graph; returns its path.
 
     Args:

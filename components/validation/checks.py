@@ -29,10 +29,14 @@ def anomaly_messages(split: str, anomalies: anomalies_pb2.Anomalies, source: str
     """One line per anomalous feature (and dataset-level anomaly)."""
     messages = []
     for feature, info in sorted(anomalies.anomaly_info.items()):
-        messages.append(f"split '{split}', feature '{feature}': {info.short_description} ({info.description}) [{source}]")
+        messages.append(
+            f"split '{split}', feature '{feature}': {info.short_description} ({info.description}) [{source}]"
+        )
     if anomalies.HasField("dataset_anomaly_info"):
         info = anomalies.dataset_anomaly_info
-        messages.append(f"split '{split}': {info.short_description} ({info.description}) [{source}]")
+        messages.append(
+            f"split '{split}': {info.short_description} ({info.description}) [{source}]"
+        )
     return messages
 
 
@@ -42,18 +46,30 @@ def relaxed(schema: schema_pb2.Schema) -> schema_pb2.Schema:
     out.CopyFrom(schema)
     del out.string_domain[:]
     for feature in out.feature:
-        for field in ("domain", "string_domain", "int_domain", "float_domain", "shape", "value_count", "distribution_constraints"):
+        for field in (
+            "domain",
+            "string_domain",
+            "int_domain",
+            "float_domain",
+            "shape",
+            "value_count",
+            "distribution_constraints",
+        ):
             feature.ClearField(field)
         feature.presence.ClearField("min_fraction")
     return out
 
 
-def drift_messages(split: str, stats: statistics_pb2.DatasetFeatureStatisticsList, baseline: schema_pb2.Schema) -> list[str]:
+def drift_messages(
+    split: str, stats: statistics_pb2.DatasetFeatureStatisticsList, baseline: schema_pb2.Schema
+) -> list[str]:
     anomalies = tfdv.validate_statistics(stats, relaxed(baseline))
     return anomaly_messages(split, anomalies, "schema drift against the last validated run")
 
 
-def _features(stats: statistics_pb2.DatasetFeatureStatisticsList) -> dict[str, statistics_pb2.FeatureNameStatistics]:
+def _features(
+    stats: statistics_pb2.DatasetFeatureStatisticsList,
+) -> dict[str, statistics_pb2.FeatureNameStatistics]:
     dataset = stats.datasets[0]
     return {(f.path.step[0] if f.path.step else f.name): f for f in dataset.features}
 
@@ -63,7 +79,9 @@ def _num_present(stat: statistics_pb2.FeatureNameStatistics) -> int:
     return getattr(stat, kind).common_stats.num_non_missing if kind else 0
 
 
-def config_messages(split: str, stats: statistics_pb2.DatasetFeatureStatisticsList, data: DataConfig) -> list[str]:
+def config_messages(
+    split: str, stats: statistics_pb2.DatasetFeatureStatisticsList, data: DataConfig
+) -> list[str]:
     """Checks the data against what the config promises."""
     if not stats.datasets or stats.datasets[0].num_examples == 0:
         return [f"split '{split}' has no examples; check data.path and the train/eval buckets"]
@@ -80,7 +98,9 @@ def config_messages(split: str, stats: statistics_pb2.DatasetFeatureStatisticsLi
     else:
         common = label.num_stats.common_stats
         if common.num_missing:
-            messages.append(f"data.label.name: label '{data.label.name}' is missing in {common.num_missing} examples of split '{split}'")
+            messages.append(
+                f"data.label.name: label '{data.label.name}' is missing in {common.num_missing} examples of split '{split}'"
+            )
         lo, hi = label.num_stats.min, label.num_stats.max
         if lo < 0 or hi > data.label.num_classes - 1:
             messages.append(
@@ -90,12 +110,15 @@ def config_messages(split: str, stats: statistics_pb2.DatasetFeatureStatisticsLi
     for i, feature in enumerate(data.features):
         stat = features.get(feature.name)
         if stat is None:
-            messages.append(f"data.features[{i}]: feature '{feature.name}' is absent from split '{split}'")
+            messages.append(
+                f"data.features[{i}]: feature '{feature.name}' is absent from split '{split}'"
+            )
             continue
         if _num_present(stat) == 0:
             continue  # an all-empty column has no type to check; it is imputed
         wrong = (feature.kind == "float" and stat.type not in _NUMERIC) or (
-            feature.kind == "int_categorical" and stat.type != statistics_pb2.FeatureNameStatistics.INT
+            feature.kind == "int_categorical"
+            and stat.type != statistics_pb2.FeatureNameStatistics.INT
         )
         if wrong:
             messages.append(

@@ -39,10 +39,15 @@ class Executor(base_executor.BaseExecutor):
         stats = {s: stats_artifact_utils.load_statistics(stats_artifact, s).proto() for s in splits}
         anomalies = {}
         for split in artifact_utils.decode_split_names(anomalies_artifact.split_names):
-            path = os.path.join(artifact_utils.get_split_uri([anomalies_artifact], split), "SchemaDiff.pb")
+            path = os.path.join(
+                artifact_utils.get_split_uri([anomalies_artifact], split), "SchemaDiff.pb"
+            )
             anomalies[split] = anomalies_util.load_anomalies_binary(path)
         baseline = _read_schema(input_dict.get("baseline_schema"))
-        logging.info("DataGate: baseline schema %s", "found" if baseline is not None else "none (first validated run)")
+        logging.info(
+            "DataGate: baseline schema %s",
+            "found" if baseline is not None else "none (first validated run)",
+        )
         problems = gate_messages(stats, anomalies, config.data, baseline)
         if problems:
             raise DataValidationError(

@@ -31,7 +31,9 @@ def resolve_config_path(name_or_path: str) -> Path:
     shipped = SHIPPED_CONFIG_DIR / f"{name_or_path}.yaml"
     if not shipped.is_file():
         names = sorted(p.stem for p in SHIPPED_CONFIG_DIR.glob("*.yaml"))
-        raise ConfigError(f"config: {name_or_path!r} is neither a YAML file nor a shipped config ({', '.join(names)})")
+        raise ConfigError(
+            f"config: {name_or_path!r} is neither a YAML file nor a shipped config ({', '.join(names)})"
+        )
     return shipped
 
 

@@ -25,8 +25,16 @@ def test_translate_shifts_each_image_by_at_most_max_pixels():
         for dy in range(-2, 3):
             for dx in range(-2, 3):
                 expected = np.zeros_like(img)
-                ys, yd = (slice(0, 8 - dy), slice(dy, 8)) if dy >= 0 else (slice(-dy, 8), slice(0, 8 + dy))
-                xs, xd = (slice(0, 8 - dx), slice(dx, 8)) if dx >= 0 else (slice(-dx, 8), slice(0, 8 + dx))
+                ys, yd = (
+                    (slice(0, 8 - dy), slice(dy, 8))
+                    if dy >= 0
+                    else (slice(-dy, 8), slice(0, 8 + dy))
+                )
+                xs, xd = (
+                    (slice(0, 8 - dx), slice(dx, 8))
+                    if dx >= 0
+                    else (slice(-dx, 8), slice(0, 8 + dx))
+                )
                 expected[yd, xd] = img[ys, xs]
                 if np.array_equal(out, expected):
                     matches.append((dy, dx))
@@ -46,9 +54,13 @@ def test_flip_mirrors_some_images_and_keeps_the_others():
 def test_augment_images_touches_only_image_features_and_keeps_shapes():
     flat = tf.reshape(_images(), [16, 64])
     other = tf.range(16, dtype=tf.int64)[:, None]
-    out = augment.augment_images({"img_xf": flat, "id_xf": other}, {"img_xf": (8, 8, 1)}, translate=1, flip=True, seed=SEED)
+    out = augment.augment_images(
+        {"img_xf": flat, "id_xf": other}, {"img_xf": (8, 8, 1)}, translate=1, flip=True, seed=SEED
+    )
     assert out["id_xf"] is other
     assert out["img_xf"].shape == flat.shape and out["img_xf"].dtype == flat.dtype
     # Same seed, same view: the teacher and the student can be fed one augmented batch.
-    again = augment.augment_images({"img_xf": flat, "id_xf": other}, {"img_xf": (8, 8, 1)}, translate=1, flip=True, seed=SEED)
+    again = augment.augment_images(
+        {"img_xf": flat, "id_xf": other}, {"img_xf": (8, 8, 1)}, translate=1, flip=True, seed=SEED
+    )
     np.testing.assert_array_equal(out["img_xf"].numpy(), again["img_xf"].numpy())

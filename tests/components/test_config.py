@@ -71,7 +71,11 @@ def _mutate(path, value):
 @pytest.mark.parametrize(
     "path, value, match",
     [
-        ("train.learning_rat", 0.1, r"train\.learning_rat: unknown key 'learning_rat'; allowed keys: .*learning_rate"),
+        (
+            "train.learning_rat",
+            0.1,
+            r"train\.learning_rat: unknown key 'learning_rat'; allowed keys: .*learning_rate",
+        ),
         ("bogus", 1, r"^bogus: unknown key 'bogus'; allowed keys: beam_args, data, "),
         ("train.train_steps", "many", r"train\.train_steps: expected an integer, got 'many'"),
         ("train.train_steps", 1.5, r"train\.train_steps: expected an integer"),
@@ -79,19 +83,47 @@ def _mutate(path, value):
         ("train.learning_rate", -0.1, r"train\.learning_rate: expected a number > 0, got -0.1"),
         ("train.grad_accum_steps", 0, r"train\.grad_accum_steps: expected an integer >= 1"),
         ("ingestion.batch_size", 0, r"ingestion\.batch_size: expected an integer >= 1"),
-        ("transform.compression", "zstd", r"transform\.compression: expected one of \['gzip', 'none'\], got 'zstd'"),
+        (
+            "transform.compression",
+            "zstd",
+            r"transform\.compression: expected one of \['gzip', 'none'\], got 'zstd'",
+        ),
         ("strategy.kind", "magic", r"strategy\.kind: expected one of \['auto', 'one_device'"),
         ("distillation.alpha", 1.5, r"distillation\.alpha: expected a number in \[0, 1\], got 1.5"),
         ("distillation.temperature", 0, r"distillation\.temperature: expected a number > 0"),
-        ("teacher.hidden_units", [64, 0], r"teacher\.hidden_units\[1\]: expected an integer >= 1, got 0"),
+        (
+            "teacher.hidden_units",
+            [64, 0],
+            r"teacher\.hidden_units\[1\]: expected an integer >= 1, got 0",
+        ),
         ("teacher.dropout", 1.0, r"teacher\.dropout: expected a number in \[0, 1\)"),
         ("evaluation.min_accuracy", 2, r"evaluation\.min_accuracy: expected a number in \[0, 1\]"),
-        ("data.features.0.kind", "complex", r"data\.features\[0\]\.kind: expected one of \['float', 'int_categorical', 'string_categorical'\]"),
-        ("data.features.3.num_buckets", 1, r"data\.features\[3\]\.num_buckets: expected an integer >= 2 for transform 'bucketize'"),
-        ("data.features.0.transform", "vocabulary", r"data\.features\[0\]\.transform: expected one of \['zscore', 'bucketize', 'identity'\] for kind 'float'"),
+        (
+            "data.features.0.kind",
+            "complex",
+            r"data\.features\[0\]\.kind: expected one of \['float', 'int_categorical', 'string_categorical'\]",
+        ),
+        (
+            "data.features.3.num_buckets",
+            1,
+            r"data\.features\[3\]\.num_buckets: expected an integer >= 2 for transform 'bucketize'",
+        ),
+        (
+            "data.features.0.transform",
+            "vocabulary",
+            r"data\.features\[0\]\.transform: expected one of \['zscore', 'bucketize', 'identity'\] for kind 'float'",
+        ),
         ("data.label.num_classes", 1, r"data\.label\.num_classes: expected an integer >= 2"),
-        ("data.builtin", "mnist", r"data\.builtin: expected one of \['taxi', 'digits', 'fashion_mnist'\], got 'mnist'"),
-        ("kubeflow.placements", {"Trainer": {"accelerator_count": 1}}, r"kubeflow\.placements\.Trainer\.accelerator_type: accelerator_count is set"),
+        (
+            "data.builtin",
+            "mnist",
+            r"data\.builtin: expected one of \['taxi', 'digits', 'fashion_mnist'\], got 'mnist'",
+        ),
+        (
+            "kubeflow.placements",
+            {"Trainer": {"accelerator_count": 1}},
+            r"kubeflow\.placements\.Trainer\.accelerator_type: accelerator_count is set",
+        ),
     ],
 )
 def test_invalid_values_name_the_field(path, value, match):
@@ -102,7 +134,10 @@ def test_invalid_values_name_the_field(path, value, match):
 def test_label_that_is_also_a_feature_is_rejected():
     data = _taxi_dict()
     data["data"]["features"].append({"name": "big_tipper", "kind": "int_categorical"})
-    with pytest.raises(ConfigError, match=r"data\.features\[\d+\]\.name: 'big_tipper' is the label; a label cannot also be a feature"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.features\[\d+\]\.name: 'big_tipper' is the label; a label cannot also be a feature",
+    ):
         from_dict(data)
 
 
@@ -135,7 +170,10 @@ def test_missing_required_feature_key():
 
 
 def test_unknown_config_name_lists_shipped_ones():
-    with pytest.raises(ConfigError, match=r"'nope' is neither a YAML file nor a shipped config \(digits, fashion_mnist, taxi\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'nope' is neither a YAML file nor a shipped config \(digits, fashion_mnist, taxi\)",
+    ):
         load_config("nope")
 
 
@@ -154,7 +192,11 @@ def test_to_dict_round_trips_through_yaml(taxi_config):
         ("beam_args", ["--password=hunter2"], "a credential assignment"),
         ("beam_args", ["--api_key=abcdef123"], "a credential assignment"),
         ("kubeflow.image", "gcr.io/p/img:AKIAABCDEFGHIJKLMNOP", "an AWS access key id"),
-        ("kubeflow.beam_args", ["--token=ya29.abcdefghijklmnopqrstuvwxyz0123"], "a Google OAuth access token"),
+        (
+            "kubeflow.beam_args",
+            ["--token=ya29.abcdefghijklmnopqrstuvwxyz0123"],
+            "a Google OAuth access token",
+        ),
         ("data.path", "/data/ghp_abcdefghijklmnopqrstuvwx/x.csv", "a GitHub token"),
         ("kubeflow.pipeline_root", "-----BEGIN RSA PRIVATE KEY-----", "a private key"),
     ],
@@ -163,13 +205,22 @@ def test_secret_looking_values_are_rejected(path, value, kind):
     data = _mutate(path, value)
     if path == "data.path":
         del data["data"]["builtin"]
-    with pytest.raises(ConfigError, match=rf"looks like {kind}; secrets must not be in the config.*Kubernetes Secret"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"looks like {kind}; secrets must not be in the config.*Kubernetes Secret",
+    ):
         from_dict(data)
 
 
 def test_secret_in_a_mapping_key_is_rejected():
-    placement = {"node_selector": {"token=abc123": "x"}, "accelerator_type": "nvidia-l4", "accelerator_count": 1}
-    with pytest.raises(ConfigError, match=r"kubeflow\.placements\.Trainer\.node_selector\.token=abc123: looks like"):
+    placement = {
+        "node_selector": {"token=abc123": "x"},
+        "accelerator_type": "nvidia-l4",
+        "accelerator_count": 1,
+    }
+    with pytest.raises(
+        ConfigError, match=r"kubeflow\.placements\.Trainer\.node_selector\.token=abc123: looks like"
+    ):
         from_dict(_mutate("kubeflow.placements", {"Trainer": placement}))
 
 
@@ -205,13 +256,41 @@ def test_names_used_in_paths_cannot_escape(path, value):
         ("train.learning_rate", "0.1", r"^train\.learning_rate: expected a number, got '0\.1'"),
         ("name", 7, r"^name: expected a string, got 7"),
         ("teacher", 3, r"^teacher: expected a mapping, got 3"),
-        ("teacher.hidden_units", 64, r"^teacher\.hidden_units: expected a list of an integer, got 64"),
-        ("kubeflow.tfjob_ps_placement", 3, r"^kubeflow\.tfjob_ps_placement: expected a mapping or null, got 3"),
-        ("kubeflow.tfjob_ps_placement", {"cpu_reqest": "2"}, r"^kubeflow\.tfjob_ps_placement\.cpu_reqest: unknown key"),
-        ("data.features.0.fill_value", "x", r"^data\.features\[0\]\.fill_value: expected a number or null, got 'x'"),
-        ("kubeflow.placements", {"Trainer": {"cpu_limt": "4"}}, r"^kubeflow\.placements\.Trainer\.cpu_limt: unknown key 'cpu_limt'; allowed keys: .*cpu_limit"),
-        ("kubeflow.placements", {"Trainer": {}}, r"^kubeflow\.placements\.Trainer: empty placement"),
-        ("kubeflow.placements", {"Trainer": {"node_selector": {"pool": "a"}, "tolerations": [{"key": ""}]}}, r"^kubeflow\.placements\.Trainer\.tolerations\[0\]\.key: expected a non-empty"),
+        (
+            "teacher.hidden_units",
+            64,
+            r"^teacher\.hidden_units: expected a list of an integer, got 64",
+        ),
+        (
+            "kubeflow.tfjob_ps_placement",
+            3,
+            r"^kubeflow\.tfjob_ps_placement: expected a mapping or null, got 3",
+        ),
+        (
+            "kubeflow.tfjob_ps_placement",
+            {"cpu_reqest": "2"},
+            r"^kubeflow\.tfjob_ps_placement\.cpu_reqest: unknown key",
+        ),
+        (
+            "data.features.0.fill_value",
+            "x",
+            r"^data\.features\[0\]\.fill_value: expected a number or null, got 'x'",
+        ),
+        (
+            "kubeflow.placements",
+            {"Trainer": {"cpu_limt": "4"}},
+            r"^kubeflow\.placements\.Trainer\.cpu_limt: unknown key 'cpu_limt'; allowed keys: .*cpu_limit",
+        ),
+        (
+            "kubeflow.placements",
+            {"Trainer": {}},
+            r"^kubeflow\.placements\.Trainer: empty placement",
+        ),
+        (
+            "kubeflow.placements",
+            {"Trainer": {"node_selector": {"pool": "a"}, "tolerations": [{"key": ""}]}},
+            r"^kubeflow\.placements\.Trainer\.tolerations\[0\]\.key: expected a non-empty",
+        ),
     ],
 )
 def test_types_are_strict_and_errors_name_the_field(path, value, match):
@@ -232,12 +311,27 @@ def test_a_config_that_is_not_a_mapping_is_rejected():
 @pytest.mark.parametrize(
     "derive, match",
     [
-        (lambda c: dataclasses.replace(c.train, learning_rate=-1.0), r"^train\.learning_rate: expected a number > 0"),
-        (lambda c: dataclasses.replace(c.ingestion, batch_size=True), r"^ingestion\.batch_size: expected an integer, got True"),
-        (lambda c: dataclasses.replace(c.data, features=c.data.features * 2), r"^data\.features\[\d+\]\.name: duplicate feature"),
-        (lambda c: dataclasses.replace(c.teacher, dropout=1.0), r"^dropout: expected a number in \[0, 1\)"),
+        (
+            lambda c: dataclasses.replace(c.train, learning_rate=-1.0),
+            r"^train\.learning_rate: expected a number > 0",
+        ),
+        (
+            lambda c: dataclasses.replace(c.ingestion, batch_size=True),
+            r"^ingestion\.batch_size: expected an integer, got True",
+        ),
+        (
+            lambda c: dataclasses.replace(c.data, features=c.data.features * 2),
+            r"^data\.features\[\d+\]\.name: duplicate feature",
+        ),
+        (
+            lambda c: dataclasses.replace(c.teacher, dropout=1.0),
+            r"^dropout: expected a number in \[0, 1\)",
+        ),
         (lambda c: dataclasses.replace(c, name="../x"), r"^name: expected letters, digits"),
-        (lambda c: dataclasses.replace(c, beam_args=("--password=hunter2",)), r"^beam_args\[0\]: looks like a credential"),
+        (
+            lambda c: dataclasses.replace(c, beam_args=("--password=hunter2",)),
+            r"^beam_args\[0\]: looks like a credential",
+        ),
     ],
 )
 def test_derived_configs_are_validated(taxi_config, derive, match):
@@ -273,7 +367,12 @@ def test_schema_accepts_every_shipped_config(schema_validator, path):
 
 @pytest.mark.parametrize(
     "path, value",
-    [("train.learning_rat", 0.1), ("kubeflow.placements", {"Trainer": {"gpu": 1}}), ("train.train_steps", "many"), ("ingestion.deterministic", 1)],
+    [
+        ("train.learning_rat", 0.1),
+        ("kubeflow.placements", {"Trainer": {"gpu": 1}}),
+        ("train.train_steps", "many"),
+        ("ingestion.deterministic", 1),
+    ],
 )
 def test_schema_rejects_unknown_keys_and_wrong_types(schema_validator, path, value):
     with pytest.raises(jsonschema.ValidationError):
@@ -282,9 +381,17 @@ def test_schema_rejects_unknown_keys_and_wrong_types(schema_validator, path, val
 
 def test_schema_describes_fields_from_the_attributes_docs():
     defs = json_schema()["$defs"]
-    assert defs["TrainConfig"]["properties"]["learning_rate"]["description"] == "Adam learning rate (the peak, with a schedule)."
-    assert defs["TrainConfig"]["description"] == "Optimisation settings shared by the teacher and the student."
-    assert defs["Placement"]["properties"]["cpu_limit"]["description"].startswith("CPU as a Kubernetes quantity")
+    assert (
+        defs["TrainConfig"]["properties"]["learning_rate"]["description"]
+        == "Adam learning rate (the peak, with a schedule)."
+    )
+    assert (
+        defs["TrainConfig"]["description"]
+        == "Optimisation settings shared by the teacher and the student."
+    )
+    assert defs["Placement"]["properties"]["cpu_limit"]["description"].startswith(
+        "CPU as a Kubernetes quantity"
+    )
     assert json_schema()["properties"]["kubeflow"]["description"] == "the sections above."
 
 
@@ -300,16 +407,42 @@ def _image_feature(**overrides):
     "edit, match",
     [
         # A shape whose product differs from the feature's size.
-        (lambda d: d["data"].update(features=[_image_feature(shape=[28, 27, 1])]), r"data\.features\[0\]\.shape: \[28, 27, 1\] holds 756 values but size is 784"),
-        (lambda d: d["data"].update(features=[_image_feature(shape=[784])]), r"data\.features\[0\]\.shape: expected \[height, width, channels\]"),
-        (lambda d: d["data"].update(features=[_image_feature(kind="int_categorical", size=1, shape=[1, 1, 1])]), r"data\.features\[0\]\.shape: an image shape needs a float feature"),
+        (
+            lambda d: d["data"].update(features=[_image_feature(shape=[28, 27, 1])]),
+            r"data\.features\[0\]\.shape: \[28, 27, 1\] holds 756 values but size is 784",
+        ),
+        (
+            lambda d: d["data"].update(features=[_image_feature(shape=[784])]),
+            r"data\.features\[0\]\.shape: expected \[height, width, channels\]",
+        ),
+        (
+            lambda d: d["data"].update(
+                features=[_image_feature(kind="int_categorical", size=1, shape=[1, 1, 1])]
+            ),
+            r"data\.features\[0\]\.shape: an image shape needs a float feature",
+        ),
         # A conv tower on data without an image-shaped feature.
-        (lambda d: d["data"].update(features=[_image_feature(shape=[])]), r"teacher\.conv: a conv tower needs an image-shaped feature"),
+        (
+            lambda d: d["data"].update(features=[_image_feature(shape=[])]),
+            r"teacher\.conv: a conv tower needs an image-shaped feature",
+        ),
         # Augmentation without an image to apply it to.
-        (lambda d: (d["data"].update(features=[_image_feature(shape=[])]), d.pop("teacher")), r"train\.augmentation: augmentation shifts and flips images"),
-        (lambda d: d["train"]["augmentation"].update(translate=-2), r"train\.augmentation\.translate: expected an integer >= 0"),
-        (lambda d: d["teacher"]["conv"].update(filters=[32, 0]), r"teacher\.conv\.filters\[1\]: expected an integer >= 1"),
-        (lambda d: d["teacher"]["conv"].update(dropout=1.0), r"teacher\.conv\.dropout: expected a number in \[0, 1\)"),
+        (
+            lambda d: (d["data"].update(features=[_image_feature(shape=[])]), d.pop("teacher")),
+            r"train\.augmentation: augmentation shifts and flips images",
+        ),
+        (
+            lambda d: d["train"]["augmentation"].update(translate=-2),
+            r"train\.augmentation\.translate: expected an integer >= 0",
+        ),
+        (
+            lambda d: d["teacher"]["conv"].update(filters=[32, 0]),
+            r"teacher\.conv\.filters\[1\]: expected an integer >= 1",
+        ),
+        (
+            lambda d: d["teacher"]["conv"].update(dropout=1.0),
+            r"teacher\.conv\.dropout: expected a number in \[0, 1\)",
+        ),
     ],
 )
 def test_image_feature_and_conv_tower_errors_name_the_field(edit, match):

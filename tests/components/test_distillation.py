@@ -86,7 +86,9 @@ def test_temperature_one_soft_loss_is_plain_kl(logits):
     labels, student, teacher = logits
     p, q = _np_softmax(teacher.astype(np.float64)), _np_softmax(student.astype(np.float64))
     kl = np.sum(p * np.log(p / q), axis=-1)
-    np.testing.assert_allclose(_losses(labels, student, teacher, 1.0, 1.0)[2], kl, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        _losses(labels, student, teacher, 1.0, 1.0)[2], kl, rtol=RTOL, atol=ATOL
+    )
 
 
 @pytest.mark.parametrize("temperature", [1.0, 3.0])
@@ -101,7 +103,10 @@ def test_binary_loss_matches_bernoulli_form(temperature):
     def sigmoid(x):
         return 1.0 / (1.0 + np.exp(-x))
 
-    ds, dt = (student[:, 1] - student[:, 0]).astype(np.float64), (teacher[:, 1] - teacher[:, 0]).astype(np.float64)
+    ds, dt = (
+        (student[:, 1] - student[:, 0]).astype(np.float64),
+        (teacher[:, 1] - teacher[:, 0]).astype(np.float64),
+    )
     hard = -np.log(np.where(labels == 1, sigmoid(ds), 1 - sigmoid(ds)))
     p, q = sigmoid(dt / temperature), sigmoid(ds / temperature)
     soft = temperature**2 * (p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q)))
@@ -145,7 +150,9 @@ def _mlp(name, hidden, dropout=0.0, seed=0, features=6, classes=3):
 
 def _data(n=64, features=6, classes=3, seed=3):
     rng = np.random.default_rng(seed)
-    return {"x": rng.normal(size=(n, features)).astype(np.float32)}, rng.integers(0, classes, size=n)
+    return {"x": rng.normal(size=(n, features)).astype(np.float32)}, rng.integers(
+        0, classes, size=n
+    )
 
 
 def test_distiller_teacher_targets_average_keras_teachers_in_inference_mode():
@@ -171,9 +178,13 @@ def test_training_step_changes_student_only():
     history = distiller.fit(x, y, batch_size=16, epochs=1, verbose=0)
     for before, after in zip(teacher_before, teacher.get_weights(), strict=True):
         np.testing.assert_array_equal(before, after)
-    assert all(not np.array_equal(b, a) for b, a in zip(student_before, student.get_weights(), strict=True))
+    assert all(
+        not np.array_equal(b, a) for b, a in zip(student_before, student.get_weights(), strict=True)
+    )
     # The optimizer keeps state for the student's variables only.
-    assert {id(v) for v in distiller.trainable_variables} == {id(v) for v in student.trainable_variables}
+    assert {id(v) for v in distiller.trainable_variables} == {
+        id(v) for v in student.trainable_variables
+    }
     assert len(distiller.optimizer.variables) == 1 + 2 * len(student.trainable_variables)
     assert {"loss", "hard_loss", "soft_loss", "accuracy"} <= set(history.history)
 
@@ -199,7 +210,9 @@ def test_reported_losses_are_the_batch_means():
     distiller.compile(optimizer=keras.optimizers.SGD(0.0))
     x, y = _data(n=32)
     result = distiller.evaluate(x, y, batch_size=32, return_dict=True, verbose=0)
-    want_total, want_hard, want_soft = _np_losses(y, student(x).numpy(), teacher(x).numpy(), 0.25, 3.0)
+    want_total, want_hard, want_soft = _np_losses(
+        y, student(x).numpy(), teacher(x).numpy(), 0.25, 3.0
+    )
     assert result["loss"] == pytest.approx(want_total.mean(), rel=1e-5)
     assert result["hard_loss"] == pytest.approx(want_hard.mean(), rel=1e-5)
     assert result["soft_loss"] == pytest.approx(want_soft.mean(), rel=1e-5)
@@ -212,7 +225,10 @@ def test_reported_losses_are_the_batch_means():
         ({"alpha": -0.1, "temperature": 2.0}, r"distillation\.alpha"),
         ({"alpha": 0.5, "temperature": 0.0}, r"distillation\.temperature: expected a number > 0"),
         ({"alpha": 0.5, "temperature": -1.0}, r"distillation\.temperature"),
-        ({"alpha": 0.5, "temperature": 2.0, "teacher_weights": [1.0, 2.0]}, r"distillation\.teacher_weights: expected 1 weights"),
+        (
+            {"alpha": 0.5, "temperature": 2.0, "teacher_weights": [1.0, 2.0]},
+            r"distillation\.teacher_weights: expected 1 weights",
+        ),
     ],
 )
 def test_bad_hyperparameters_are_rejected(kwargs, match):
@@ -252,10 +268,16 @@ def test_shipped_students_are_at_most_a_tenth_of_their_teachers(name):
     config = load_config(name)
     # Vocabulary sizes are only known after Transform; 200 ids per vocabulary
     # feature is above what the shipped taxi data produces.
-    cards = {f.name: (f.num_buckets + 1 if f.effective_transform == "identity" else f.num_buckets or 200) for f in config.data.features if f.is_categorical}
+    cards = {
+        f.name: (f.num_buckets + 1 if f.effective_transform == "identity" else f.num_buckets or 200)
+        for f in config.data.features
+        if f.is_categorical
+    }
     teacher = models.build_classifier(config.data, config.teacher, cards, "teacher")
     student = models.build_classifier(config.data, config.student, cards, "student")
-    assert distillation.count_params(student.trainable_weights) * 10 <= distillation.count_params(teacher.trainable_weights)
+    assert distillation.count_params(student.trainable_weights) * 10 <= distillation.count_params(
+        teacher.trainable_weights
+    )
 
 
 _MIRRORED_SCRIPT = textwrap.dedent(
@@ -309,10 +331,14 @@ def test_mirrored_two_replicas_match_one_device_at_same_global_batch():
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert results["mirrored"]["replicas"] == 2
-    for one, mirrored in zip(results["one"]["weights"], results["mirrored"]["weights"], strict=True):
+    for one, mirrored in zip(
+        results["one"]["weights"], results["mirrored"]["weights"], strict=True
+    ):
         np.testing.assert_allclose(np.array(mirrored), np.array(one), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(results["mirrored"]["loss"], results["one"]["loss"], rtol=1e-5)
-    np.testing.assert_allclose(results["mirrored"]["soft_loss"], results["one"]["soft_loss"], rtol=1e-5)
+    np.testing.assert_allclose(
+        results["mirrored"]["soft_loss"], results["one"]["soft_loss"], rtol=1e-5
+    )
 
 
 def _fit_weights(grad_accum_steps, cache=False, epochs=1):
@@ -334,7 +360,9 @@ def test_gradient_accumulation_matches_one_large_batch():
     accumulated, accumulated_history = _fit_weights(2)
     for a, b in zip(one, accumulated, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(accumulated_history["soft_loss"], one_history["soft_loss"], rtol=1e-5)
+    np.testing.assert_allclose(
+        accumulated_history["soft_loss"], one_history["soft_loss"], rtol=1e-5
+    )
 
 
 class _CountingTeacher:
@@ -350,7 +378,9 @@ class _CountingTeacher:
 
 def test_cached_targets_skip_teachers_for_seen_examples_only():
     teacher = _CountingTeacher(_mlp("teacher", 16, seed=1))
-    distiller = Distiller(_mlp("student", 4, seed=2), [teacher], alpha=0.5, temperature=2.0, cache_targets=True)
+    distiller = Distiller(
+        _mlp("student", 4, seed=2), [teacher], alpha=0.5, temperature=2.0, cache_targets=True
+    )
     x, _ = _data(n=16)
     first = distiller.teacher_targets(x).numpy()
     assert teacher.examples == 16

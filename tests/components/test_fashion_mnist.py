@@ -32,18 +32,25 @@ def test_write_fashion_mnist_keeps_the_official_splits_as_tf_examples(tiny_idx_d
     directory, expected = tiny_idx_dir
     out = write_fashion_mnist(str(tmp_path / "out"), source_dir=str(directory))
     for split in ("train", "eval"):
-        records = list(tf.data.TFRecordDataset(os.path.join(out, split, "data.tfrecord")).as_numpy_iterator())
+        records = list(
+            tf.data.TFRecordDataset(os.path.join(out, split, "data.tfrecord")).as_numpy_iterator()
+        )
         assert len(records) == len(expected[split][1])
         for record, image, label in zip(records, *expected[split], strict=True):
             feature = tf.train.Example.FromString(record).features.feature
-            np.testing.assert_allclose(feature["image"].float_list.value, image.reshape(-1) / 255.0, rtol=1e-6)
+            np.testing.assert_allclose(
+                feature["image"].float_list.value, image.reshape(-1) / 255.0, rtol=1e-6
+            )
             assert feature["label"].int64_list.value == [label]
 
 
 def test_missing_files_name_both_ways_to_get_them(tmp_path, monkeypatch):
     # Whatever this host has installed, search only empty places.
     monkeypatch.setattr(fashion_mnist, "DEBIAN_DIR", str(tmp_path / "debian"))
-    environ = {fashion_mnist.ENV_DIR: str(tmp_path / "nowhere"), "KERAS_HOME": str(tmp_path / "keras")}
+    environ = {
+        fashion_mnist.ENV_DIR: str(tmp_path / "nowhere"),
+        "KERAS_HOME": str(tmp_path / "keras"),
+    }
     with pytest.raises(fashion_mnist.FashionMnistMissing) as raised:
         fashion_mnist.find_dir(environ)
     message = str(raised.value)
@@ -71,7 +78,10 @@ def test_a_truncated_file_fails_naming_it(tiny_idx_dir):
         fashion_mnist.load_split("eval", str(directory))
 
 
-@pytest.mark.skipif(not os.path.isdir(fashion_mnist.DEBIAN_DIR), reason="dataset-fashion-mnist is not installed (make fashion-mnist)")
+@pytest.mark.skipif(
+    not os.path.isdir(fashion_mnist.DEBIAN_DIR),
+    reason="dataset-fashion-mnist is not installed (make fashion-mnist)",
+)
 def test_real_files_have_the_published_sizes():
     for split, size in fashion_mnist.SPLIT_SIZES.items():
         images, labels = fashion_mnist.load_split(split, fashion_mnist.DEBIAN_DIR)

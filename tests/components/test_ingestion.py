@@ -36,14 +36,18 @@ SPEC = {
 }
 NUM_EXAMPLES = 1000
 BATCH = 32
-CONFIG = IngestionConfig(batch_size=BATCH, eval_batch_size=BATCH, shuffle_buffer=200, deterministic=True)
+CONFIG = IngestionConfig(
+    batch_size=BATCH, eval_batch_size=BATCH, shuffle_buffer=200, deterministic=True
+)
 # Examples per record batch handed to the encoder, as TFT hands them over.
 CHUNK = 128
 
 
 def _column(values: np.ndarray, width: int) -> pa.Array:
     rows = len(values) // width
-    return pa.LargeListArray.from_arrays(pa.array(np.arange(0, rows * width + 1, width, dtype=np.int64)), pa.array(values))
+    return pa.LargeListArray.from_arrays(
+        pa.array(np.arange(0, rows * width + 1, width, dtype=np.int64)), pa.array(values)
+    )
 
 
 def _record_batches(n: int) -> list[pa.RecordBatch]:
@@ -63,7 +67,8 @@ def _record_batches(n: int) -> list[pa.RecordBatch]:
                     _column(vec[3 * s : 3 * e], 3),
                     _column(cat[s:e], 1),
                     pa.LargeListArray.from_arrays(
-                        pa.array(np.arange(e - s + 1, dtype=np.int64)), pa.array(list(tag[s:e]), pa.large_binary())
+                        pa.array(np.arange(e - s + 1, dtype=np.int64)),
+                        pa.array(list(tag[s:e]), pa.large_binary()),
                     ),
                     _column(label[s:e], 1),
                 ],
@@ -94,10 +99,14 @@ class Written:
         )
 
 
-def write(directory, *, pack: bool, compression: str, num_shards: int = 4, n: int = NUM_EXAMPLES) -> Written:
+def write(
+    directory, *, pack: bool, compression: str, num_shards: int = 4, n: int = NUM_EXAMPLES
+) -> Written:
     """Writes `n` examples as the tfxkit Transform encodes them; returns files and layout."""
     directory = str(directory)
-    settings = writer.OutputSettings(num_shards, compression, pack, os.path.join(directory, "staging"))
+    settings = writer.OutputSettings(
+        num_shards, compression, pack, os.path.join(directory, "staging")
+    )
     schema = schema_utils.schema_from_feature_spec(SPEC)
     packing = writer.plan_packing(schema, settings)
     encoder = writer.EncodeExamplesFn(schema, packing)
@@ -132,7 +141,8 @@ def _rows(features, label) -> list[tuple]:
     tag = np.asarray(features["tag"]).reshape(-1)
     label = np.asarray(label).reshape(-1)
     return [
-        (int(uid[i]), tuple(np.round(vec[i], 5)), int(cat[i]), bytes(tag[i]), int(label[i])) for i in range(len(uid))
+        (int(uid[i]), tuple(np.round(vec[i], 5)), int(cat[i]), bytes(tag[i]), int(label[i]))
+        for i in range(len(uid))
     ]
 
 
@@ -151,7 +161,9 @@ def stock_examples(written: Written) -> list[tuple]:
     schema = schema_utils.schema_from_feature_spec(SPEC)
     source = tfxio.TFExampleRecord(file_pattern=written.files, schema=schema)
     ds = source.TensorFlowDataset(
-        tfxio.TensorFlowDatasetOptions(batch_size=BATCH, num_epochs=1, shuffle=False, label_key=LABEL)
+        tfxio.TensorFlowDatasetOptions(
+            batch_size=BATCH, num_epochs=1, shuffle=False, label_key=LABEL
+        )
     )
     return take_examples(ds)
 
@@ -196,11 +208,17 @@ def test_layout_describes_the_files(packed):
 
 # Shards -> the sharding each worker count gets: by file with enough files
 # (an exact multiple, or two per worker), by record otherwise.
-POLICIES = {6: {1: "none", 2: "file", 3: "file"}, 1: {1: "none", 2: "data", 3: "data"}, 4: {2: "file", 3: "data"}}
+POLICIES = {
+    6: {1: "none", 2: "file", 3: "file"},
+    1: {1: "none", 2: "data", 3: "data"},
+    4: {2: "file", 3: "data"},
+}
 
 
 @pytest.mark.parametrize(
-    "num_shards,workers", [(s, w) for s, by_workers in POLICIES.items() for w in by_workers], ids=lambda v: str(v)
+    "num_shards,workers",
+    [(s, w) for s, by_workers in POLICIES.items() for w in by_workers],
+    ids=lambda v: str(v),
 )
 def test_workers_share_every_example_exactly_once(tmp_path, num_shards, workers):
     written = write(tmp_path, pack=True, compression="none", num_shards=num_shards, n=301)
@@ -208,10 +226,13 @@ def test_workers_share_every_example_exactly_once(tmp_path, num_shards, workers)
     shares = []
     for worker in range(workers):
         context = tf.distribute.InputContext(workers, worker, workers)
-        eval_share = take_examples(written.make(training=False, input_context=context, batch_size=BATCH * workers))
+        eval_share = take_examples(
+            written.make(training=False, input_context=context, batch_size=BATCH * workers)
+        )
         # The training stream's first epoch is exactly the same share.
         train_share = take_examples(
-            written.make(training=True, input_context=context, batch_size=BATCH * workers), len(eval_share)
+            written.make(training=True, input_context=context, batch_size=BATCH * workers),
+            len(eval_share),
         )
         assert sorted(train_share) == sorted(eval_share)
         shares.append(eval_share)
@@ -222,16 +243,24 @@ def test_workers_share_every_example_exactly_once(tmp_path, num_shards, workers)
 
 def test_cache_does_not_change_epoch_contents(packed):
     plain = take_examples(packed.make(training=True), 2 * NUM_EXAMPLES)
-    cached = take_examples(packed.make(dataclasses.replace(CONFIG, cache="memory"), training=True), 2 * NUM_EXAMPLES)
+    cached = take_examples(
+        packed.make(dataclasses.replace(CONFIG, cache="memory"), training=True), 2 * NUM_EXAMPLES
+    )
     for start in (0, NUM_EXAMPLES):
-        assert sorted(plain[start : start + NUM_EXAMPLES]) == sorted(cached[start : start + NUM_EXAMPLES])
+        assert sorted(plain[start : start + NUM_EXAMPLES]) == sorted(
+            cached[start : start + NUM_EXAMPLES]
+        )
         assert len(set(cached[start : start + NUM_EXAMPLES])) == NUM_EXAMPLES
 
 
 def test_file_cache_matches_memory_cache(packed, tmp_path):
     config = dataclasses.replace(CONFIG, cache="file", shuffle_buffer=0)
-    from_file = take_examples(packed.make(config, cache_path=str(tmp_path / "cache")), 2 * NUM_EXAMPLES)
-    in_memory = take_examples(packed.make(dataclasses.replace(config, cache="memory")), 2 * NUM_EXAMPLES)
+    from_file = take_examples(
+        packed.make(config, cache_path=str(tmp_path / "cache")), 2 * NUM_EXAMPLES
+    )
+    in_memory = take_examples(
+        packed.make(dataclasses.replace(config, cache="memory")), 2 * NUM_EXAMPLES
+    )
     assert from_file == in_memory
     assert tf.io.gfile.glob(str(tmp_path / "cache*"))
 
@@ -252,7 +281,11 @@ def test_shuffle_reorders_every_epoch(packed):
 def test_deterministic_without_shuffle_never_reorders(packed, cache):
     config = dataclasses.replace(CONFIG, shuffle_buffer=0, deterministic=True, cache=cache)
     stream = take_examples(packed.make(config, training=True), 3 * NUM_EXAMPLES)
-    assert stream[:NUM_EXAMPLES] == stream[NUM_EXAMPLES : 2 * NUM_EXAMPLES] == stream[2 * NUM_EXAMPLES :]
+    assert (
+        stream[:NUM_EXAMPLES]
+        == stream[NUM_EXAMPLES : 2 * NUM_EXAMPLES]
+        == stream[2 * NUM_EXAMPLES :]
+    )
     assert take_examples(packed.make(config, training=True), NUM_EXAMPLES) == stream[:NUM_EXAMPLES]
     assert stream[:NUM_EXAMPLES] == take_examples(packed.make(config, training=False))
 
@@ -298,7 +331,10 @@ def test_corrupt_shard_fails_naming_the_file(tmp_path, compression):
     _corrupt_middle(bad)
     # Found while reading (or, for gzip, already by the first-record check,
     # since zlib inflates a whole buffer): either way the file is named.
-    with pytest.raises((ingestion.IngestionError, tf.errors.InvalidArgumentError), match=rf"TFRecord shard.*{os.path.basename(bad)}.*corrupt, truncated or unreadable"):
+    with pytest.raises(
+        (ingestion.IngestionError, tf.errors.InvalidArgumentError),
+        match=rf"TFRecord shard.*{os.path.basename(bad)}.*corrupt, truncated or unreadable",
+    ):
         take_examples(written.make(training=False))
 
 
@@ -309,7 +345,10 @@ def test_shard_truncated_at_a_record_boundary_fails_before_reading(tmp_path):
     with tf.io.TFRecordWriter(bad) as w:
         for r in records[:-3]:
             w.write(r)
-    with pytest.raises(ingestion.IngestionError, match=rf"shard '.*{os.path.basename(bad)}' has \d+ bytes but the Transform wrote"):
+    with pytest.raises(
+        ingestion.IngestionError,
+        match=rf"shard '.*{os.path.basename(bad)}' has \d+ bytes but the Transform wrote",
+    ):
         written.make(training=False)
 
 
@@ -319,10 +358,19 @@ def test_truncated_shard_without_layout_fails_naming_the_file(tmp_path):
     data = open(bad, "rb").read()
     open(bad, "wb").write(data[: len(data) - 7])
     ds = ingestion.make_dataset(
-        written.files, written.layout.feature_spec(), LABEL, CONFIG, batch_size=BATCH, compression="none",
-        training=False, packing=written.layout.packing,
+        written.files,
+        written.layout.feature_spec(),
+        LABEL,
+        CONFIG,
+        batch_size=BATCH,
+        compression="none",
+        training=False,
+        packing=written.layout.packing,
     )
-    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"TFRecord shard.*{os.path.basename(bad)}.*corrupt, truncated or unreadable"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=rf"TFRecord shard.*{os.path.basename(bad)}.*corrupt, truncated or unreadable",
+    ):
         take_examples(ds)
 
 
@@ -332,11 +380,23 @@ def test_shard_missing_the_packed_feature_names_file_and_feature(tmp_path):
     # One shard replaced by an unpacked one (and its stats, so only the format differs).
     bad = packed.files[3]
     tf.io.gfile.copy(unpacked.files[3], bad, overwrite=True)
-    stats = dict(packed.layout.shard_stats(), **{bad: unpacked.layout.shard_stats()[unpacked.files[3]]})
-    with pytest.raises(ingestion.IngestionError, match=rf"packed feature 'packed_features' is missing from '.*{os.path.basename(bad)}'"):
+    stats = dict(
+        packed.layout.shard_stats(), **{bad: unpacked.layout.shard_stats()[unpacked.files[3]]}
+    )
+    with pytest.raises(
+        ingestion.IngestionError,
+        match=rf"packed feature 'packed_features' is missing from '.*{os.path.basename(bad)}'",
+    ):
         ingestion.make_dataset(
-            packed.files, packed.layout.feature_spec(), LABEL, CONFIG, batch_size=BATCH, compression="none",
-            training=True, packing=packed.layout.packing, shard_stats=stats,
+            packed.files,
+            packed.layout.feature_spec(),
+            LABEL,
+            CONFIG,
+            batch_size=BATCH,
+            compression="none",
+            training=True,
+            packing=packed.layout.packing,
+            shard_stats=stats,
         )
 
 
@@ -350,54 +410,119 @@ def test_record_missing_the_packed_feature_mid_file_names_file_and_feature(tmp_p
         for r in records:
             w.write(r)
     ds = ingestion.make_dataset(
-        packed.files, packed.layout.feature_spec(), LABEL, CONFIG, batch_size=BATCH, compression="none",
-        training=False, packing=packed.layout.packing,
+        packed.files,
+        packed.layout.feature_spec(),
+        LABEL,
+        CONFIG,
+        batch_size=BATCH,
+        compression="none",
+        training=False,
+        packing=packed.layout.packing,
     )
-    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"Name: .*{os.path.basename(bad)}, Feature: packed_features"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=rf"Name: .*{os.path.basename(bad)}, Feature: packed_features",
+    ):
         take_examples(ds)
 
 
 @pytest.mark.parametrize(
     "feature,wrong,message",
     [
-        ("vec", tf.io.FixedLenFeature([4], tf.float32), r"feature 'vec' in '.*' has 3 values but the parse spec expects 4"),
-        ("cat", tf.io.FixedLenFeature([1], tf.float32), r"feature 'cat' in '.*' holds a int64_list but the parse spec expects float32"),
-        ("extra", tf.io.FixedLenFeature([1], tf.float32), r"feature 'extra' of the parse spec is missing from '.*'"),
+        (
+            "vec",
+            tf.io.FixedLenFeature([4], tf.float32),
+            r"feature 'vec' in '.*' has 3 values but the parse spec expects 4",
+        ),
+        (
+            "cat",
+            tf.io.FixedLenFeature([1], tf.float32),
+            r"feature 'cat' in '.*' holds a int64_list but the parse spec expects float32",
+        ),
+        (
+            "extra",
+            tf.io.FixedLenFeature([1], tf.float32),
+            r"feature 'extra' of the parse spec is missing from '.*'",
+        ),
     ],
 )
-def test_parse_spec_disagreeing_with_files_names_file_and_feature(tmp_path, feature, wrong, message):
+def test_parse_spec_disagreeing_with_files_names_file_and_feature(
+    tmp_path, feature, wrong, message
+):
     written = write(tmp_path, pack=False, compression="none", n=50)
     spec = dict(written.layout.feature_spec(), **{feature: wrong})
     with pytest.raises(ingestion.IngestionError, match=message + r".*re-run the Transform"):
         ingestion.make_dataset(
-            written.files, spec, LABEL, CONFIG, batch_size=BATCH, compression="none", training=False,
+            written.files,
+            spec,
+            LABEL,
+            CONFIG,
+            batch_size=BATCH,
+            compression="none",
+            training=False,
             shard_stats=written.layout.shard_stats(),
         )
 
 
 def test_unrecorded_and_missing_shards_are_named(packed, tmp_path):
     stray = str(tmp_path / "Split-train" / "stray.tfrecord")
-    with pytest.raises(ingestion.IngestionError, match=r"'.*stray\.tfrecord' is not among the 4 shards the Transform recorded"):
+    with pytest.raises(
+        ingestion.IngestionError,
+        match=r"'.*stray\.tfrecord' is not among the 4 shards the Transform recorded",
+    ):
         ingestion.make_dataset(
-            packed.files + [stray], packed.layout.feature_spec(), LABEL, CONFIG, batch_size=BATCH,
-            compression="none", training=False, packing=packed.layout.packing, shard_stats=packed.layout.shard_stats(),
+            packed.files + [stray],
+            packed.layout.feature_spec(),
+            LABEL,
+            CONFIG,
+            batch_size=BATCH,
+            compression="none",
+            training=False,
+            packing=packed.layout.packing,
+            shard_stats=packed.layout.shard_stats(),
         )
-    with pytest.raises(transform_layout.LayoutError, match=r"'.*stray\.tfrecord' is not among the 4 shards"):
+    with pytest.raises(
+        transform_layout.LayoutError, match=r"'.*stray\.tfrecord' is not among the 4 shards"
+    ):
         packed.layout.check_listed(packed.files + [stray])
-    with pytest.raises(transform_layout.LayoutError, match=rf"shard '.*{os.path.basename(packed.files[2])}' .* is missing"):
+    with pytest.raises(
+        transform_layout.LayoutError,
+        match=rf"shard '.*{os.path.basename(packed.files[2])}' .* is missing",
+    ):
         packed.layout.check_listed(packed.files[:2] + packed.files[3:])
 
 
 def test_bad_arguments_name_the_field(packed):
-    with pytest.raises(ingestion.IngestionError, match=r"transform\.compression: expected 'gzip' or 'none'"):
-        ingestion.make_dataset(packed.files, packed.layout.feature_spec(), LABEL, CONFIG, batch_size=8, compression="zip", training=False)
-    with pytest.raises(ingestion.IngestionError, match=r"ingestion\.cache: 'file' needs a cache path"):
-        packed.make(dataclasses.replace(CONFIG, cache="file"))
-    with pytest.raises(ingestion.IngestionError, match=r"label 'nope' is not among the parsed features"):
+    with pytest.raises(
+        ingestion.IngestionError, match=r"transform\.compression: expected 'gzip' or 'none'"
+    ):
         ingestion.make_dataset(
-            packed.files, packed.layout.feature_spec(), "nope", CONFIG, batch_size=8, compression="none",
-            training=False, packing=packed.layout.packing,
+            packed.files,
+            packed.layout.feature_spec(),
+            LABEL,
+            CONFIG,
+            batch_size=8,
+            compression="zip",
+            training=False,
+        )
+    with pytest.raises(
+        ingestion.IngestionError, match=r"ingestion\.cache: 'file' needs a cache path"
+    ):
+        packed.make(dataclasses.replace(CONFIG, cache="file"))
+    with pytest.raises(
+        ingestion.IngestionError, match=r"label 'nope' is not among the parsed features"
+    ):
+        ingestion.make_dataset(
+            packed.files,
+            packed.layout.feature_spec(),
+            "nope",
+            CONFIG,
+            batch_size=8,
+            compression="none",
+            training=False,
+            packing=packed.layout.packing,
         )
     with pytest.raises(ingestion.IngestionError, match=r"no input files"):
-        ingestion.make_dataset([], {}, LABEL, CONFIG, batch_size=8, compression="none", training=False)
-
+        ingestion.make_dataset(
+            [], {}, LABEL, CONFIG, batch_size=8, compression="none", training=False
+        )

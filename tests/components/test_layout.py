@@ -50,7 +50,10 @@ def packed(tmp_path_factory) -> Written:
     directory = tmp_path_factory.mktemp("packed")
     packing = layout.plan_packing(SPEC)
     suffix = layout.shard_suffix("none")
-    files = [str(directory / f"transformed_examples-{i:05d}-of-{NUM_SHARDS:05d}{suffix}") for i in range(NUM_SHARDS)]
+    files = [
+        str(directory / f"transformed_examples-{i:05d}-of-{NUM_SHARDS:05d}{suffix}")
+        for i in range(NUM_SHARDS)
+    ]
     writers = [tf.io.TFRecordWriter(f) for f in files]
     for i in range(NUM_EXAMPLES):
         writers[i % NUM_SHARDS].write(_example(i, packing))
@@ -69,7 +72,9 @@ def packed(tmp_path_factory) -> Written:
 def test_written_shards_parse_with_the_recorded_spec(packed):
     spec = packed.layout.feature_spec()
     assert set(spec) == {layout.PACKED_FEATURE, "tag"}
-    parsed = tf.io.parse_example(next(iter(tf.data.TFRecordDataset(packed.files[1]).batch(NUM_EXAMPLES))), spec)
+    parsed = tf.io.parse_example(
+        next(iter(tf.data.TFRecordDataset(packed.files[1]).batch(NUM_EXAMPLES))), spec
+    )
     out = packed.layout.packing.unpack(parsed[layout.PACKED_FEATURE])
     np.testing.assert_array_equal(out["x"][0], [1.0, -1.0])
     assert out["y"].dtype == tf.int64 and out["y"].shape == (NUM_EXAMPLES // NUM_SHARDS,)
@@ -90,13 +95,18 @@ def test_default_shard_count(workers, expected):
 def test_scan_shard_counts_records_and_bytes(packed):
     stats = layout.scan_shard(packed.files[0], "none")
     assert stats == packed.layout.shard_stats()[packed.files[0]]
-    assert stats.records == NUM_EXAMPLES // 4 and stats.raw_bytes == stats.file_bytes == os.path.getsize(packed.files[0])
+    assert (
+        stats.records == NUM_EXAMPLES // 4
+        and stats.raw_bytes == stats.file_bytes == os.path.getsize(packed.files[0])
+    )
 
 
 def test_compression_names_the_field():
     assert (layout.compression_type("gzip"), layout.compression_type("none")) == ("GZIP", "")
     assert (layout.shard_suffix("gzip"), layout.shard_suffix("none")) == (".gz", ".tfrecord")
-    with pytest.raises(layout.IngestionError, match=r"transform\.compression: expected 'gzip' or 'none', got 'zip'"):
+    with pytest.raises(
+        layout.IngestionError, match=r"transform\.compression: expected 'gzip' or 'none', got 'zip'"
+    ):
         layout.compression_type("zip")
 
 
@@ -105,10 +115,18 @@ def test_check_shards_names_an_unrecorded_or_resized_file(packed, tmp_path):
     assert layout.check_shards(packed.files, recorded) == [recorded[f] for f in packed.files]
     stray = str(tmp_path / "stray.tfrecord")
     tf.io.gfile.copy(packed.files[0], stray)
-    with pytest.raises(layout.LayoutError, match=r"'.*stray\.tfrecord' is not among the 4 shards the Transform recorded"):
+    with pytest.raises(
+        layout.LayoutError,
+        match=r"'.*stray\.tfrecord' is not among the 4 shards the Transform recorded",
+    ):
         layout.check_shards([*packed.files, stray], recorded)
-    resized = dict(recorded, **{stray: dataclasses.replace(recorded[packed.files[0]], file_bytes=1)})
-    with pytest.raises(layout.LayoutError, match=r"shard '.*stray\.tfrecord' has \d+ bytes but the Transform wrote 1"):
+    resized = dict(
+        recorded, **{stray: dataclasses.replace(recorded[packed.files[0]], file_bytes=1)}
+    )
+    with pytest.raises(
+        layout.LayoutError,
+        match=r"shard '.*stray\.tfrecord' has \d+ bytes but the Transform wrote 1",
+    ):
         layout.check_shards([stray], resized)
     # Readers catch the contract's errors as theirs.
     assert issubclass(layout.LayoutError, layout.IngestionError)
@@ -121,7 +139,9 @@ def test_check_shards_names_an_unrecorded_or_resized_file(packed, tmp_path):
 
 def _list_column(values, width=1):
     values = np.asarray(values)
-    return pa.LargeListArray.from_arrays(pa.array(np.arange(0, len(values) + 1, width, dtype=np.int64)), pa.array(values))
+    return pa.LargeListArray.from_arrays(
+        pa.array(np.arange(0, len(values) + 1, width, dtype=np.int64)), pa.array(values)
+    )
 
 
 def test_pack_record_batch_round_trips_through_unpack():
@@ -138,7 +158,9 @@ def test_pack_record_batch_round_trips_through_unpack():
             _list_column(np.array([1.5, 2.5, 3.5, 4.5], np.float32), 2),
             _list_column(np.array([7, 16_000_000], np.int64)),
             _list_column(np.array([0, 1], np.int64)),
-            pa.LargeListArray.from_arrays(pa.array([0, 1, 2], pa.int64()), pa.array([b"x", b"z"], pa.large_binary())),
+            pa.LargeListArray.from_arrays(
+                pa.array([0, 1, 2], pa.int64()), pa.array([b"x", b"z"], pa.large_binary())
+            ),
         ],
         ["a", "b", "y", "s"],
     )
@@ -153,20 +175,32 @@ def test_pack_record_batch_round_trips_through_unpack():
 
 def test_packing_refuses_ids_float32_cannot_hold():
     packing = layout.plan_packing({"big_id": tf.io.FixedLenFeature([1], tf.int64)})
-    batch = pa.RecordBatch.from_arrays([_list_column(np.array([1, 2**24 + 1], np.int64))], ["big_id"])
-    with pytest.raises(ValueError, match=r"transform\.pack_features: feature 'big_id' has integer values beyond 16777216"):
+    batch = pa.RecordBatch.from_arrays(
+        [_list_column(np.array([1, 2**24 + 1], np.int64))], ["big_id"]
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"transform\.pack_features: feature 'big_id' has integer values beyond 16777216",
+    ):
         layout.pack_record_batch(batch, packing)
 
 
 def test_packing_refuses_a_feature_with_missing_values():
     packing = layout.plan_packing({"x": tf.io.FixedLenFeature([1], tf.float32)})
-    column = pa.LargeListArray.from_arrays(pa.array([0, 1, 1], pa.int64()), pa.array([1.0], pa.float32()))
-    with pytest.raises(ValueError, match=r"transform\.pack_features: feature 'x' does not have exactly 1 value"):
+    column = pa.LargeListArray.from_arrays(
+        pa.array([0, 1, 1], pa.int64()), pa.array([1.0], pa.float32())
+    )
+    with pytest.raises(
+        ValueError, match=r"transform\.pack_features: feature 'x' does not have exactly 1 value"
+    ):
         layout.pack_record_batch(pa.RecordBatch.from_arrays([column], ["x"]), packing)
 
 
 def test_packed_name_clash_is_refused():
-    with pytest.raises(layout.LayoutError, match=r"transform\.pack_features: a transformed feature is already named"):
+    with pytest.raises(
+        layout.LayoutError,
+        match=r"transform\.pack_features: a transformed feature is already named",
+    ):
         layout.plan_packing({layout.PACKED_FEATURE: tf.io.FixedLenFeature([1], tf.float32)})
 
 
@@ -183,7 +217,9 @@ def test_layout_record_round_trips_and_rejects_bad_records(packed, tmp_path):
     assert layout.Layout.from_json(record.to_json()) == record
     assert layout.read_layout(str(tmp_path)) is None
     (tmp_path / layout.LAYOUT_FILE).write_text(json.dumps({"format": "other", "version": 1}))
-    with pytest.raises(layout.LayoutError, match=r"layout: .*tfxkit_layout\.json is format 'other'"):
+    with pytest.raises(
+        layout.LayoutError, match=r"layout: .*tfxkit_layout\.json is format 'other'"
+    ):
         layout.read_layout(str(tmp_path))
     broken = json.loads(record.to_json())
     del broken["files"]
@@ -194,9 +230,15 @@ def test_layout_record_round_trips_and_rejects_bad_records(packed, tmp_path):
 
 def test_spec_json_defers_unsupported_kinds_to_the_transform_graph():
     sparse = tf.io.SparseFeature("i", "v", tf.float32, 10)
-    spec = {"d": tf.io.FixedLenFeature([2], tf.int64), "v": tf.io.VarLenFeature(tf.string), "s": sparse}
+    spec = {
+        "d": tf.io.FixedLenFeature([2], tf.int64),
+        "v": tf.io.VarLenFeature(tf.string),
+        "s": sparse,
+    }
     data = layout.spec_to_json(spec)
     assert data["s"] == {"kind": "transform_graph"}
     assert layout.spec_from_json(data, spec) == spec
-    with pytest.raises(layout.LayoutError, match=r"feature 's' is described by the transform graph"):
+    with pytest.raises(
+        layout.LayoutError, match=r"feature 's' is described by the transform graph"
+    ):
         layout.spec_from_json(data)

@@ -42,7 +42,10 @@ def test_no_tf_config_means_no_cluster(text):
 
 def test_worker_zero_is_chief_without_a_chief_task():
     workers = {"worker": WORKERS}
-    first, second = parse_tf_config(tf_config(workers, "worker", 0)), parse_tf_config(tf_config(workers, "worker", 1))
+    first, second = (
+        parse_tf_config(tf_config(workers, "worker", 0)),
+        parse_tf_config(tf_config(workers, "worker", 1)),
+    )
     assert first.is_chief and not second.is_chief
     assert first.num_workers == 2 and not first.has_ps
 
@@ -77,16 +80,36 @@ def test_parameter_server_cluster_parses():
         ("[1, 2]", "TF_CONFIG:", "expected a JSON object"),
         (tf_config({"worker": WORKERS}, "worker", 2), "TF_CONFIG.task.index:", "out of range"),
         (tf_config({"worker": WORKERS}, "worker", -1), "TF_CONFIG.task.index:", ">= 0"),
-        (tf_config({"worker": WORKERS}, "master"), "TF_CONFIG.task.type:", "unknown task type 'master'"),
+        (
+            tf_config({"worker": WORKERS}, "master"),
+            "TF_CONFIG.task.type:",
+            "unknown task type 'master'",
+        ),
         (tf_config({"worker": WORKERS}, "chief"), "TF_CONFIG.task.type:", "has no tasks"),
-        (tf_config({"worker": WORKERS, "ps": ["localhost:2003"]}, "worker"), "TF_CONFIG.cluster.chief:", "needs a 'chief' task"),
-        (tf_config({"chief": ["localhost:1"], "ps": ["localhost:2003"]}, "chief"), "TF_CONFIG.cluster.worker:", "at least one 'worker'"),
-        (tf_config({"worker": ["localhost"]}, "worker"), "TF_CONFIG.cluster.worker[0]:", "'host:port'"),
+        (
+            tf_config({"worker": WORKERS, "ps": ["localhost:2003"]}, "worker"),
+            "TF_CONFIG.cluster.chief:",
+            "needs a 'chief' task",
+        ),
+        (
+            tf_config({"chief": ["localhost:1"], "ps": ["localhost:2003"]}, "chief"),
+            "TF_CONFIG.cluster.worker:",
+            "at least one 'worker'",
+        ),
+        (
+            tf_config({"worker": ["localhost"]}, "worker"),
+            "TF_CONFIG.cluster.worker[0]:",
+            "'host:port'",
+        ),
         (tf_config({"trainer": WORKERS}, "worker"), "TF_CONFIG.cluster.trainer:", "unknown job"),
         (tf_config({"worker": []}, "worker"), "TF_CONFIG.cluster.worker:", "non-empty list"),
         (tf_config({"chief": WORKERS}, "chief"), "TF_CONFIG.cluster.chief:", "at most one chief"),
         (json.dumps({"cluster": {"worker": WORKERS}}), "TF_CONFIG.task:", "'type' and 'index'"),
-        (json.dumps({"cluster": {"worker": WORKERS}, "task": {"type": "worker"}, "extra": 1}), "TF_CONFIG.extra:", "unknown key"),
+        (
+            json.dumps({"cluster": {"worker": WORKERS}, "task": {"type": "worker"}, "extra": 1}),
+            "TF_CONFIG.extra:",
+            "unknown key",
+        ),
     ],
 )
 def test_malformed_tf_config_is_rejected_precisely(text, field, hint):
@@ -117,7 +140,9 @@ def strategy_config(**fields):
 
 
 def resolve(tf_config_text=None, gpus=0, tpu=False, **config):
-    return resolve_kind(strategy_config(**config), parse_tf_config(tf_config_text), gpus, tpu_available=tpu)
+    return resolve_kind(
+        strategy_config(**config), parse_tf_config(tf_config_text), gpus, tpu_available=tpu
+    )
 
 
 @pytest.mark.parametrize(
@@ -129,18 +154,36 @@ def resolve(tf_config_text=None, gpus=0, tpu=False, **config):
         (None, 4, False, {}, "mirrored", "trainer"),
         (None, 0, False, {"num_cpu_devices": 2}, "mirrored", "trainer"),
         (tf_config({"worker": WORKERS[:1]}, "worker"), 0, False, {}, "one_device", "trainer"),
-        (tf_config({"worker": WORKERS}, "worker", 1), 0, False, {}, "multi_worker_mirrored", "trainer"),
-        (tf_config({"chief": ["localhost:2000"], "worker": WORKERS[:1]}, "chief"), 0, False, {}, "multi_worker_mirrored", "trainer"),
+        (
+            tf_config({"worker": WORKERS}, "worker", 1),
+            0,
+            False,
+            {},
+            "multi_worker_mirrored",
+            "trainer",
+        ),
+        (
+            tf_config({"chief": ["localhost:2000"], "worker": WORKERS[:1]}, "chief"),
+            0,
+            False,
+            {},
+            "multi_worker_mirrored",
+            "trainer",
+        ),
         (tf_config(PS_CLUSTER, "chief"), 0, False, {}, "parameter_server", "trainer"),
         (tf_config(PS_CLUSTER, "worker", 1), 0, False, {}, "parameter_server", "server"),
         (tf_config(PS_CLUSTER, "ps"), 0, False, {}, "parameter_server", "server"),
         (tf_config({"worker": WORKERS}, "evaluator"), 0, False, {}, "one_device", "evaluator"),
     ],
 )
-def test_auto_picks_the_strategy_for_each_cluster_shape(tf_config_text, gpus, tpu, extra, kind, role):
+def test_auto_picks_the_strategy_for_each_cluster_shape(
+    tf_config_text, gpus, tpu, extra, kind, role
+):
     resolution = resolve(tf_config_text, gpus, tpu, kind="auto", **extra)
     assert (resolution.kind, resolution.role) == (kind, role)
-    expected_reason = "this task is the TF_CONFIG evaluator" if role == "evaluator" else "strategy.kind is 'auto'"
+    expected_reason = (
+        "this task is the TF_CONFIG evaluator" if role == "evaluator" else "strategy.kind is 'auto'"
+    )
     assert resolution.reason.startswith(expected_reason)
 
 
@@ -155,10 +198,30 @@ def test_explicit_kind_is_kept_and_explained():
     [
         (None, {"kind": "bogus"}, "strategy.kind:", "unknown strategy kind 'bogus'"),
         (None, {"kind": "parameter_server"}, "strategy.kind:", "needs a cluster"),
-        (tf_config({"worker": WORKERS}, "worker"), {"kind": "mirrored"}, "strategy.kind:", "trains on one machine"),
-        (tf_config(PS_CLUSTER, "chief"), {"kind": "multi_worker_mirrored", "workers": 2}, "strategy.kind:", "takes no parameter servers"),
-        (tf_config({"worker": WORKERS}, "worker"), {"kind": "multi_worker_mirrored", "workers": 3}, "strategy.workers:", "set strategy.workers: 2"),
-        (tf_config(PS_CLUSTER, "chief"), {"kind": "parameter_server", "workers": 2, "parameter_servers": 2}, "strategy.parameter_servers:", "set strategy.parameter_servers: 1"),
+        (
+            tf_config({"worker": WORKERS}, "worker"),
+            {"kind": "mirrored"},
+            "strategy.kind:",
+            "trains on one machine",
+        ),
+        (
+            tf_config(PS_CLUSTER, "chief"),
+            {"kind": "multi_worker_mirrored", "workers": 2},
+            "strategy.kind:",
+            "takes no parameter servers",
+        ),
+        (
+            tf_config({"worker": WORKERS}, "worker"),
+            {"kind": "multi_worker_mirrored", "workers": 3},
+            "strategy.workers:",
+            "set strategy.workers: 2",
+        ),
+        (
+            tf_config(PS_CLUSTER, "chief"),
+            {"kind": "parameter_server", "workers": 2, "parameter_servers": 2},
+            "strategy.parameter_servers:",
+            "set strategy.parameter_servers: 1",
+        ),
     ],
 )
 def test_contradictory_kind_and_cluster_are_rejected(tf_config_text, config, field, hint):
@@ -171,14 +234,19 @@ def test_contradictory_kind_and_cluster_are_rejected(tf_config_text, config, fie
 def test_batch_sizes_must_split_over_replicas():
     strategies.check_batch_sizes(64, 32, 4, "mirrored")
     strategies.check_batch_sizes(33, 7, 1, "one_device")
-    with pytest.raises(StrategyError, match=r"^ingestion\.batch_size: 30 does not split evenly over the 4 replicas .*multiple of 4 \(e\.g\. 32\)"):
+    with pytest.raises(
+        StrategyError,
+        match=r"^ingestion\.batch_size: 30 does not split evenly over the 4 replicas .*multiple of 4 \(e\.g\. 32\)",
+    ):
         strategies.check_batch_sizes(30, 32, 4, "mirrored")
     with pytest.raises(StrategyError, match=r"^ingestion\.eval_batch_size: 9 "):
         strategies.check_batch_sizes(32, 9, 2, "multi_worker_mirrored")
 
 
 def test_communication_options_come_from_config():
-    options = strategies.communication_options(StrategyConfig(communication="ring", all_reduce_pack_bytes=1 << 20))
+    options = strategies.communication_options(
+        StrategyConfig(communication="ring", all_reduce_pack_bytes=1 << 20)
+    )
     assert options.implementation == tf.distribute.experimental.CommunicationImplementation.RING
     assert options.bytes_per_pack == 1 << 20
 
@@ -202,8 +270,12 @@ def test_auto_without_cluster_or_devices_is_one_device():
 
 
 def test_the_same_setup_reuses_the_process_strategy():
-    first = strategies.create_strategy(StrategyConfig(kind="one_device", steps_per_execution=1), environ={})
-    second = strategies.create_strategy(StrategyConfig(kind="one_device", steps_per_execution=4), environ={})
+    first = strategies.create_strategy(
+        StrategyConfig(kind="one_device", steps_per_execution=1), environ={}
+    )
+    second = strategies.create_strategy(
+        StrategyConfig(kind="one_device", steps_per_execution=4), environ={}
+    )
     assert first.strategy is second.strategy
 
 
@@ -215,17 +287,27 @@ def test_evaluator_task_trains_nothing():
 
 def test_parameter_server_workers_and_ps_get_no_strategy():
     environ = {"TF_CONFIG": tf_config(PS_CLUSTER, "worker", 1)}
-    choice = strategies.create_strategy(StrategyConfig(kind="parameter_server", workers=2, parameter_servers=1), environ=environ)
+    choice = strategies.create_strategy(
+        StrategyConfig(kind="parameter_server", workers=2, parameter_servers=1), environ=environ
+    )
     assert choice.role == "server" and choice.strategy is None and not choice.is_chief
 
 
 def test_unknown_kind_fails_in_the_factory_and_in_yaml():
-    with pytest.raises(StrategyError, match=r"^strategy\.kind: unknown strategy kind 'gpu_cluster'; expected one of"):
+    with pytest.raises(
+        StrategyError,
+        match=r"^strategy\.kind: unknown strategy kind 'gpu_cluster'; expected one of",
+    ):
         strategies.create_strategy(strategy_config(kind="gpu_cluster"), environ={})
     with pytest.raises(ConfigError, match=r"^strategy\.kind: expected one of"):
         StrategyConfig(kind="gpu_cluster")
     with pytest.raises(ConfigError, match=r"^strategy\.kind: expected one of"):
-        from_dict({"data": {"builtin": "taxi", "features": [{"name": "fare", "kind": "float"}]}, "strategy": {"kind": "gpu_cluster"}})
+        from_dict(
+            {
+                "data": {"builtin": "taxi", "features": [{"name": "fare", "kind": "float"}]},
+                "strategy": {"kind": "gpu_cluster"},
+            }
+        )
 
 
 def test_tpu_requested_without_a_tpu_fails_with_the_fix():
@@ -237,7 +319,10 @@ def test_tpu_requested_without_a_tpu_fails_with_the_fix():
 
 
 def test_more_gpus_than_visible_fails_with_the_fix():
-    with pytest.raises(StrategyError, match=r"^strategy\.num_gpus: 2 GPU\(s\) requested but 0 visible; lower strategy\.num_gpus"):
+    with pytest.raises(
+        StrategyError,
+        match=r"^strategy\.num_gpus: 2 GPU\(s\) requested but 0 visible; lower strategy\.num_gpus",
+    ):
         strategies.create_strategy(StrategyConfig(kind="mirrored", num_gpus=2), environ={})
 
 
@@ -248,31 +333,45 @@ def test_nccl_without_gpus_fails():
 
 def test_logical_cpus_after_tensorflow_started_fail_with_the_fix():
     tf.constant(1.0)  # this process's runtime is initialised with one CPU device
-    with pytest.raises(StrategyError, match=r"^strategy\.num_cpu_devices: asked for 3 logical CPU devices, but TensorFlow already initialised with 1"):
+    with pytest.raises(
+        StrategyError,
+        match=r"^strategy\.num_cpu_devices: asked for 3 logical CPU devices, but TensorFlow already initialised with 1",
+    ):
         strategies.create_strategy(StrategyConfig(kind="mirrored", num_cpu_devices=3), environ={})
 
 
 def test_malformed_tf_config_from_the_environment_fails_before_any_strategy():
     with pytest.raises(StrategyError, match=r"^TF_CONFIG: is not valid JSON"):
-        strategies.create_strategy(StrategyConfig(kind="auto"), environ={"TF_CONFIG": "{cluster: x"})
+        strategies.create_strategy(
+            StrategyConfig(kind="auto"), environ={"TF_CONFIG": "{cluster: x"}
+        )
 
 
 @pytest.mark.parametrize(
     "strategy, field",
     [
-        ({"kind": "one_device", "num_gpus": 2}, "strategy.num_gpus: kind 'one_device' uses one device"),
+        (
+            {"kind": "one_device", "num_gpus": 2},
+            "strategy.num_gpus: kind 'one_device' uses one device",
+        ),
         ({"kind": "tpu", "communication": "nccl"}, "strategy.communication: 'nccl' is for GPUs"),
         ({"steps_per_execution": 0}, "strategy.steps_per_execution: expected an integer >= 1"),
     ],
 )
 def test_strategy_section_is_validated_when_the_config_loads(strategy, field):
-    data = {"data": {"builtin": "taxi", "features": [{"name": "fare", "kind": "float"}]}, "strategy": strategy}
+    data = {
+        "data": {"builtin": "taxi", "features": [{"name": "fare", "kind": "float"}]},
+        "strategy": strategy,
+    }
     with pytest.raises(ConfigError) as err:
         from_dict(data)
     assert str(err.value).startswith(field), err.value
 
 
 def test_accumulation_steps_below_one_are_rejected_when_the_config_loads():
-    data = {"data": {"builtin": "taxi", "features": [{"name": "fare", "kind": "float"}]}, "train": {"grad_accum_steps": 0}}
+    data = {
+        "data": {"builtin": "taxi", "features": [{"name": "fare", "kind": "float"}]},
+        "train": {"grad_accum_steps": 0},
+    }
     with pytest.raises(ConfigError, match=r"^train\.grad_accum_steps: expected an integer >= 1"):
         from_dict(data)

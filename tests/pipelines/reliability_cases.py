@@ -79,10 +79,14 @@ def write_csv(path: str, fields: list[str], rows: list[dict[str, str]]) -> str:
 
 
 def with_data(config: PipelineConfig, path: str, fmt: str = "csv") -> PipelineConfig:
-    return dataclasses.replace(config, data=dataclasses.replace(config.data, builtin="", path=path, format=fmt))
+    return dataclasses.replace(
+        config, data=dataclasses.replace(config.data, builtin="", path=path, format=fmt)
+    )
 
 
-def _csv_case(mutate: Callable[[list[str], list[dict[str, str]]], tuple[list[str], list[dict[str, str]]]]):
+def _csv_case(
+    mutate: Callable[[list[str], list[dict[str, str]]], tuple[list[str], list[dict[str, str]]]],
+):
     def make(work: str, base: PipelineConfig) -> PipelineConfig:
         fields, rows = read_taxi_rows()
         fields, rows = mutate(fields, [dict(r) for r in rows])
@@ -116,7 +120,9 @@ def _example(row: dict[str, str], config: PipelineConfig) -> bytes:
         if kind == "float":
             feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(value)]))
         elif kind == "int_categorical":
-            feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(float(value))]))
+            feature[key] = tf.train.Feature(
+                int64_list=tf.train.Int64List(value=[int(float(value))])
+            )
         else:
             feature[key] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
@@ -206,7 +212,9 @@ CASES: tuple[Case, ...] = (
         "proceeds",
         "",
         "run succeeds: the new value maps to an out-of-vocabulary bucket",
-        _csv_case(lambda f, r: (f, _every(r, 5, company="Brand New Cab Co", payment_type="Crypto"))),
+        _csv_case(
+            lambda f, r: (f, _every(r, 5, company="Brand New Cab Co", payment_type="Crypto"))
+        ),
     ),
     Case(
         "dropped_column",
@@ -266,7 +274,11 @@ def tree_digest(path: str) -> dict[str, str]:
 def serving_versions(serving_dir: str) -> dict[str, dict[str, str]]:
     if not os.path.isdir(serving_dir):
         return {}
-    return {v: tree_digest(os.path.join(serving_dir, v)) for v in sorted(os.listdir(serving_dir)) if v.isdigit()}
+    return {
+        v: tree_digest(os.path.join(serving_dir, v))
+        for v in sorted(os.listdir(serving_dir))
+        if v.isdigit()
+    }
 
 
 def run_case(case: Case, baseline_dir: str, work: str, base: PipelineConfig) -> Result:
@@ -287,13 +299,21 @@ def run_case(case: Case, baseline_dir: str, work: str, base: PipelineConfig) -> 
     after = serving_versions(serving)
     new_versions = set(after) - set(before)
     lost = sum(1 for v, digest in before.items() if after.get(v) != digest)
-    matched = outcome == case.outcome and (not case.message or re.search(case.message, detail) is not None)
+    matched = outcome == case.outcome and (
+        not case.message or re.search(case.message, detail) is not None
+    )
     if case.outcome == "proceeds":
         wrongly = 0
         matched = matched and len(new_versions) == 1
     else:
         wrongly = len(new_versions)
-    return Result(case.name, matched and wrongly == 0 and lost == 0, wrongly, lost, f"{outcome}: {detail[:2000]}")
+    return Result(
+        case.name,
+        matched and wrongly == 0 and lost == 0,
+        wrongly,
+        lost,
+        f"{outcome}: {detail[:2000]}",
+    )
 
 
 def baseline_config(base: PipelineConfig, work: str) -> PipelineConfig:

@@ -30,7 +30,10 @@ def test_shipped_schema_is_what_the_command_prints(capsys):
 
 def test_shipped_configs_point_editors_at_the_schema():
     for path in SCHEMA_FILE.parent.glob("*.yaml"):
-        assert path.read_text().splitlines()[0] == f"# yaml-language-server: $schema=./{SCHEMA_FILE.name}", path
+        assert (
+            path.read_text().splitlines()[0]
+            == f"# yaml-language-server: $schema=./{SCHEMA_FILE.name}"
+        ), path
 
 
 def test_help_does_not_import_tensorflow():

@@ -32,13 +32,18 @@ def _build(config, tmp_path):
     from components.data import ResolvedInput
 
     data = ResolvedInput(str(tmp_path), "*.tfrecord", "tfrecord")
-    paths = PipelinePaths(str(tmp_path / "root"), str(tmp_path / "serving"), str(tmp_path / "m.sqlite"))
+    paths = PipelinePaths(
+        str(tmp_path / "root"), str(tmp_path / "serving"), str(tmp_path / "m.sqlite")
+    )
     return {c.id: c for c in create_pipeline(config, data, paths).components}
 
 
 def _distilling(config, num_teachers=1):
     return dataclasses.replace(
-        config, distillation=dataclasses.replace(config.distillation, enabled=True, num_teachers=num_teachers)
+        config,
+        distillation=dataclasses.replace(
+            config.distillation, enabled=True, num_teachers=num_teachers
+        ),
     )
 
 
@@ -46,9 +51,16 @@ def test_distillation_pipeline_wiring(tmp_path, digits_config):
     components = _build(_distilling(digits_config, num_teachers=3), tmp_path)
     teachers = [components[n] for n in ("Trainer", "Trainer_1", "Trainer_2")]
     assert all(isinstance(t, Trainer) for t in teachers)
-    seeds = [json.loads(json.loads(t.exec_properties["custom_config"])["tfxkit_config"])["train"]["seed"] for t in teachers]
+    seeds = [
+        json.loads(json.loads(t.exec_properties["custom_config"])["tfxkit_config"])["train"]["seed"]
+        for t in teachers
+    ]
     assert seeds == [digits_config.train.seed + i for i in range(3)]
-    distiller, evaluator, pusher = components["Distiller"], components["Evaluator"], components["Pusher"]
+    distiller, evaluator, pusher = (
+        components["Distiller"],
+        components["Evaluator"],
+        components["Pusher"],
+    )
     for i, teacher in enumerate(teachers):
         assert distiller.inputs[teacher_key(i)] is teacher.outputs["model"]
     assert evaluator.inputs["model"] is distiller.outputs["model"]
@@ -58,7 +70,9 @@ def test_distillation_pipeline_wiring(tmp_path, digits_config):
 
 
 def test_pipeline_without_distillation_is_unchanged(tmp_path, digits_config):
-    plain = dataclasses.replace(digits_config, distillation=dataclasses.replace(digits_config.distillation, enabled=False))
+    plain = dataclasses.replace(
+        digits_config, distillation=dataclasses.replace(digits_config.distillation, enabled=False)
+    )
     components = _build(plain, tmp_path)
     assert "Distiller" not in components and "Trainer_1" not in components
     assert components["Evaluator"].inputs["model"] is components["Trainer"].outputs["model"]
@@ -68,14 +82,22 @@ def test_pipeline_without_distillation_is_unchanged(tmp_path, digits_config):
 
 def test_eval_config_compares_student_with_teacher(digits_config):
     config = dataclasses.replace(
-        digits_config, evaluation=dataclasses.replace(digits_config.evaluation, min_accuracy=0.8, max_accuracy_drop=0.03)
+        digits_config,
+        evaluation=dataclasses.replace(
+            digits_config.evaluation, min_accuracy=0.8, max_accuracy_drop=0.03
+        ),
     )
     result = distillation_eval_config(config)
     specs = {s.name: s for s in result.model_specs}
     assert set(specs) == {"candidate", "baseline"}
     assert specs["baseline"].is_baseline and not specs["candidate"].is_baseline
     assert specs["candidate"].signature_name == eval_config(config).model_specs[0].signature_name
-    (accuracy,) = [m for s in result.metrics_specs for m in s.metrics if m.class_name == "SparseCategoricalAccuracy"]
+    (accuracy,) = [
+        m
+        for s in result.metrics_specs
+        for m in s.metrics
+        if m.class_name == "SparseCategoricalAccuracy"
+    ]
     assert accuracy.threshold.value_threshold.lower_bound.value == pytest.approx(0.8)
     assert accuracy.threshold.change_threshold.absolute.value == pytest.approx(-0.03)
     assert accuracy.threshold.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER
@@ -86,7 +108,11 @@ def _store(output):
 
 
 def _artifacts(store, execution, type_name, event_type=metadata_store_pb2.Event.OUTPUT):
-    ids = [e.artifact_id for e in store.get_events_by_execution_ids([execution.id]) if e.type == event_type]
+    ids = [
+        e.artifact_id
+        for e in store.get_events_by_execution_ids([execution.id])
+        if e.type == event_type
+    ]
     found = store.get_artifacts_by_id(ids) if ids else []
     return [a for a in found if store.get_artifact_types_by_id([a.type_id])[0].name == type_name]
 
@@ -125,19 +151,30 @@ def test_unreachable_gate_blesses_nothing_and_pushes_nothing(digits_distillation
 @pytest.mark.e2e
 def test_reachable_gate_pushes_the_student_not_the_teacher(digits_distillation_run):
     output, config, _ = digits_distillation_run
-    reachable = dataclasses.replace(config, evaluation=dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0))
+    reachable = dataclasses.replace(
+        config,
+        evaluation=dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0),
+    )
     summary = local_runner.run(reachable, output, runner="beam")
     assert summary["blessed"] is True and summary["pushed_model"]
     student, teacher, blessing, pusher_inputs, pushed = _gate_artifacts(output, config.name)
     assert blessing.custom_properties["blessed"].int_value == 1
-    assert student.id in {a.id for a in pusher_inputs} and teacher.id not in {a.id for a in pusher_inputs}
+    assert student.id in {a.id for a in pusher_inputs} and teacher.id not in {
+        a.id for a in pusher_inputs
+    }
     assert pushed.custom_properties["pushed"].int_value == 1
     # The pushed files are the student's SavedModel.
     pushed_dir = summary["pushed_model"]
     student_dir = os.path.join(student.uri, "Format-Serving")
-    assert filecmp.cmp(os.path.join(pushed_dir, "saved_model.pb"), os.path.join(student_dir, "saved_model.pb"), shallow=False)
+    assert filecmp.cmp(
+        os.path.join(pushed_dir, "saved_model.pb"),
+        os.path.join(student_dir, "saved_model.pb"),
+        shallow=False,
+    )
     pushed_params = count_params(tf.saved_model.load(pushed_dir).trainable_variables)
-    teacher_params = count_params(tf.saved_model.load(os.path.join(teacher.uri, "Format-Serving")).trainable_variables)
+    teacher_params = count_params(
+        tf.saved_model.load(os.path.join(teacher.uri, "Format-Serving")).trainable_variables
+    )
     assert pushed_params == count_params(tf.saved_model.load(student_dir).trainable_variables)
     assert pushed_params * 10 <= teacher_params
 
@@ -155,7 +192,9 @@ def test_run_report_compares_teachers_and_student(digits_distillation_run):
         assert 0.0 <= row["accuracy"] <= 1.0 and row["params"] > 0 and row["saved_model_bytes"] > 0
         assert row["latency_ms_b1"] > 0 and row["latency_ms_b256"] > 0
     teacher, student = report["models"][0], report["models"][2]
-    assert report["student_vs_teacher"]["params"] == pytest.approx(student["params"] / teacher["params"])
+    assert report["student_vs_teacher"]["params"] == pytest.approx(
+        student["params"] / teacher["params"]
+    )
     # The Evaluator scored the same student on the same eval split.
     assert student["accuracy"] == pytest.approx(summary["metrics"]["accuracy"], abs=1e-6)
     assert report["chart"] == os.path.join(output, CHART_FILE)
@@ -166,7 +205,13 @@ def test_run_report_compares_teachers_and_student(digits_distillation_run):
 
 
 # Ids a team might give its nodes; none of them is the product's default.
-RENAMED = {"Trainer": "TeacherA", "Trainer_1": "TeacherB", "Distiller": "Student", "Evaluator": "Judge", "Pusher": "Publish"}
+RENAMED = {
+    "Trainer": "TeacherA",
+    "Trainer_1": "TeacherB",
+    "Distiller": "Student",
+    "Evaluator": "Judge",
+    "Pusher": "Publish",
+}
 
 
 @pytest.mark.e2e
@@ -197,7 +242,9 @@ def test_renamed_nodes_keep_summary_and_report_correct(tmp_path, monkeypatch, di
     ]
     # The first teacher is the Evaluator's baseline, and the student is the
     # model the Evaluator scored on the same eval split.
-    assert report["models"][2]["accuracy"] == pytest.approx(summary["metrics"]["accuracy"], abs=1e-6)
+    assert report["models"][2]["accuracy"] == pytest.approx(
+        summary["metrics"]["accuracy"], abs=1e-6
+    )
     assert report["models"][0]["accuracy"] == pytest.approx(
         summary["metrics"]["accuracy"] - summary["metrics"]["accuracy_diff"], abs=1e-6
     )

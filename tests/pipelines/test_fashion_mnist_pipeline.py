@@ -29,7 +29,11 @@ def test_fashion_mnist_conv_teacher_and_mlp_student_push_a_raw_example_model(tmp
     written = write_fashion_idx(str(source), SIZES)
     monkeypatch.setenv(fashion_mnist.ENV_DIR, str(source))
     config = tiny(load_config("fashion_mnist"))
-    assert config.train.augmentation.enabled and config.teacher.conv is not None and config.student.conv is None
+    assert (
+        config.train.augmentation.enabled
+        and config.teacher.conv is not None
+        and config.student.conv is None
+    )
 
     summary = local_runner.run(config, str(tmp_path / "run"), runner="beam")
 
@@ -45,7 +49,11 @@ def test_fashion_mnist_conv_teacher_and_mlp_student_push_a_raw_example_model(tmp
     examples = [
         tf.train.Example(
             features=tf.train.Features(
-                feature={"image": tf.train.Feature(float_list=tf.train.FloatList(value=(image.reshape(-1) / 255.0)))}
+                feature={
+                    "image": tf.train.Feature(
+                        float_list=tf.train.FloatList(value=(image.reshape(-1) / 255.0))
+                    )
+                }
             )
         ).SerializeToString()
         for image in images[:4]
@@ -56,5 +64,7 @@ def test_fashion_mnist_conv_teacher_and_mlp_student_push_a_raw_example_model(tmp
     # The teacher that was distilled is convolutional.
     teacher_model = tf.saved_model.load(teacher["serving_dir"])
     assert any("conv" in v.name for v in teacher_model.trainable_variables)
-    assert not any("conv" in v.name for v in tf.saved_model.load(student["serving_dir"]).trainable_variables)
+    assert not any(
+        "conv" in v.name for v in tf.saved_model.load(student["serving_dir"]).trainable_variables
+    )
     assert os.path.exists(os.path.join(str(tmp_path / "run"), "summary.json"))

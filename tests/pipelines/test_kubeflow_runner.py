@@ -118,12 +118,19 @@ def test_each_configured_component_is_placed(compiled, name):
         if placement.memory_limit:
             expected["memoryLimit"] = kube_placement.memory_quantity(placement.memory_limit)
         if placement.accelerator_type:
-            expected["accelerator"] = {"type": "nvidia.com/gpu", "count": str(placement.accelerator_count)}
+            expected["accelerator"] = {
+                "type": "nvidia.com/gpu",
+                "count": str(placement.accelerator_count),
+            }
         assert resources == expected
         selector = dict(k8s.node_selector.labels) if k8s else {}
         assert selector == kube_placement.node_selector(placement)
-        tolerations = [(t.key, t.operator, t.value, t.effect) for t in k8s.tolerations] if k8s else []
-        assert tolerations == [(t.key, t.operator, t.value, t.effect) for t in placement.tolerations]
+        tolerations = (
+            [(t.key, t.operator, t.value, t.effect) for t in k8s.tolerations] if k8s else []
+        )
+        assert tolerations == [
+            (t.key, t.operator, t.value, t.effect) for t in placement.tolerations
+        ]
 
 
 def test_taxi_trainer_is_on_one_l4_with_the_gpu_toleration(compiled):
@@ -135,7 +142,11 @@ def test_taxi_trainer_is_on_one_l4_with_the_gpu_toleration(compiled):
     k8s = _k8s_config(component, "Trainer")
     assert dict(k8s.node_selector.labels) == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     (toleration,) = k8s.tolerations
-    assert (toleration.key, toleration.operator, toleration.effect) == ("nvidia.com/gpu", "Exists", "NoSchedule")
+    assert (toleration.key, toleration.operator, toleration.effect) == (
+        "nvidia.com/gpu",
+        "Exists",
+        "NoSchedule",
+    )
     # ExampleGen ignores TFX's with_platform_config (TFX issue 6146); the
     # compiler's placement reaches every container, ExampleGen included.
     assert "CsvExampleGen" in component.pipeline_spec.root.dag.tasks
@@ -147,9 +158,12 @@ def test_beam_args_pipeline_wide_and_per_component(compiled):
     transform_args = _container(component, "Transform")["args"]
     stats_args = _container(component, "StatisticsGen")["args"]
     own = list(config.kubeflow.placements["Transform"].beam_args)
-    assert transform_args[-(len(pipeline_wide) + len(own)):] == pipeline_wide + own
+    assert transform_args[-(len(pipeline_wide) + len(own)) :] == pipeline_wide + own
     assert "--runner=DataflowRunner" in transform_args
-    assert stats_args[-len(pipeline_wide):] == pipeline_wide and "--runner=DataflowRunner" not in stats_args
+    assert (
+        stats_args[-len(pipeline_wide) :] == pipeline_wide
+        and "--runner=DataflowRunner" not in stats_args
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -160,9 +174,14 @@ def test_dag_equals_the_local_pipeline(compiled, name, tmp_path):
     from components.data import resolve_input
 
     config, component, _ = compiled[name]
-    local = create_pipeline(config, resolve_input(config.data, str(tmp_path / "data")), local_runner.paths_for(config, str(tmp_path)))
+    local = create_pipeline(
+        config,
+        resolve_input(config.data, str(tmp_path / "data")),
+        local_runner.paths_for(config, str(tmp_path)),
+    )
     local_spec = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(use_pipeline_spec_2_1=True), output_dir=str(tmp_path)
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(use_pipeline_spec_2_1=True),
+        output_dir=str(tmp_path),
     ).run(local, write_out=False)["pipelineSpec"]
     tasks = json_format.MessageToDict(component.pipeline_spec)["root"]["dag"]["tasks"]
     assert set(tasks) == {node.id for node in local.components}
@@ -173,7 +192,9 @@ def test_dag_equals_the_local_pipeline(compiled, name, tmp_path):
     differing = set()
     for task_id, task in local_spec["root"]["dag"]["tasks"].items():
         assert tasks[task_id]["inputs"].get("artifacts") == task["inputs"].get("artifacts")
-        assert set(tasks[task_id]["inputs"].get("parameters", {})) == set(task["inputs"].get("parameters", {}))
+        assert set(tasks[task_id]["inputs"].get("parameters", {})) == set(
+            task["inputs"].get("parameters", {})
+        )
         for key, value in task["inputs"].get("parameters", {}).items():
             if tasks[task_id]["inputs"]["parameters"][key] != value:
                 differing.add((task_id, key))
@@ -182,14 +203,24 @@ def test_dag_equals_the_local_pipeline(compiled, name, tmp_path):
     def constant(params, key):
         return params[key]["runtimeValue"]["constant"]
 
-    cluster, here = tasks[gen]["inputs"]["parameters"], local_spec["root"]["dag"]["tasks"][gen]["inputs"]["parameters"]
+    cluster, here = (
+        tasks[gen]["inputs"]["parameters"],
+        local_spec["root"]["dag"]["tasks"][gen]["inputs"]["parameters"],
+    )
     assert constant(cluster, "input_base") == config.kubeflow.data_uri
     # The input config differs in the file pattern only (all files of the
     # cluster directory vs. the local file); the split names are the same.
-    cluster_splits, local_splits = json.loads(constant(cluster, "input_config")), json.loads(constant(here, "input_config"))
-    assert [s["name"] for s in cluster_splits["splits"]] == [s["name"] for s in local_splits["splits"]]
+    cluster_splits, local_splits = (
+        json.loads(constant(cluster, "input_config")),
+        json.loads(constant(here, "input_config")),
+    )
+    assert [s["name"] for s in cluster_splits["splits"]] == [
+        s["name"] for s in local_splits["splits"]
+    ]
     assert cluster_splits["splits"][0]["pattern"] == "*"
-    assert config.kubeflow.serving_dir in constant(tasks["Pusher"]["inputs"]["parameters"], "push_destination")
+    assert config.kubeflow.serving_dir in constant(
+        tasks["Pusher"]["inputs"]["parameters"], "push_destination"
+    )
 
 
 # --------------------------------------------------------------------------- #
@@ -213,11 +244,15 @@ TPU_TRAINER = {
 
 
 def test_tpu_slice_placement(tmp_path):
-    config = from_dict(_taxi(strategy={"kind": "tpu"}, kubeflow={"placements": {"Trainer": TPU_TRAINER}}))
+    config = from_dict(
+        _taxi(strategy={"kind": "tpu"}, kubeflow={"placements": {"Trainer": TPU_TRAINER}})
+    )
     component = kfp_components.load_component_from_file(
         kubeflow_runner.compile_pipeline(config, str(tmp_path / "tpu.yaml")).path
     )
-    assert _container(component, "Trainer")["resources"] == {"accelerator": {"type": "google.com/tpu", "count": "8"}}
+    assert _container(component, "Trainer")["resources"] == {
+        "accelerator": {"type": "google.com/tpu", "count": "8"}
+    }
     k8s = _k8s_config(component, "Trainer")
     assert dict(k8s.node_selector.labels) == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
@@ -237,9 +272,18 @@ def test_multi_worker_trainer_step_leaves_the_gpu_to_its_tfjob_replicas(tmp_path
     assert {"name": "TFXKIT_ORCHESTRATOR", "value": "kubeflow"} in trainer["env"]
     assert _container(component, "Transform")["resources"]["cpuRequest"] == 1.0
     # The replicas the step will submit carry the Trainer's placement instead.
-    manifest = tfjob.build_manifest(config, name="taxi-trainer-x", namespace="kubeflow", component_id="Trainer", invocation_uri="gs://b/i.json")
+    manifest = tfjob.build_manifest(
+        config,
+        name="taxi-trainer-x",
+        namespace="kubeflow",
+        component_id="Trainer",
+        invocation_uri="gs://b/i.json",
+    )
     worker = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
-    assert worker["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "24Gi"}
+    assert worker["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "1",
+        "memory": "24Gi",
+    }
     assert worker["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
 
 
@@ -251,20 +295,68 @@ def test_multi_worker_trainer_step_leaves_the_gpu_to_its_tfjob_replicas(tmp_path
 @pytest.mark.parametrize(
     "placement, match",
     [
-        ({"accelerator_count": 2}, r"^kubeflow\.placements\.Trainer\.accelerator_type: accelerator_count is set but accelerator_type is empty"),
-        ({**TPU_TRAINER, "tpu_topology": "2x2x2"}, r"^kubeflow\.placements\.Trainer\.tpu_topology: '2x2x2' does not match tpu-v5-lite-podslice: its slices have a 2-D topology"),
-        ({**TPU_TRAINER, "accelerator_type": "tpu-v4-podslice", "accelerator_count": 4}, r"^kubeflow\.placements\.Trainer\.tpu_topology: '2x4' does not match tpu-v4-podslice: its slices have a 3-D"),
-        ({**TPU_TRAINER, "accelerator_count": 3}, r"^kubeflow\.placements\.Trainer\.accelerator_count: 3 chips per pod does not divide the 8 chips"),
-        ({"accelerator_type": "tpu-v5-lite-podslice", "accelerator_count": 4}, r"^kubeflow\.placements\.Trainer\.tpu_topology: a TPU slice needs its topology"),
-        ({"accelerator_type": "nvidia-l4", "accelerator_count": 1, "tpu_topology": "2x2"}, r"^kubeflow\.placements\.Trainer\.tpu_topology: tpu_topology is for TPU accelerators only"),
-        ({"accelerator_type": "nvidia-l4", "accelerator_count": 1, "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}}, r"^kubeflow\.placements\.Trainer\.node_selector\.cloud\.google\.com/gke-accelerator: 'nvidia-tesla-t4' contradicts"),
-        ({"tolerations": [{"key": "nvidia.com/gpu"}]}, r"^kubeflow\.placements\.Trainer: the tolerations let the pod onto a tainted node pool, but neither node_selector nor accelerator_type selects a pool"),
-        ({}, r"^kubeflow\.placements\.Trainer: empty placement: it names no node pool \(node_selector or accelerator_type\)"),
-        ({"accelerator_type": "a100", "accelerator_count": 1}, r"^kubeflow\.placements\.Trainer\.accelerator_type: expected a GKE accelerator name: nvidia-\*"),
-        ({"memory_request": "16GB"}, r"^kubeflow\.placements\.Trainer\.memory_request: expected a memory quantity"),
+        (
+            {"accelerator_count": 2},
+            r"^kubeflow\.placements\.Trainer\.accelerator_type: accelerator_count is set but accelerator_type is empty",
+        ),
+        (
+            {**TPU_TRAINER, "tpu_topology": "2x2x2"},
+            r"^kubeflow\.placements\.Trainer\.tpu_topology: '2x2x2' does not match tpu-v5-lite-podslice: its slices have a 2-D topology",
+        ),
+        (
+            {**TPU_TRAINER, "accelerator_type": "tpu-v4-podslice", "accelerator_count": 4},
+            r"^kubeflow\.placements\.Trainer\.tpu_topology: '2x4' does not match tpu-v4-podslice: its slices have a 3-D",
+        ),
+        (
+            {**TPU_TRAINER, "accelerator_count": 3},
+            r"^kubeflow\.placements\.Trainer\.accelerator_count: 3 chips per pod does not divide the 8 chips",
+        ),
+        (
+            {"accelerator_type": "tpu-v5-lite-podslice", "accelerator_count": 4},
+            r"^kubeflow\.placements\.Trainer\.tpu_topology: a TPU slice needs its topology",
+        ),
+        (
+            {"accelerator_type": "nvidia-l4", "accelerator_count": 1, "tpu_topology": "2x2"},
+            r"^kubeflow\.placements\.Trainer\.tpu_topology: tpu_topology is for TPU accelerators only",
+        ),
+        (
+            {
+                "accelerator_type": "nvidia-l4",
+                "accelerator_count": 1,
+                "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"},
+            },
+            r"^kubeflow\.placements\.Trainer\.node_selector\.cloud\.google\.com/gke-accelerator: 'nvidia-tesla-t4' contradicts",
+        ),
+        (
+            {"tolerations": [{"key": "nvidia.com/gpu"}]},
+            r"^kubeflow\.placements\.Trainer: the tolerations let the pod onto a tainted node pool, but neither node_selector nor accelerator_type selects a pool",
+        ),
+        (
+            {},
+            r"^kubeflow\.placements\.Trainer: empty placement: it names no node pool \(node_selector or accelerator_type\)",
+        ),
+        (
+            {"accelerator_type": "a100", "accelerator_count": 1},
+            r"^kubeflow\.placements\.Trainer\.accelerator_type: expected a GKE accelerator name: nvidia-\*",
+        ),
+        (
+            {"memory_request": "16GB"},
+            r"^kubeflow\.placements\.Trainer\.memory_request: expected a memory quantity",
+        ),
     ],
-    ids=["count_without_type", "topology_dims_v5e", "topology_dims_v4", "count_vs_topology", "tpu_without_topology",
-         "topology_on_gpu", "selector_contradicts", "tolerations_without_pool", "empty", "unknown_accelerator", "memory_unit"],
+    ids=[
+        "count_without_type",
+        "topology_dims_v5e",
+        "topology_dims_v4",
+        "count_vs_topology",
+        "tpu_without_topology",
+        "topology_on_gpu",
+        "selector_contradicts",
+        "tolerations_without_pool",
+        "empty",
+        "unknown_accelerator",
+        "memory_unit",
+    ],
 )
 def test_bad_placements_name_the_entry(tmp_path, capsys, placement, match):
     path = tmp_path / "bad.yaml"
@@ -280,19 +372,65 @@ def test_bad_placements_name_the_entry(tmp_path, capsys, placement, match):
 @pytest.mark.parametrize(
     "changes, match",
     [
-        ({"kubeflow": {"placements": {"Tuner": {"cpu_request": "2"}}}}, r"^kubeflow\.placements\.Tuner: the pipeline has no component 'Tuner'; its components are \[.*'Trainer'"),
-        ({"kubeflow": {"placements": {"latest_validated_schema": {"cpu_request": "2"}}}}, r"^kubeflow\.placements\.latest_validated_schema: .* runs inside the orchestrator, not in a pod"),
-        ({"kubeflow": {"placements": {"Trainer": {"cpu_request": "2", "beam_args": ["--runner=DataflowRunner"]}}}}, r"^kubeflow\.placements\.Trainer\.beam_args: 'Trainer' runs no Beam pipeline; Beam-based components: \[.*'Transform'"),
-        ({"strategy": {"kind": "multi_worker_mirrored", "workers": 1}}, r"^strategy\.workers: kind 'multi_worker_mirrored' on Kubeflow needs workers >= 2"),
-        ({"strategy": {"kind": "parameter_server", "workers": 1, "parameter_servers": 0}}, r"^strategy\.parameter_servers: kind 'parameter_server' on Kubeflow needs >= 1"),
-        ({"kubeflow": {"data_uri": ""}}, r"^kubeflow\.data_uri: data\.builtin 'taxi' lives on the machine that compiles"),
-        ({"kubeflow": {"data_uri": "/data/taxi"}}, r"^kubeflow\.data_uri: '/data/taxi' is a local path"),
-        ({"kubeflow": {"pipeline_root": "/tmp/root"}}, r"^kubeflow\.pipeline_root: expected a URI every pod can reach"),
-        ({"kubeflow": {"serving_dir": ""}}, r"^kubeflow\.serving_dir: expected a URI every pod can reach, .*\(it is empty\)"),
-        ({"name": "Taxi_v2"}, r"^name: Kubeflow pipeline names are lowercase letters, digits and '-'"),
+        (
+            {"kubeflow": {"placements": {"Tuner": {"cpu_request": "2"}}}},
+            r"^kubeflow\.placements\.Tuner: the pipeline has no component 'Tuner'; its components are \[.*'Trainer'",
+        ),
+        (
+            {"kubeflow": {"placements": {"latest_validated_schema": {"cpu_request": "2"}}}},
+            r"^kubeflow\.placements\.latest_validated_schema: .* runs inside the orchestrator, not in a pod",
+        ),
+        (
+            {
+                "kubeflow": {
+                    "placements": {
+                        "Trainer": {"cpu_request": "2", "beam_args": ["--runner=DataflowRunner"]}
+                    }
+                }
+            },
+            r"^kubeflow\.placements\.Trainer\.beam_args: 'Trainer' runs no Beam pipeline; Beam-based components: \[.*'Transform'",
+        ),
+        (
+            {"strategy": {"kind": "multi_worker_mirrored", "workers": 1}},
+            r"^strategy\.workers: kind 'multi_worker_mirrored' on Kubeflow needs workers >= 2",
+        ),
+        (
+            {"strategy": {"kind": "parameter_server", "workers": 1, "parameter_servers": 0}},
+            r"^strategy\.parameter_servers: kind 'parameter_server' on Kubeflow needs >= 1",
+        ),
+        (
+            {"kubeflow": {"data_uri": ""}},
+            r"^kubeflow\.data_uri: data\.builtin 'taxi' lives on the machine that compiles",
+        ),
+        (
+            {"kubeflow": {"data_uri": "/data/taxi"}},
+            r"^kubeflow\.data_uri: '/data/taxi' is a local path",
+        ),
+        (
+            {"kubeflow": {"pipeline_root": "/tmp/root"}},
+            r"^kubeflow\.pipeline_root: expected a URI every pod can reach",
+        ),
+        (
+            {"kubeflow": {"serving_dir": ""}},
+            r"^kubeflow\.serving_dir: expected a URI every pod can reach, .*\(it is empty\)",
+        ),
+        (
+            {"name": "Taxi_v2"},
+            r"^name: Kubeflow pipeline names are lowercase letters, digits and '-'",
+        ),
     ],
-    ids=["unknown_component", "resolver_node", "beam_args_on_trainer", "one_worker", "no_ps", "builtin_without_uri",
-         "local_data", "local_root", "no_serving_dir", "pipeline_name"],
+    ids=[
+        "unknown_component",
+        "resolver_node",
+        "beam_args_on_trainer",
+        "one_worker",
+        "no_ps",
+        "builtin_without_uri",
+        "local_data",
+        "local_root",
+        "no_serving_dir",
+        "pipeline_name",
+    ],
 )
 def test_compile_rejects_what_the_cluster_cannot_run(tmp_path, changes, match):
     data = _taxi(**changes)
@@ -311,7 +449,10 @@ def test_json_output_is_refused(taxi_config, tmp_path):
 @pytest.mark.parametrize(
     "kubeflow, match",
     [
-        ({"tfjob_ps_placement": {"cpu_request": "1", "beam_args": ["--x"]}}, r"^kubeflow\.tfjob_ps_placement\.beam_args: parameter servers run no Beam"),
+        (
+            {"tfjob_ps_placement": {"cpu_request": "1", "beam_args": ["--x"]}},
+            r"^kubeflow\.tfjob_ps_placement\.beam_args: parameter servers run no Beam",
+        ),
         ({"namespace": "Team_A"}, r"^kubeflow\.namespace: expected a Kubernetes namespace name"),
         ({"tfjob_backoff_limit": -1}, r"^kubeflow\.tfjob_backoff_limit: expected an integer >= 0"),
         ({"image": ""}, r"^kubeflow\.image: expected the default container image"),

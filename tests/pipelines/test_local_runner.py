@@ -23,7 +23,16 @@ from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
 from tests.conftest import tiny
 
-EXPECTED_NODES = {"StatisticsGen", "SchemaGen", "ExampleValidator", "DataGate", "Transform", "Trainer", "Evaluator", "Pusher"}
+EXPECTED_NODES = {
+    "StatisticsGen",
+    "SchemaGen",
+    "ExampleValidator",
+    "DataGate",
+    "Transform",
+    "Trainer",
+    "Evaluator",
+    "Pusher",
+}
 # The shipped configs distil a student from the teacher (`distillation.enabled`).
 EXPECTED_NODES |= {"Distiller"}
 RESOLVER = "latest_validated_schema"
@@ -49,12 +58,18 @@ def _raw_examples_from_csv(path, raw_spec, n):
             if value == "":
                 continue
             if spec.dtype == tf.string:
-                feature[key] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
+                feature[key] = tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[value.encode()])
+                )
             elif spec.dtype == tf.int64:
-                feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(float(value))]))
+                feature[key] = tf.train.Feature(
+                    int64_list=tf.train.Int64List(value=[int(float(value))])
+                )
             else:
                 feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(value)]))
-        examples.append(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+        examples.append(
+            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        )
     return examples
 
 
@@ -76,16 +91,24 @@ def test_taxi_every_component_ran_and_model_was_pushed(taxi_run, taxi_config):
     output, summary = taxi_run
     states = _node_states(output, taxi_config.name)
     assert EXPECTED_NODES | {"CsvExampleGen", RESOLVER} == set(states)
-    assert all(s == metadata_store_pb2.Execution.COMPLETE for n, s in states.items() if n != RESOLVER), states
+    assert all(
+        s == metadata_store_pb2.Execution.COMPLETE for n, s in states.items() if n != RESOLVER
+    ), states
     assert summary["status"] == "succeeded"
-    assert summary["pushed_model"] and summary["pushed_model"].startswith(os.path.join(output, "serving", "taxi"))
+    assert summary["pushed_model"] and summary["pushed_model"].startswith(
+        os.path.join(output, "serving", "taxi")
+    )
     assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0
     assert summary["metrics"]["example_count"] > 0
     on_disk = json.load(open(os.path.join(output, "summary.json")))
     assert on_disk["status"] == "succeeded"
     assert set(on_disk["components"]) == set(states)
     assert on_disk["components"][RESOLVER]["status"] == "empty"  # first run: no baseline yet
-    assert all(c["status"] == "succeeded" and c["seconds"] >= 0 for n, c in on_disk["components"].items() if n != RESOLVER)
+    assert all(
+        c["status"] == "succeeded" and c["seconds"] >= 0
+        for n, c in on_disk["components"].items()
+        if n != RESOLVER
+    )
 
 
 @pytest.mark.e2e
@@ -94,7 +117,9 @@ def test_taxi_pushed_model_serves_raw_examples(taxi_run):
     import tensorflow_transform as tft
 
     pushed = summary["pushed_model"]
-    transform_dirs = tf.io.gfile.glob(os.path.join(output, "pipeline_root", "Transform", "transform_graph", "*"))
+    transform_dirs = tf.io.gfile.glob(
+        os.path.join(output, "pipeline_root", "Transform", "transform_graph", "*")
+    )
     raw_spec = tft.TFTransformOutput(transform_dirs[0]).raw_feature_spec()
     examples = _raw_examples_from_csv(taxi_csv_path(), raw_spec, 16)
     outputs = _serve(pushed, examples)
@@ -111,11 +136,15 @@ def test_taxi_transform_wrote_the_configured_shards_and_compression(taxi_run, ta
     root = os.path.join(output, "pipeline_root", "Transform")
     (graph,) = tf.io.gfile.glob(os.path.join(root, "transform_graph", "*"))
     layout = transform_layout.read_layout(graph)
-    shards = transform_layout.resolve_num_shards(taxi_config.transform.num_shards, taxi_config.strategy.workers)
+    shards = transform_layout.resolve_num_shards(
+        taxi_config.transform.num_shards, taxi_config.strategy.workers
+    )
     assert (layout.compression, layout.num_shards) == (taxi_config.transform.compression, shards)
     suffix = ".gz" if taxi_config.transform.compression == "gzip" else ".tfrecord"
     for split in ("train", "eval"):
-        files = sorted(tf.io.gfile.glob(os.path.join(root, "transformed_examples", "*", f"Split-{split}", "*")))
+        files = sorted(
+            tf.io.gfile.glob(os.path.join(root, "transformed_examples", "*", f"Split-{split}", "*"))
+        )
         assert len(files) == shards and all(f.endswith(suffix) for f in files)
         assert layout.split_files(split) == files
 
@@ -139,9 +168,13 @@ def test_digits_end_to_end(tmp_path, digits_config):
     summary = local_runner.run(tiny(digits_config), str(tmp_path), runner="beam")
     states = _node_states(str(tmp_path), digits_config.name)
     assert EXPECTED_NODES | {"ImportExampleGen", RESOLVER} == set(states)
-    assert all(s == metadata_store_pb2.Execution.COMPLETE for n, s in states.items() if n != RESOLVER), states
+    assert all(
+        s == metadata_store_pb2.Execution.COMPLETE for n, s in states.items() if n != RESOLVER
+    ), states
     assert summary["pushed_model"]
-    records = list(tf.data.TFRecordDataset(str(tmp_path / "data" / "digits" / "digits.tfrecord")).take(8))
+    records = list(
+        tf.data.TFRecordDataset(str(tmp_path / "data" / "digits" / "digits.tfrecord")).take(8)
+    )
     examples = []
     for r in records:
         ex = tf.train.Example.FromString(r.numpy())
@@ -153,7 +186,9 @@ def test_digits_end_to_end(tmp_path, digits_config):
 
 
 def _user_csv_config(config, path):
-    return dataclasses.replace(config, data=dataclasses.replace(config.data, builtin="", path=str(path)))
+    return dataclasses.replace(
+        config, data=dataclasses.replace(config.data, builtin="", path=str(path))
+    )
 
 
 def test_missing_data_path_fails_before_anything_runs(tmp_path, taxi_config):
@@ -179,14 +214,18 @@ def _copy_taxi_without(tmp_path, column, rows=50):
 
 def test_csv_without_label_column_names_file_and_column(tmp_path, taxi_config):
     path = _copy_taxi_without(tmp_path, "big_tipper")
-    with pytest.raises(ValueError, match=r"data\.label\.name: label column 'big_tipper' is not in '.*taxi\.csv'"):
+    with pytest.raises(
+        ValueError, match=r"data\.label\.name: label column 'big_tipper' is not in '.*taxi\.csv'"
+    ):
         local_runner.run(_user_csv_config(taxi_config, path), str(tmp_path / "out"))
     assert not (tmp_path / "out" / "serving").exists()
 
 
 def test_feature_absent_from_data_names_file_and_column(tmp_path, taxi_config):
     path = _copy_taxi_without(tmp_path, "company")
-    with pytest.raises(ValueError, match=r"data\.features: feature column 'company' is not in '.*taxi\.csv'"):
+    with pytest.raises(
+        ValueError, match=r"data\.features: feature column 'company' is not in '.*taxi\.csv'"
+    ):
         local_runner.run(_user_csv_config(taxi_config, path), str(tmp_path / "out"))
     assert not (tmp_path / "out" / "serving").exists()
 
@@ -194,6 +233,10 @@ def test_feature_absent_from_data_names_file_and_column(tmp_path, taxi_config):
 def test_unreadable_tfrecord_names_the_file(tmp_path, digits_config):
     path = tmp_path / "broken.tfrecord"
     path.write_bytes(b"this is not a tfrecord file at all")
-    config = dataclasses.replace(digits_config, data=dataclasses.replace(digits_config.data, builtin="", path=str(path)))
-    with pytest.raises(ValueError, match=r"data\.path: '.*broken\.tfrecord' is not a readable TFRecord file"):
+    config = dataclasses.replace(
+        digits_config, data=dataclasses.replace(digits_config.data, builtin="", path=str(path))
+    )
+    with pytest.raises(
+        ValueError, match=r"data\.path: '.*broken\.tfrecord' is not a readable TFRecord file"
+    ):
         local_runner.run(config, str(tmp_path / "out"))

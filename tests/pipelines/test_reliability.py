@@ -70,7 +70,10 @@ def test_concurrent_run_on_same_root_is_refused_and_metadata_stays_intact(baseli
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(local_runner.ConcurrentRunError, match=rf"another tfxkit run \(pid {holder.pid}\) is using {out}"):
+        with pytest.raises(
+            local_runner.ConcurrentRunError,
+            match=rf"another tfxkit run \(pid {holder.pid}\) is using {out}",
+        ):
             local_runner.run(config, out)
     finally:
         holder.kill()
@@ -82,10 +85,14 @@ def test_concurrent_run_on_same_root_is_refused_and_metadata_stays_intact(baseli
 
 
 @pytest.mark.e2e
-def test_transform_killed_mid_run_then_rerun_consumes_no_partial_artifact(baseline, tmp_path, taxi_config):
+def test_transform_killed_mid_run_then_rerun_consumes_no_partial_artifact(
+    baseline, tmp_path, taxi_config
+):
     _, config = baseline
     # A changed Transform config so Transform really executes (no cache hit).
-    config = dataclasses.replace(config, transform=dataclasses.replace(config.transform, compression="none"))
+    config = dataclasses.replace(
+        config, transform=dataclasses.replace(config.transform, compression="none")
+    )
     out = str(tmp_path / "out")
     script = textwrap.dedent(
         f"""
@@ -94,7 +101,9 @@ def test_transform_killed_mid_run_then_rerun_consumes_no_partial_artifact(baseli
         local_runner.run(PipelineConfig.from_json({config.to_json()!r}), {out!r})
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -148,7 +157,10 @@ def test_trainer_killed_after_a_backup_resumes_on_rerun(baseline, tmp_path):
     _, config = baseline
     # Enough steps that the Trainer is still running after its first backup.
     config = dataclasses.replace(
-        config, train=dataclasses.replace(config.train, train_steps=3000, steps_per_epoch=50, checkpoint_every_steps=50)
+        config,
+        train=dataclasses.replace(
+            config.train, train_steps=3000, steps_per_epoch=50, checkpoint_every_steps=50
+        ),
     )
     out = str(tmp_path / "out")
     script = textwrap.dedent(
@@ -159,7 +171,9 @@ def test_trainer_killed_after_a_backup_resumes_on_rerun(baseline, tmp_path):
         """
     )
     backups = os.path.join(out, "pipeline_root", "Trainer", "backups")
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:

@@ -36,8 +36,12 @@ def _channels(n):
 
 def test_component_has_one_model_input_per_teacher(digits_config):
     examples, graph, teachers = _channels(3)
-    component = Distiller(config=digits_config, examples=examples, transform_graph=graph, teacher_models=teachers)
-    assert {k for k in component.inputs if k.startswith("teacher_model_")} == {teacher_key(i) for i in range(3)}
+    component = Distiller(
+        config=digits_config, examples=examples, transform_graph=graph, teacher_models=teachers
+    )
+    assert {k for k in component.inputs if k.startswith("teacher_model_")} == {
+        teacher_key(i) for i in range(3)
+    }
     for i, teacher in enumerate(teachers):
         assert component.inputs[teacher_key(i)] is teacher
     assert set(component.outputs) == {"model", "model_run"}
@@ -51,12 +55,20 @@ def test_student_trains_for_its_own_step_count(digits_config):
     steps = {}
     for student_steps in (0, 3 * digits_config.train.train_steps):
         config = dataclasses.replace(
-            digits_config, distillation=dataclasses.replace(digits_config.distillation, student_train_steps=student_steps)
+            digits_config,
+            distillation=dataclasses.replace(
+                digits_config.distillation, student_train_steps=student_steps
+            ),
         )
-        component = Distiller(config=config, examples=examples, transform_graph=graph, teacher_models=teachers)
+        component = Distiller(
+            config=config, examples=examples, transform_graph=graph, teacher_models=teachers
+        )
         train_args = json.loads(component.exec_properties["train_args"])
         steps[student_steps] = train_args["num_steps"]
-    assert steps == {0: digits_config.train.train_steps, 3 * digits_config.train.train_steps: 3 * digits_config.train.train_steps}
+    assert steps == {
+        0: digits_config.train.train_steps,
+        3 * digits_config.train.train_steps: 3 * digits_config.train.train_steps,
+    }
 
 
 def test_component_without_teacher_fails_at_build_time(digits_config):
@@ -67,8 +79,12 @@ def test_component_without_teacher_fails_at_build_time(digits_config):
 
 def test_component_with_too_many_teachers_fails_at_build_time(digits_config):
     examples, graph, teachers = _channels(MAX_TEACHERS + 1)
-    with pytest.raises(ValueError, match=rf"distillation\.num_teachers: at most {MAX_TEACHERS} teachers"):
-        Distiller(config=digits_config, examples=examples, transform_graph=graph, teacher_models=teachers)
+    with pytest.raises(
+        ValueError, match=rf"distillation\.num_teachers: at most {MAX_TEACHERS} teachers"
+    ):
+        Distiller(
+            config=digits_config, examples=examples, transform_graph=graph, teacher_models=teachers
+        )
 
 
 def test_executor_passes_teacher_dirs_in_input_order():
@@ -84,7 +100,11 @@ def test_executor_passes_teacher_dirs_in_input_order():
         teacher_key(0): [model("/m/zero")],
         teacher_key(3): [],
     }
-    assert teacher_model_dirs(input_dict) == ["/m/zero/Format-Serving", "/m/two/Format-Serving", "/m/ten/Format-Serving"]
+    assert teacher_model_dirs(input_dict) == [
+        "/m/zero/Format-Serving",
+        "/m/two/Format-Serving",
+        "/m/ten/Format-Serving",
+    ]
 
 
 # --------------------------------------------------------------------------- #
@@ -94,7 +114,14 @@ def test_executor_passes_teacher_dirs_in_input_order():
 PIXELS = 64
 
 
-def _save_teacher(path, num_classes=10, hidden=64, output_keys=("probabilities", "logits", "classes"), width=PIXELS, logits_signature=True):
+def _save_teacher(
+    path,
+    num_classes=10,
+    hidden=64,
+    output_keys=("probabilities", "logits", "classes"),
+    width=PIXELS,
+    logits_signature=True,
+):
     """A SavedModel with the tfxkit serving signatures over the digits features."""
     keras.utils.set_random_seed(0)
     inp = keras.Input((width,), name="pixels_xf")
@@ -103,12 +130,16 @@ def _save_teacher(path, num_classes=10, hidden=64, output_keys=("probabilities",
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def serve(examples):
-        parsed = tf.io.parse_example(examples, {"pixels": tf.io.FixedLenFeature([width], tf.float32)})
+        parsed = tf.io.parse_example(
+            examples, {"pixels": tf.io.FixedLenFeature([width], tf.float32)}
+        )
         z = model({"pixels_xf": parsed["pixels"]})
         outputs = {"probabilities": tf.nn.softmax(z), "logits": z, "classes": tf.argmax(z, axis=-1)}
         return {k: outputs.get(k, z) for k in output_keys}
 
-    @tf.function(input_signature=[{"pixels_xf": tf.TensorSpec([None, width], tf.float32, name="pixels_xf")}])
+    @tf.function(
+        input_signature=[{"pixels_xf": tf.TensorSpec([None, width], tf.float32, name="pixels_xf")}]
+    )
     def transformed_logits(features):
         return {"logits": model(features)}
 
@@ -134,7 +165,9 @@ def _inputs(tmp_path) -> training.TrainingInputs:
 
 
 def _distilling(config: PipelineConfig, **changes) -> PipelineConfig:
-    return dataclasses.replace(config, distillation=dataclasses.replace(config.distillation, enabled=True, **changes))
+    return dataclasses.replace(
+        config, distillation=dataclasses.replace(config.distillation, enabled=True, **changes)
+    )
 
 
 def _fails_before_training(config, tmp_path, teacher_dirs, match):
@@ -144,54 +177,85 @@ def _fails_before_training(config, tmp_path, teacher_dirs, match):
 
 
 def test_no_teacher_fails_before_training(tmp_path, digits_config):
-    _fails_before_training(_distilling(digits_config), tmp_path, [], r"distillation: no teacher model was given")
+    _fails_before_training(
+        _distilling(digits_config), tmp_path, [], r"distillation: no teacher model was given"
+    )
 
 
 def test_teacher_with_other_number_of_classes_fails_before_training(tmp_path, digits_config):
     path, _ = _save_teacher(tmp_path / "t", num_classes=3)
     _fails_before_training(
-        _distilling(digits_config), tmp_path, [path], r"data\.label\.num_classes: teacher 0 .* predicts 3 classes but the student's task has 10"
+        _distilling(digits_config),
+        tmp_path,
+        [path],
+        r"data\.label\.num_classes: teacher 0 .* predicts 3 classes but the student's task has 10",
     )
 
 
 def test_teacher_with_other_output_keys_fails_before_training(tmp_path, digits_config):
     path, _ = _save_teacher(tmp_path / "t", output_keys=("scores",))
-    _fails_before_training(_distilling(digits_config), tmp_path, [path], r"teacher 0 .* serves outputs \['scores'\] but the student serves")
+    _fails_before_training(
+        _distilling(digits_config),
+        tmp_path,
+        [path],
+        r"teacher 0 .* serves outputs \['scores'\] but the student serves",
+    )
 
 
 def test_teacher_on_other_features_fails_before_training(tmp_path, digits_config):
     path, _ = _save_teacher(tmp_path / "t", width=32)
-    _fails_before_training(_distilling(digits_config), tmp_path, [path], r"data\.features: teacher 0 .* reads transformed features \{pixels_xf: \[32\]")
+    _fails_before_training(
+        _distilling(digits_config),
+        tmp_path,
+        [path],
+        r"data\.features: teacher 0 .* reads transformed features \{pixels_xf: \[32\]",
+    )
 
 
 def test_student_larger_than_teacher_fails_before_training(tmp_path, digits_config):
     path, _ = _save_teacher(tmp_path / "t", hidden=2)
     _fails_before_training(
-        _distilling(digits_config), tmp_path, [path], r"student: the student has \d+ parameters, not fewer than the 160 of teacher 0 .*require_compression"
+        _distilling(digits_config),
+        tmp_path,
+        [path],
+        r"student: the student has \d+ parameters, not fewer than the 160 of teacher 0 .*require_compression",
     )
 
 
 def test_student_larger_than_teacher_is_allowed_without_compression(tmp_path, digits_config):
     path, _ = _save_teacher(tmp_path / "t", hidden=2)
     # Past the teacher checks, training stops at the (missing) Transform output instead.
-    with pytest.raises((OSError, ValueError), match=r"does not exist|no transformed example files") as raised:
-        train_student(_distilling(digits_config, require_compression=False), _inputs(tmp_path), [path])
+    with pytest.raises(
+        (OSError, ValueError), match=r"does not exist|no transformed example files"
+    ) as raised:
+        train_student(
+            _distilling(digits_config, require_compression=False), _inputs(tmp_path), [path]
+        )
     assert "require_compression" not in str(raised.value)
 
 
 def test_teacher_without_logits_signature_fails_before_training(tmp_path, digits_config):
     path, _ = _save_teacher(tmp_path / "t", logits_signature=False)
-    _fails_before_training(_distilling(digits_config), tmp_path, [path], r"has no \['transformed_logits'\] signature")
+    _fails_before_training(
+        _distilling(digits_config), tmp_path, [path], r"has no \['transformed_logits'\] signature"
+    )
 
 
 def test_missing_teacher_dir_fails_before_training(tmp_path, digits_config):
-    _fails_before_training(_distilling(digits_config), tmp_path, [str(tmp_path / "nope")], r"teacher model directory .*nope' does not exist")
+    _fails_before_training(
+        _distilling(digits_config),
+        tmp_path,
+        [str(tmp_path / "nope")],
+        r"teacher model directory .*nope' does not exist",
+    )
 
 
 def test_teacher_weights_must_match_teacher_count(tmp_path, digits_config):
     path, _ = _save_teacher(tmp_path / "t")
     config = _distilling(digits_config, num_teachers=2, teacher_weights=(1.0, 1.0))
-    _fails_before_training(config, tmp_path, [path], r"distillation\.teacher_weights: 2 weights for 1 teacher models")
+    _fails_before_training(
+        config, tmp_path, [path], r"distillation\.teacher_weights: 2 weights for 1 teacher models"
+    )
 
 
 def test_exported_teacher_returns_the_models_logits(tmp_path):
@@ -200,7 +264,9 @@ def test_exported_teacher_returns_the_models_logits(tmp_path):
     x = {"pixels_xf": np.random.default_rng(0).normal(size=(5, PIXELS)).astype(np.float32)}
     np.testing.assert_allclose(teacher(x).numpy(), model(x).numpy(), rtol=1e-6)
     info = teachers_lib.describe_teacher(path)
-    assert info.num_classes == 10 and info.num_params == distillation.count_params(model.trainable_weights)
+    assert info.num_classes == 10 and info.num_params == distillation.count_params(
+        model.trainable_weights
+    )
     assert not teacher.trainable_weights
 
 
@@ -228,10 +294,14 @@ def test_student_artifact_serves_like_its_teachers(digits_distillation_run):
         teacher = tf.saved_model.load(dirs[node])
         assert set(student.signatures) == set(teacher.signatures)
         for name, fn in teacher.signatures.items():
-            assert student.signatures[name].structured_input_signature == fn.structured_input_signature, name
+            assert (
+                student.signatures[name].structured_input_signature == fn.structured_input_signature
+            ), name
             assert student.signatures[name].structured_outputs == fn.structured_outputs, name
     # Raw serialized tf.Examples in (no label), as serving sends them.
-    records = tf.data.TFRecordDataset(os.path.join(output, "data", "digits", "digits.tfrecord")).take(8)
+    records = tf.data.TFRecordDataset(
+        os.path.join(output, "data", "digits", "digits.tfrecord")
+    ).take(8)
     examples = []
     for record in records:
         example = tf.train.Example.FromString(record.numpy())
@@ -249,5 +319,7 @@ def test_student_has_the_configured_student_shape(digits_distillation_run):
     expected = models.build_classifier(config.data, config.student, {}, "student")
     got = distillation.count_params(tf.saved_model.load(dirs["Distiller"]).trainable_variables)
     assert got == distillation.count_params(expected.trainable_weights)
-    teacher_params = distillation.count_params(tf.saved_model.load(dirs["Trainer"]).trainable_variables)
+    teacher_params = distillation.count_params(
+        tf.saved_model.load(dirs["Trainer"]).trainable_variables
+    )
     assert got * 10 <= teacher_params

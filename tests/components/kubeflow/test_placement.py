@@ -34,7 +34,11 @@ TPU = Placement(
         Toleration(key="dedicated", operator="Equal", value="ml", effect="NoExecute"),
     ),
 )
-CPU_POOL = Placement(cpu_request="500m", memory_request="512Mi", node_selector={"cloud.google.com/gke-nodepool": "cpu-pool"})
+CPU_POOL = Placement(
+    cpu_request="500m",
+    memory_request="512Mi",
+    node_selector={"cloud.google.com/gke-nodepool": "cpu-pool"},
+)
 
 
 # --------------------------------------------------------------------------- #
@@ -50,7 +54,10 @@ CPU_POOL = Placement(cpu_request="500m", memory_request="512Mi", node_selector={
             "tpu-v4-podslice",
             "2x2x4",
             "google.com/tpu",
-            {"cloud.google.com/gke-tpu-accelerator": "tpu-v4-podslice", "cloud.google.com/gke-tpu-topology": "2x2x4"},
+            {
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v4-podslice",
+                "cloud.google.com/gke-tpu-topology": "2x2x4",
+            },
         ),
         ("", "", "", {}),
     ],
@@ -96,7 +103,11 @@ def test_tolerations_leave_out_empty_fields():
         {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoExecute"},
     ]
-    assert kube.tolerations(Placement(node_selector={"pool": "tainted"}, tolerations=(Toleration(key="any", effect=""),))) == [{"key": "any", "operator": "Exists"}]
+    assert kube.tolerations(
+        Placement(
+            node_selector={"pool": "tainted"}, tolerations=(Toleration(key="any", effect=""),)
+        )
+    ) == [{"key": "any", "operator": "Exists"}]
     assert kube.tolerations(CPU_POOL) == []
 
 
@@ -111,7 +122,9 @@ def test_resources_request_accelerators_through_limits():
 
 
 def test_container_and_pod_spec():
-    c = kube.container(GPU, name="main", image="img:1", command=("python", "-m", "x"), env={"B": "2", "A": "1"})
+    c = kube.container(
+        GPU, name="main", image="img:1", command=("python", "-m", "x"), env={"B": "2", "A": "1"}
+    )
     assert c == {
         "name": "main",
         "image": "img:1",
@@ -126,7 +139,14 @@ def test_container_and_pod_spec():
         "tolerations": kube.tolerations(GPU),
         "serviceAccountName": "trainer",
     }
-    bare = kube.container(Placement(), name="main", image="img:1", command=["true"], env={}, ports=[{"containerPort": 1}])
+    bare = kube.container(
+        Placement(),
+        name="main",
+        image="img:1",
+        command=["true"],
+        env={},
+        ports=[{"containerPort": 1}],
+    )
     assert bare["ports"] == [{"containerPort": 1}] and "resources" not in bare
     assert kube.pod_spec(Placement(), [bare]) == {"containers": [bare]}
 
@@ -160,7 +180,9 @@ def test_resource_spec_is_the_resources_in_kfp_units():
         "memoryLimit": pytest.approx(24 * 2**30 / 1e9),
         "accelerator": {"type": "nvidia.com/gpu", "count": "2"},
     }
-    assert json_format.MessageToDict(kube.resource_spec(TPU)) == {"accelerator": {"type": "google.com/tpu", "count": "8"}}
+    assert json_format.MessageToDict(kube.resource_spec(TPU)) == {
+        "accelerator": {"type": "google.com/tpu", "count": "8"}
+    }
     assert kube.resource_spec(Placement()).ByteSize() == 0
 
 
@@ -173,9 +195,18 @@ def test_kubernetes_executor_config_has_the_node_selector_and_tolerations():
 
 def test_the_module_is_pure():
     """`components.config` imports it to validate: no config, TFX, kfp, kubernetes or TF at import time."""
-    heavy = ["components.config", "tfx", "kfp", "kubernetes", "tensorflow", "components.kubeflow.tfjob"]
+    heavy = [
+        "components.config",
+        "tfx",
+        "kfp",
+        "kubernetes",
+        "tensorflow",
+        "components.kubeflow.tfjob",
+    ]
     code = f"import json, sys, components.kubeflow.placement; print(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert json.loads(out) == []
 
 
@@ -192,25 +223,44 @@ def test_compiled_pipeline_and_tfjob_place_the_same_placement_alike(taxi_config,
     from pipelines import kubeflow_runner
 
     placements = {**taxi_config.kubeflow.placements, "Trainer": TPU, "Evaluator": GPU}
-    config = dataclasses.replace(taxi_config, kubeflow=dataclasses.replace(taxi_config.kubeflow, placements=placements))
+    config = dataclasses.replace(
+        taxi_config, kubeflow=dataclasses.replace(taxi_config.kubeflow, placements=placements)
+    )
     compiled = kubeflow_runner.compile_pipeline(config, str(tmp_path / "p.yaml"))
     pipeline = json_format.MessageToDict(compiled.pipeline_spec)
-    platform = json_format.MessageToDict(compiled.platform_spec)["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    platform = json_format.MessageToDict(compiled.platform_spec)["platforms"]["kubernetes"][
+        "deploymentSpec"
+    ]["executors"]
     # The same placements, now on the replicas of a multi-worker job.
-    multi_worker = dataclasses.replace(config, strategy=dataclasses.replace(config.strategy, kind="multi_worker_mirrored", workers=2))
+    multi_worker = dataclasses.replace(
+        config,
+        strategy=dataclasses.replace(config.strategy, kind="multi_worker_mirrored", workers=2),
+    )
     for component_id, placement in (("Trainer", TPU), ("Evaluator", GPU)):
         label = pipeline["components"][component_id]["executorLabel"]
         step_resources = pipeline["deploymentSpec"]["executors"][label]["container"]["resources"]
         manifest = tfjob.build_manifest(
-            multi_worker, name="t-1", namespace="ns", component_id=component_id, invocation_uri="gs://b/i.json"
+            multi_worker,
+            name="t-1",
+            namespace="ns",
+            component_id=component_id,
+            invocation_uri="gs://b/i.json",
         )
         replica = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
-        assert platform[label]["nodeSelector"]["labels"] == replica["nodeSelector"] == kube.node_selector(placement)
-        assert platform[label]["tolerations"] == replica["tolerations"] == kube.tolerations(placement)
+        assert (
+            platform[label]["nodeSelector"]["labels"]
+            == replica["nodeSelector"]
+            == kube.node_selector(placement)
+        )
+        assert (
+            platform[label]["tolerations"] == replica["tolerations"] == kube.tolerations(placement)
+        )
         replica_resources = replica["containers"][0]["resources"]
         assert replica_resources == kube.resources(placement)
         in_kfp_units = {}
-        for (kind, name), value in (((k, n), v) for k, q in replica_resources.items() for n, v in q.items()):
+        for (kind, name), value in (
+            ((k, n), v) for k, q in replica_resources.items() for n, v in q.items()
+        ):
             if name == "cpu":
                 in_kfp_units[f"cpu{kind[:-1].capitalize()}"] = kube.cpu_quantity(value)
             elif name == "memory":

@@ -51,13 +51,20 @@ class FakeKfp:
                 url = urllib.parse.urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                record = {"method": self.command, "path": url.path, "query": urllib.parse.parse_qs(url.query)}
+                record = {
+                    "method": self.command,
+                    "path": url.path,
+                    "query": urllib.parse.parse_qs(url.query),
+                }
                 if self.headers.get_content_type() == "multipart/form-data":
                     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
                         f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + raw
                     )
                     record["files"] = {
-                        part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
+                        part.get_param("name", header="content-disposition"): (
+                            part.get_filename(),
+                            part.get_payload(decode=True),
+                        )
                         for part in message.iter_parts()
                     }
                 elif raw:
@@ -85,7 +92,11 @@ class FakeKfp:
         if path == f"{api}/healthz":
             return {"multi_user": False}
         if path == f"{api}/pipelines" and method == "GET":
-            return {"pipelines": [{"pipeline_id": "p-1", "display_name": self.existing}]} if self.existing else {}
+            return (
+                {"pipelines": [{"pipeline_id": "p-1", "display_name": self.existing}]}
+                if self.existing
+                else {}
+            )
         if path == f"{api}/pipelines/upload":
             return {"pipeline_id": "p-1", "display_name": "taxi"}
         if path == f"{api}/pipelines/upload_version":
@@ -117,7 +128,20 @@ def test_submit_uploads_the_compiled_file_and_starts_a_run(compiled, capsys, mon
     monkeypatch.setenv("HOME", str(tmp_path))  # kfp.Client reads ~/.config/kfp/context.json
     _, _, path = compiled["taxi"]
     with FakeKfp() as fake:
-        code = cli.main(["submit", "--package", path, "--host", fake.host, "--name", "taxi", "--run", "--experiment", "nightly"])
+        code = cli.main(
+            [
+                "submit",
+                "--package",
+                path,
+                "--host",
+                fake.host,
+                "--name",
+                "taxi",
+                "--run",
+                "--experiment",
+                "nightly",
+            ]
+        )
     assert code == 0, capsys.readouterr().err
     assert "pipeline_id=p-1, version_id=v-1, run_id=r-1" in capsys.readouterr().out
     (upload,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/pipelines/upload"]
@@ -126,9 +150,16 @@ def test_submit_uploads_the_compiled_file_and_starts_a_run(compiled, capsys, mon
     with open(path, "rb") as f:
         assert content == f.read()
     (run,) = [r for r in fake.requests if r["path"] == "/apis/v2beta1/runs"]
-    assert run["body"]["pipeline_version_reference"] == {"pipeline_id": "p-1", "pipeline_version_id": "v-1"}
+    assert run["body"]["pipeline_version_reference"] == {
+        "pipeline_id": "p-1",
+        "pipeline_version_id": "v-1",
+    }
     assert run["body"]["experiment_id"] == "e-1"
-    (experiment,) = [r for r in fake.requests if r["method"] == "POST" and r["path"] == "/apis/v2beta1/experiments"]
+    (experiment,) = [
+        r
+        for r in fake.requests
+        if r["method"] == "POST" and r["path"] == "/apis/v2beta1/experiments"
+    ]
     assert experiment["body"]["display_name"] == "nightly"
 
 
@@ -147,11 +178,18 @@ def test_submit_adds_a_version_when_the_pipeline_exists(compiled, capsys, monkey
 
 
 def test_submit_of_a_missing_package_fails_clearly(capsys, tmp_path):
-    assert cli.main(["submit", "--package", str(tmp_path / "nope.yaml"), "--host", "http://127.0.0.1:9"]) == 2
+    assert (
+        cli.main(
+            ["submit", "--package", str(tmp_path / "nope.yaml"), "--host", "http://127.0.0.1:9"]
+        )
+        == 2
+    )
     assert "--package:" in capsys.readouterr().err
 
 
-def test_submit_without_run_returns_the_new_pipeline_and_its_first_version(compiled, monkeypatch, tmp_path):
+def test_submit_without_run_returns_the_new_pipeline_and_its_first_version(
+    compiled, monkeypatch, tmp_path
+):
     monkeypatch.setenv("HOME", str(tmp_path))
     _, _, path = compiled["taxi"]
     with FakeKfp() as fake:

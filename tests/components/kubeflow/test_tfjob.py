@@ -44,17 +44,33 @@ def _status(*conditions, **replicas):
 
 
 def _pod(name, phase, terminated=None, unschedulable=None):
-    state = {"terminated": terminated} if terminated else {"waiting": {"reason": "ContainerCreating"}}
+    state = (
+        {"terminated": terminated} if terminated else {"waiting": {"reason": "ContainerCreating"}}
+    )
     status = {
         "phase": phase,
         "containerStatuses": [
-            {"name": "tensorflow", "ready": False, "restartCount": 0, "image": "img", "imageID": "", "state": state}
+            {
+                "name": "tensorflow",
+                "ready": False,
+                "restartCount": 0,
+                "image": "img",
+                "imageID": "",
+                "state": state,
+            }
         ],
     }
     if unschedulable:
         status = {
             "phase": phase,
-            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}],
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": unschedulable,
+                }
+            ],
         }
     return {"metadata": {"name": name}, "status": status}
 
@@ -115,7 +131,13 @@ class FakeKubernetes:
         if method == "POST":
             if self.create_error:
                 code, message = self.create_error
-                return code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code}
+                return code, {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "message": message,
+                    "code": code,
+                }
             self.job = body
             return 201, body
         if method == "GET":
@@ -193,14 +215,20 @@ GPU_PLACEMENT = Placement(
 
 
 def _config(taxi_config, **strategy):
-    kubeflow = dataclasses.replace(taxi_config.kubeflow, placements={"Trainer": GPU_PLACEMENT}, tfjob_timeout_seconds=900)
+    kubeflow = dataclasses.replace(
+        taxi_config.kubeflow, placements={"Trainer": GPU_PLACEMENT}, tfjob_timeout_seconds=900
+    )
     return dataclasses.replace(
-        taxi_config, strategy=dataclasses.replace(taxi_config.strategy, **strategy), kubeflow=kubeflow
+        taxi_config,
+        strategy=dataclasses.replace(taxi_config.strategy, **strategy),
+        kubeflow=kubeflow,
     )
 
 
 def _manifest(config, name="taxi-trainer-abc"):
-    return tfjob.build_manifest(config, name=name, namespace="team-a", component_id="Trainer", invocation_uri=INVOCATION_URI)
+    return tfjob.build_manifest(
+        config, name=name, namespace="team-a", component_id="Trainer", invocation_uri=INVOCATION_URI
+    )
 
 
 def _containers(manifest, rtype):
@@ -211,7 +239,10 @@ def _containers(manifest, rtype):
     "strategy, shape",
     [
         (dict(kind="multi_worker_mirrored", workers=3), {"Worker": 3}),
-        (dict(kind="parameter_server", workers=2, parameter_servers=1), {"Chief": 1, "Worker": 2, "PS": 1}),
+        (
+            dict(kind="parameter_server", workers=2, parameter_servers=1),
+            {"Chief": 1, "Worker": 2, "PS": 1},
+        ),
     ],
     ids=["multi_worker", "parameter_server"],
 )
@@ -232,31 +263,56 @@ def test_manifest_validates_against_the_tfjob_crd(taxi_config, tfjob_schema, str
         (container,) = _containers(manifest, rtype)
         pod = specs[rtype]["template"]["spec"]
         assert container["image"] == "registry/tfxkit:0.1.0"
-        assert container["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": "1"}}
-        assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4", "cloud.google.com/gke-nodepool": "gpu-l4"}
-        assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        assert container["resources"] == {
+            "requests": {"cpu": "4", "memory": "16Gi"},
+            "limits": {"nvidia.com/gpu": "1"},
+        }
+        assert pod["nodeSelector"] == {
+            "cloud.google.com/gke-accelerator": "nvidia-l4",
+            "cloud.google.com/gke-nodepool": "gpu-l4",
+        }
+        assert pod["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
     if "PS" in shape:
         (container,) = _containers(manifest, "PS")
         assert container["image"] == "registry/tfxkit:0.1.0"
-        assert "resources" not in container and "nodeSelector" not in specs["PS"]["template"]["spec"]
+        assert (
+            "resources" not in container and "nodeSelector" not in specs["PS"]["template"]["spec"]
+        )
 
 
 def test_manifest_with_a_misspelled_field_is_caught_by_the_schema_check(taxi_config, tfjob_schema):
     # Guards the checker itself: the API server would prune this field silently.
     manifest = _manifest(_config(taxi_config, kind="multi_worker_mirrored", workers=2))
     manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["nodeselector"] = {"a": "b"}
-    assert unknown_fields(manifest, tfjob_schema) == [".spec.tfReplicaSpecs.Worker.template.spec.nodeselector"]
+    assert unknown_fields(manifest, tfjob_schema) == [
+        ".spec.tfReplicaSpecs.Worker.template.spec.nodeselector"
+    ]
     manifest["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "two"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(tfjob_schema).validate(manifest)
 
 
 def test_ps_placement_and_tpu_workers(taxi_config, tfjob_schema):
-    tpu = Placement(accelerator_type="tpu-v5-lite-podslice", accelerator_count=4, tpu_topology="2x2",
-                    tolerations=(Toleration(key="google.com/tpu"),))
-    ps = Placement(cpu_request="2", memory_request="8Gi", node_selector={"cloud.google.com/gke-nodepool": "cpu-pool"})
+    tpu = Placement(
+        accelerator_type="tpu-v5-lite-podslice",
+        accelerator_count=4,
+        tpu_topology="2x2",
+        tolerations=(Toleration(key="google.com/tpu"),),
+    )
+    ps = Placement(
+        cpu_request="2",
+        memory_request="8Gi",
+        node_selector={"cloud.google.com/gke-nodepool": "cpu-pool"},
+    )
     config = _config(taxi_config, kind="parameter_server", workers=2, parameter_servers=2)
-    config = dataclasses.replace(config, kubeflow=dataclasses.replace(config.kubeflow, placements={"Trainer": tpu}, tfjob_ps_placement=ps))
+    config = dataclasses.replace(
+        config,
+        kubeflow=dataclasses.replace(
+            config.kubeflow, placements={"Trainer": tpu}, tfjob_ps_placement=ps
+        ),
+    )
     manifest = _manifest(config)
     jsonschema.Draft7Validator(tfjob_schema).validate(manifest)
     worker = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
@@ -273,8 +329,14 @@ def test_ps_placement_and_tpu_workers(taxi_config, tfjob_schema):
 @pytest.mark.parametrize(
     "strategy, match",
     [
-        (dict(kind="multi_worker_mirrored", workers=1), r"^strategy\.workers: kind 'multi_worker_mirrored' on Kubeflow needs workers >= 2"),
-        (dict(kind="parameter_server", workers=1, parameter_servers=0), r"^strategy\.parameter_servers: kind 'parameter_server' on Kubeflow needs >= 1"),
+        (
+            dict(kind="multi_worker_mirrored", workers=1),
+            r"^strategy\.workers: kind 'multi_worker_mirrored' on Kubeflow needs workers >= 2",
+        ),
+        (
+            dict(kind="parameter_server", workers=1, parameter_servers=0),
+            r"^strategy\.parameter_servers: kind 'parameter_server' on Kubeflow needs >= 1",
+        ),
         (dict(kind="mirrored"), r"^strategy\.kind: 'mirrored' trains in one pod"),
     ],
 )
@@ -302,7 +364,9 @@ def test_only_a_step_on_kubeflow_launches(taxi_config):
     assert tfjob.should_launch(config, {env.ORCHESTRATOR: env.KUBEFLOW})
     # A replica (no orchestrator variable) and a local run train in-process.
     assert not tfjob.should_launch(config, {})
-    assert not tfjob.should_launch(_config(taxi_config, kind="mirrored"), {env.ORCHESTRATOR: env.KUBEFLOW})
+    assert not tfjob.should_launch(
+        _config(taxi_config, kind="mirrored"), {env.ORCHESTRATOR: env.KUBEFLOW}
+    )
 
 
 # --------------------------------------------------------------------------- #
@@ -323,48 +387,96 @@ def test_success_submits_waits_and_deletes(mw_manifest):
         None,
         _status(_condition("Created")),
         _status(_condition("Created"), _condition("Running"), Worker={"active": 2}),
-        _status(_condition("Created"), _condition("Succeeded", "TFJob taxi-trainer-abc successfully completed."), Worker={"succeeded": 2}),
+        _status(
+            _condition("Created"),
+            _condition("Succeeded", "TFJob taxi-trainer-abc successfully completed."),
+            Worker={"succeeded": 2},
+        ),
     ]
     lines = []
     with FakeKubernetes(states) as fake:
-        status = tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=30, poll_seconds=0.01, log=lines.append)
-    assert status.phase == "Succeeded" and status.replicas == {"Worker": {"active": 0, "succeeded": 2, "failed": 0}}
-    assert fake.calls() == [("POST", JOB)] + [("GET", f"{JOB}/taxi-trainer-abc")] * 4 + [("DELETE", f"{JOB}/taxi-trainer-abc")]
+        status = tfjob.run(
+            mw_manifest,
+            _api_client(fake.host),
+            timeout_seconds=30,
+            poll_seconds=0.01,
+            log=lines.append,
+        )
+    assert status.phase == "Succeeded" and status.replicas == {
+        "Worker": {"active": 0, "succeeded": 2, "failed": 0}
+    }
+    assert fake.calls() == [("POST", JOB)] + [("GET", f"{JOB}/taxi-trainer-abc")] * 4 + [
+        ("DELETE", f"{JOB}/taxi-trainer-abc")
+    ]
     assert fake.requests[0]["body"] == mw_manifest
     assert fake.requests[-1]["body"]["propagationPolicy"] == "Background"
-    assert "TFJob team-a/taxi-trainer-abc: Running; Worker: 2 active, 0 succeeded, 0 failed" in lines
+    assert (
+        "TFJob team-a/taxi-trainer-abc: Running; Worker: 2 active, 0 succeeded, 0 failed" in lines
+    )
     assert lines[-1] == "TFJob team-a/taxi-trainer-abc: deleted"
 
 
 def test_failure_surfaces_replica_status_and_pod_reasons_and_keeps_the_job(mw_manifest):
     states = [
         _status(_condition("Running"), Worker={"active": 2}),
-        _status(_condition("Failed", "TFJob taxi-trainer-abc has failed because 1 Worker replica(s) failed."), Worker={"active": 1, "failed": 1}),
+        _status(
+            _condition(
+                "Failed", "TFJob taxi-trainer-abc has failed because 1 Worker replica(s) failed."
+            ),
+            Worker={"active": 1, "failed": 1},
+        ),
     ]
     pods = [
-        _pod("taxi-trainer-abc-worker-1", "Failed", terminated={"exitCode": 137, "reason": "OOMKilled"}),
+        _pod(
+            "taxi-trainer-abc-worker-1",
+            "Failed",
+            terminated={"exitCode": 137, "reason": "OOMKilled"},
+        ),
         _pod("taxi-trainer-abc-worker-0", "Running"),
     ]
     with FakeKubernetes(states, pods) as fake:
         with pytest.raises(tfjob.TFJobFailed) as err:
-            tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=30, poll_seconds=0.01, log=lambda _: None)
+            tfjob.run(
+                mw_manifest,
+                _api_client(fake.host),
+                timeout_seconds=30,
+                poll_seconds=0.01,
+                log=lambda _: None,
+            )
     message = str(err.value)
     assert "failed because 1 Worker replica(s) failed" in message
     assert "Worker: 1 active, 0 succeeded, 1 failed" in message
-    assert "pod taxi-trainer-abc-worker-1 (Failed): tensorflow terminated: OOMKilled (exit code 137)" in message
+    assert (
+        "pod taxi-trainer-abc-worker-1 (Failed): tensorflow terminated: OOMKilled (exit code 137)"
+        in message
+    )
     assert "worker-0" not in message
     assert "kept for inspection" in message
     assert ("DELETE", f"{JOB}/taxi-trainer-abc") not in fake.calls()
     (pods_call,) = [r for r in fake.requests if r["path"] == "/api/v1/namespaces/team-a/pods"]
-    assert pods_call["query"]["labelSelector"] == ["training.kubeflow.org/job-name=taxi-trainer-abc"]
+    assert pods_call["query"]["labelSelector"] == [
+        "training.kubeflow.org/job-name=taxi-trainer-abc"
+    ]
 
 
 def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
     states = [_status(_condition("Created"), Worker={"active": 0})]
-    pods = [_pod("taxi-trainer-abc-worker-0", "Pending", unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]
+    pods = [
+        _pod(
+            "taxi-trainer-abc-worker-0",
+            "Pending",
+            unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        )
+    ]
     with FakeKubernetes(states, pods) as fake:
         with pytest.raises(tfjob.TFJobTimeout) as err:
-            tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=0.3, poll_seconds=0.05, log=lambda _: None)
+            tfjob.run(
+                mw_manifest,
+                _api_client(fake.host),
+                timeout_seconds=0.3,
+                poll_seconds=0.05,
+                log=lambda _: None,
+            )
     message = str(err.value)
     assert "did not finish within kubeflow.tfjob_timeout_seconds=0.3" in message
     assert "unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in message
@@ -377,19 +489,34 @@ def test_transient_read_errors_are_retried(mw_manifest):
     states = [_status(_condition("Succeeded"), Worker={"succeeded": 2})]
     lines = []
     with FakeKubernetes(states, read_errors=[503]) as fake:
-        status = tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=30, poll_seconds=0.01, log=lines.append)
+        status = tfjob.run(
+            mw_manifest,
+            _api_client(fake.host),
+            timeout_seconds=30,
+            poll_seconds=0.01,
+            log=lines.append,
+        )
     assert status.phase == "Succeeded"
     assert any("status read failed (503" in line for line in lines)
 
 
 @pytest.mark.parametrize(
     "code, hint",
-    [(403, "needs create/get/delete on tfjobs.kubeflow.org"), (404, "is the Kubeflow Training Operator (TFJob CRD) installed?")],
+    [
+        (403, "needs create/get/delete on tfjobs.kubeflow.org"),
+        (404, "is the Kubeflow Training Operator (TFJob CRD) installed?"),
+    ],
 )
 def test_refused_submission_names_the_cause(mw_manifest, code, hint):
     with FakeKubernetes([None], create_error=(code, "tfjobs.kubeflow.org is forbidden")) as fake:
         with pytest.raises(tfjob.TFJobError, match="submission refused") as err:
-            tfjob.run(mw_manifest, _api_client(fake.host), timeout_seconds=30, poll_seconds=0.01, log=lambda _: None)
+            tfjob.run(
+                mw_manifest,
+                _api_client(fake.host),
+                timeout_seconds=30,
+                poll_seconds=0.01,
+                log=lambda _: None,
+            )
     assert hint in str(err.value)
     assert fake.calls() == [("POST", JOB)]
 
@@ -399,7 +526,9 @@ def test_refused_submission_names_the_cause(mw_manifest, code, hint):
 # --------------------------------------------------------------------------- #
 
 
-def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(taxi_config, tmp_path, monkeypatch):
+def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(
+    taxi_config, tmp_path, monkeypatch
+):
     from tfx.types import artifact_utils, standard_artifacts
 
     from components.trainer.executor import Executor
@@ -417,9 +546,14 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(taxi_confi
         "transform_graph": [artifact(standard_artifacts.TransformGraph, "transform_graph")],
         "schema": [artifact(standard_artifacts.Schema, "schema")],
     }
-    outputs = {"model": [artifact(standard_artifacts.Model, "model")], "model_run": [artifact(standard_artifacts.ModelRun, "model_run")]}
+    outputs = {
+        "model": [artifact(standard_artifacts.Model, "model")],
+        "model_run": [artifact(standard_artifacts.ModelRun, "model_run")],
+    }
     config = _config(taxi_config, kind="multi_worker_mirrored", workers=2)
-    config = dataclasses.replace(config, kubeflow=dataclasses.replace(config.kubeflow, namespace="team-a"))
+    config = dataclasses.replace(
+        config, kubeflow=dataclasses.replace(config.kubeflow, namespace="team-a")
+    )
     exec_properties = {
         "custom_config": json.dumps({CONFIG_KEY: config.to_json()}),
         "train_args": '{"num_steps": 20, "splits": ["train"]}',
@@ -450,7 +584,9 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(taxi_confi
     assert [c[0] for c in fake.calls()] == ["POST", "GET", "DELETE"]
     assert fake.requests[0]["auth"] == "Bearer step-token"
     job = fake.requests[0]["body"]
-    assert job["metadata"]["namespace"] == "team-a" and job["metadata"]["name"].startswith("taxi-trainer-")
+    assert job["metadata"]["namespace"] == "team-a" and job["metadata"]["name"].startswith(
+        "taxi-trainer-"
+    )
     assert job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2
     invocation_uri = os.path.join(outputs["model_run"][0].uri, tfjob.INVOCATION_FILE)
     (container,) = _containers(job, "Worker")
@@ -460,8 +596,12 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(taxi_confi
     assert invocation["exec_properties"] == exec_properties
     replica_inputs = artifact_utils.parse_artifact_dict(invocation["input_dict"])
     replica_outputs = artifact_utils.parse_artifact_dict(invocation["output_dict"])
-    assert {k: [a.uri for a in v] for k, v in replica_inputs.items()} == {k: [a.uri for a in v] for k, v in inputs.items()}
-    assert {k: [a.uri for a in v] for k, v in replica_outputs.items()} == {k: [a.uri for a in v] for k, v in outputs.items()}
+    assert {k: [a.uri for a in v] for k, v in replica_inputs.items()} == {
+        k: [a.uri for a in v] for k, v in inputs.items()
+    }
+    assert {k: [a.uri for a in v] for k, v in replica_outputs.items()} == {
+        k: [a.uri for a in v] for k, v in outputs.items()
+    }
     assert replica_inputs["examples"][0].split_names == examples.split_names
     # The step itself trained nothing.
     assert os.listdir(outputs["model"][0].uri) == []

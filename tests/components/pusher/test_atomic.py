@@ -74,10 +74,16 @@ def test_kill_during_push_leaves_old_model_intact_and_next_push_recovers(tmp_pat
         staged = []
         while time.monotonic() < deadline and proc.poll() is None:
             staged = [n for n in os.listdir(base) if n.startswith(STAGING_PREFIX)]
-            if staged and os.path.isdir(base / staged[0] / "variables") and os.listdir(base / staged[0] / "variables"):
+            if (
+                staged
+                and os.path.isdir(base / staged[0] / "variables")
+                and os.listdir(base / staged[0] / "variables")
+            ):
                 break
             time.sleep(0.005)
-        assert proc.poll() is None, "the copy finished before it could be interrupted; raise NUM_FILES"
+        assert proc.poll() is None, (
+            "the copy finished before it could be interrupted; raise NUM_FILES"
+        )
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         if proc.poll() is None:

@@ -39,13 +39,31 @@ def penguins_config(**sections) -> PipelineConfig:
             "path": PENGUINS_CSV,
             "label": {"name": LABEL, "num_classes": 3},
             "features": [{"name": n, "kind": "float"} for n in FLOAT_FEATURES]
-            + [{"name": BUCKETIZED_FEATURE, "kind": "float", "transform": "bucketize", "num_buckets": 4}],
+            + [
+                {
+                    "name": BUCKETIZED_FEATURE,
+                    "kind": "float",
+                    "transform": "bucketize",
+                    "num_buckets": 4,
+                }
+            ],
         },
         # Reproducible element order so that different strategies see the same
         # examples in each global batch.
-        "ingestion": {"batch_size": 32, "eval_batch_size": 32, "shuffle_buffer": 0, "deterministic": True},
+        "ingestion": {
+            "batch_size": 32,
+            "eval_batch_size": 32,
+            "shuffle_buffer": 0,
+            "deterministic": True,
+        },
         "strategy": {"kind": "one_device"},
-        "train": {"train_steps": 6, "eval_steps": 2, "steps_per_epoch": 3, "checkpoint_every_steps": 3, "learning_rate": 0.01},
+        "train": {
+            "train_steps": 6,
+            "eval_steps": 2,
+            "steps_per_epoch": 3,
+            "checkpoint_every_steps": 3,
+            "learning_rate": 0.01,
+        },
         "teacher": {"hidden_units": [16, 8], "embedding_dim": 3},
         "evaluation": {"min_accuracy": 0.0},
     }
@@ -77,7 +95,9 @@ def raw_examples(rows: list[dict[str, str]]) -> list[bytes]:
             k: tf.train.Feature(float_list=tf.train.FloatList(value=[float(row[k])]))
             for k in (*FLOAT_FEATURES, BUCKETIZED_FEATURE)
         }
-        out.append(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+        out.append(
+            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        )
     return out
 
 
@@ -99,7 +119,10 @@ def materialize(config: PipelineConfig, out_dir: str, train_shards: int = 1) -> 
     from components.transform.preprocessing import build_preprocessing_fn
 
     rows = read_rows()
-    spec = {name: tf.io.FixedLenFeature([1], tf.float32) for name in (*FLOAT_FEATURES, BUCKETIZED_FEATURE)}
+    spec = {
+        name: tf.io.FixedLenFeature([1], tf.float32)
+        for name in (*FLOAT_FEATURES, BUCKETIZED_FEATURE)
+    }
     spec[LABEL] = tf.io.FixedLenFeature([1], tf.int64)
     raw_metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(spec))
     instances = [
@@ -110,9 +133,13 @@ def materialize(config: PipelineConfig, out_dir: str, train_shards: int = 1) -> 
         (transformed, transformed_metadata), transform_fn = (
             instances,
             raw_metadata,
-        ) | tft_beam.AnalyzeAndTransformDataset(build_preprocessing_fn(config), output_record_batches=False)
+        ) | tft_beam.AnalyzeAndTransformDataset(
+            build_preprocessing_fn(config), output_record_batches=False
+        )
         _ = transform_fn | tft_beam.WriteTransformFn(transform_output)
-    metadata_io.write_metadata(raw_metadata, os.path.join(transform_output, tft.TFTransformOutput.RAW_METADATA_DIR))
+    metadata_io.write_metadata(
+        raw_metadata, os.path.join(transform_output, tft.TFTransformOutput.RAW_METADATA_DIR)
+    )
     coder = tft.coders.ExampleProtoCoder(transformed_metadata.schema)
     # The CSV is sorted by species; a fixed permutation mixes the classes.
     transformed = [transformed[i] for i in np.random.RandomState(0).permutation(len(transformed))]

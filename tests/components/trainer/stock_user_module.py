@@ -17,7 +17,9 @@ FEATURES = ("fare_xf", "trip_miles_xf", "trip_seconds_xf")
 
 def _dataset(fn_args, files, tft_output, batch_size=32):
     options = tfxio.TensorFlowDatasetOptions(batch_size=batch_size, label_key=LABEL)
-    ds = fn_args.data_accessor.tf_dataset_factory(files, options, tft_output.transformed_metadata.schema)
+    ds = fn_args.data_accessor.tf_dataset_factory(
+        files, options, tft_output.transformed_metadata.schema
+    )
     return ds.map(lambda features, label: ({k: features[k] for k in FEATURES}, label))
 
 
@@ -32,6 +34,10 @@ def run_fn(fn_args) -> None:
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
-    model.fit(_dataset(fn_args, fn_args.train_files, tft_output), steps_per_epoch=fn_args.train_steps, epochs=1)
+    model.fit(
+        _dataset(fn_args, fn_args.train_files, tft_output),
+        steps_per_epoch=fn_args.train_steps,
+        epochs=1,
+    )
     model.evaluate(_dataset(fn_args, fn_args.eval_files, tft_output), steps=fn_args.eval_steps)
     model.save(fn_args.serving_model_dir, save_format="tf")

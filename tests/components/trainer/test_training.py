@@ -37,7 +37,9 @@ from tests.components.trainer import penguins
 ATOL = 1e-5
 # Bound on every wait for a subprocess (import + train + export on 2 busy cores).
 PROCESS_TIMEOUT_S = 300
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+REPO_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 
 
 # --------------------------------------------------------------------------- #
@@ -67,7 +69,12 @@ def reference(penguin_data):
     config = penguin_data[0]
     inputs = inputs_for(penguin_data, "reference", config)
     model, results = run_fn.run(config, inputs, one_device())
-    return {"weights": penguins.layer_weights(model), "results": results, "inputs": inputs, "model": model}
+    return {
+        "weights": penguins.layer_weights(model),
+        "results": results,
+        "inputs": inputs,
+        "model": model,
+    }
 
 
 def teacher_builder(config, penguin_data):
@@ -91,7 +98,9 @@ def assert_same_weights(actual: dict, expected: dict) -> None:
 
 def start_worker(jobs, root, name, env=None, log=None) -> tuple[subprocess.Popen, str]:
     result = os.path.join(root, f"{name}.result.json")
-    spec = penguins.write_spec(os.path.join(root, f"{name}.spec.json"), {"jobs": jobs, "result": result})
+    spec = penguins.write_spec(
+        os.path.join(root, f"{name}.spec.json"), {"jobs": jobs, "result": result}
+    )
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.components.trainer.worker", spec],
         cwd=REPO_ROOT,
@@ -131,7 +140,10 @@ def run_jobs(jobs, root, name) -> list[dict]:
 def serve(serving_dir, n=5):
     model = tf.saved_model.load(serving_dir)
     examples = penguins.raw_examples(penguins.read_rows()[:n])
-    return {k: v.numpy() for k, v in model.signatures["serving_default"](examples=tf.constant(examples)).items()}
+    return {
+        k: v.numpy()
+        for k, v in model.signatures["serving_default"](examples=tf.constant(examples)).items()
+    }
 
 
 def assert_serves(serving_dir):
@@ -155,14 +167,30 @@ MIRRORED = {"kind": "mirrored", "num_cpu_devices": 2}
 def mirrored_runs(penguin_data):
     config, data, root = penguin_data
     variants = {
-        "probe_auto": (penguins.with_sections(config, strategy={"kind": "auto", "num_cpu_devices": 2}), "probe"),
+        "probe_auto": (
+            penguins.with_sections(config, strategy={"kind": "auto", "num_cpu_devices": 2}),
+            "probe",
+        ),
         "mirrored": (penguins.with_sections(config, strategy=MIRRORED), "run"),
         "mirrored_accum": (
-            penguins.with_sections(config, strategy=MIRRORED, train={"grad_accum_steps": 2}, ingestion={"batch_size": 16}),
+            penguins.with_sections(
+                config,
+                strategy=MIRRORED,
+                train={"grad_accum_steps": 2},
+                ingestion={"batch_size": 16},
+            ),
             "run",
         ),
-        "central_storage": (penguins.with_sections(config, strategy={"kind": "central_storage", "num_cpu_devices": 2}), "run"),
-        "odd_batch": (penguins.with_sections(config, strategy=MIRRORED, ingestion={"batch_size": 33}), "run"),
+        "central_storage": (
+            penguins.with_sections(
+                config, strategy={"kind": "central_storage", "num_cpu_devices": 2}
+            ),
+            "run",
+        ),
+        "odd_batch": (
+            penguins.with_sections(config, strategy=MIRRORED, ingestion={"batch_size": 33}),
+            "run",
+        ),
     }
     jobs = [
         {
@@ -231,12 +259,19 @@ def test_batch_not_divisible_by_replicas_fails_before_training(mirrored_runs):
 
 
 @pytest.mark.parametrize("micro_batches", [2, 4])
-def test_gradient_accumulation_single_device_matches_one_big_batch(penguin_data, reference, micro_batches):
+def test_gradient_accumulation_single_device_matches_one_big_batch(
+    penguin_data, reference, micro_batches
+):
     config = penguins.with_sections(
-        penguin_data[0], train={"grad_accum_steps": micro_batches}, ingestion={"batch_size": 32 // micro_batches}
+        penguin_data[0],
+        train={"grad_accum_steps": micro_batches},
+        ingestion={"batch_size": 32 // micro_batches},
     )
     model, _ = training.fit(
-        config, inputs_for(penguin_data, f"accum{micro_batches}", config), teacher_builder(config, penguin_data), choice=one_device()
+        config,
+        inputs_for(penguin_data, f"accum{micro_batches}", config),
+        teacher_builder(config, penguin_data),
+        choice=one_device(),
     )
     assert int(model.optimizer.iterations.numpy()) == 6
     assert_same_weights(penguins.layer_weights(model), reference["weights"])
@@ -257,9 +292,16 @@ def test_mixed_bfloat16_keeps_logits_float32_and_serves(penguin_data):
 
 def test_mixed_float16_scales_the_loss_also_when_accumulating(penguin_data):
     config = penguins.with_sections(
-        penguin_data[0], train={"mixed_precision": "mixed_float16", "grad_accum_steps": 2}, ingestion={"batch_size": 16}
+        penguin_data[0],
+        train={"mixed_precision": "mixed_float16", "grad_accum_steps": 2},
+        ingestion={"batch_size": 16},
     )
-    model, results = training.fit(config, inputs_for(penguin_data, "fp16", config), teacher_builder(config, penguin_data), choice=one_device())
+    model, results = training.fit(
+        config,
+        inputs_for(penguin_data, "fp16", config),
+        teacher_builder(config, penguin_data),
+        choice=one_device(),
+    )
     assert isinstance(model.optimizer, keras.mixed_precision.LossScaleOptimizer)
     assert model.get_layer("hidden_0").compute_dtype == "float16"
     assert int(model.optimizer.iterations.numpy()) == 6
@@ -273,23 +315,36 @@ def test_accumulation_steps_below_one_fail_before_reading_data(penguin_data):
         dataclasses.replace(config.train, grad_accum_steps=0)
     # `fit` checks again for callers that bypass the config; a stand-in with its attributes reaches that check.
     train = types.SimpleNamespace(**{**dataclasses.asdict(config.train), "grad_accum_steps": 0})
-    bad = types.SimpleNamespace(**{**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)}, "train": train})
-    missing = dataclasses.replace(inputs_for(penguin_data, "bad_accum", config), train_files=("/nonexistent/*",))
+    bad = types.SimpleNamespace(
+        **{**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)}, "train": train}
+    )
+    missing = dataclasses.replace(
+        inputs_for(penguin_data, "bad_accum", config), train_files=("/nonexistent/*",)
+    )
     with pytest.raises(ConfigError, match=r"^train\.grad_accum_steps: expected an integer >= 1"):
         training.fit(bad, missing, lambda: pytest.fail("built a model"), choice=one_device())
 
 
 def test_accumulation_needs_a_model_that_supports_it(penguin_data):
-    config = penguins.with_sections(penguin_data[0], train={"grad_accum_steps": 2}, ingestion={"batch_size": 16})
+    config = penguins.with_sections(
+        penguin_data[0], train={"grad_accum_steps": 2}, ingestion={"batch_size": 16}
+    )
 
     def plain_model():
         inputs = keras.Input((1,), name="culmen_length_mm_xf")
         model = keras.Model(inputs, keras.layers.Dense(3)(inputs), name="plain")
-        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
         return model
 
-    with pytest.raises(ConfigError, match=r"^train\.grad_accum_steps: model 'plain' \(Functional\) cannot accumulate"):
-        training.fit(config, inputs_for(penguin_data, "plain", config), plain_model, choice=one_device())
+    with pytest.raises(
+        ConfigError,
+        match=r"^train\.grad_accum_steps: model 'plain' \(Functional\) cannot accumulate",
+    ):
+        training.fit(
+            config, inputs_for(penguin_data, "plain", config), plain_model, choice=one_device()
+        )
 
 
 def test_accumulate_gradients_equals_the_big_batch_gradient():
@@ -307,7 +362,9 @@ def test_accumulate_gradients_equals_the_big_batch_gradient():
         big = loss_fn((x, y))
     expected = tape.gradient(big, layer.trainable_variables)
     stacked = (tf.reshape(x, (4, 3, 3)), tf.reshape(y, (4, 3, 1)))
-    accumulated = tf.function(lambda data: accumulate_gradients(loss_fn, data, layer.trainable_variables, 4))(stacked)
+    accumulated = tf.function(
+        lambda data: accumulate_gradients(loss_fn, data, layer.trainable_variables, 4)
+    )(stacked)
     for a, e in zip(accumulated, expected, strict=True):
         np.testing.assert_allclose(a.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
 
@@ -325,26 +382,38 @@ def test_run_fn_without_tfxkit_config_fails(penguin_data):
 
 
 @pytest.mark.multiprocess
-def test_two_worker_processes_match_single_device_and_only_the_chief_exports(penguin_data, reference):
+def test_two_worker_processes_match_single_device_and_only_the_chief_exports(
+    penguin_data, reference
+):
     config, data, root = penguin_data
-    config = penguins.with_sections(config, strategy={"kind": "multi_worker_mirrored", "workers": 2})
+    config = penguins.with_sections(
+        config, strategy={"kind": "multi_worker_mirrored", "workers": 2}
+    )
     inputs = penguins.inputs_for(data, root, "multi_worker", config)
     cluster = {"worker": [f"localhost:{portpicker.pick_unused_port()}" for _ in range(2)]}
     processes, logs = [], []
     try:
         for index in range(2):
             logs.append(open(os.path.join(root, f"multi_worker{index}.log"), "w"))
-            env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+            env = {
+                "TF_CONFIG": json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": index}}
+                )
+            }
             # The TFX entry point, exactly as each TFJob replica's executor calls it.
             job = {"kind": "run_fn", "config": config.to_json(), "inputs": inputs}
-            processes.append(start_worker([job], root, f"multi_worker{index}", env=env, log=logs[-1])[0])
+            processes.append(
+                start_worker([job], root, f"multi_worker{index}", env=env, log=logs[-1])[0]
+            )
         wait_all(processes)
     finally:
         kill_all(processes)
         for log in logs:
             log.close()
     for index, p in enumerate(processes):
-        assert p.returncode == 0, open(os.path.join(root, f"multi_worker{index}.log")).read()[-3000:]
+        assert p.returncode == 0, open(os.path.join(root, f"multi_worker{index}.log")).read()[
+            -3000:
+        ]
     chief_log = open(os.path.join(root, "multi_worker0.log")).read()
     assert "Strategy: multi_worker_mirrored (2 replica(s)" in chief_log and "chief yes" in chief_log
     assert "chief no" in open(os.path.join(root, "multi_worker1.log")).read()
@@ -367,7 +436,13 @@ def test_two_worker_processes_match_single_device_and_only_the_chief_exports(pen
 def test_parameter_server_cluster_trains_and_the_chief_export_serves(penguin_data):
     config, data, root = penguin_data
     config = penguins.with_sections(
-        config, strategy={"kind": "parameter_server", "workers": 2, "parameter_servers": 1, "steps_per_execution": 2}
+        config,
+        strategy={
+            "kind": "parameter_server",
+            "workers": 2,
+            "parameter_servers": 1,
+            "steps_per_execution": 2,
+        },
     )
     inputs = penguins.inputs_for(data, root, "parameter_server", config)
     cluster = {
@@ -385,13 +460,22 @@ def test_parameter_server_cluster_trains_and_the_chief_export_serves(penguin_dat
     try:
         # The ps task runs the Trainer's run_fn unchanged: it serves until killed.
         ps_job = {"kind": "run_fn", "config": config.to_json(), "inputs": inputs}
-        processes.append(start_worker([ps_job], root, "ps_task", env={"TF_CONFIG": json.dumps(task("ps"))}, log=ps_log)[0])
+        processes.append(
+            start_worker(
+                [ps_job], root, "ps_task", env={"TF_CONFIG": json.dumps(task("ps"))}, log=ps_log
+            )[0]
+        )
         # The workers' servers share the coordinator's process (in-process
         # servers: fewer interpreters on two cores); then the chief trains.
         jobs = [
             {"kind": "ps_servers", "tf_configs": [task("worker", 0), task("worker", 1)]},
-            {"kind": "run", "config": config.to_json(), "inputs": inputs, "weights": os.path.join(root, "ps.npz"),
-             "env": {"TF_CONFIG": json.dumps(task("chief"))}},
+            {
+                "kind": "run",
+                "config": config.to_json(),
+                "inputs": inputs,
+                "weights": os.path.join(root, "ps.npz"),
+                "env": {"TF_CONFIG": json.dumps(task("chief"))},
+            },
         ]
         chief, result = start_worker(jobs, root, "ps_chief", log=chief_log)
         processes.append(chief)
@@ -404,10 +488,16 @@ def test_parameter_server_cluster_trains_and_the_chief_export_serves(penguin_dat
     assert chief.returncode == 0, open(os.path.join(root, "ps_chief.log")).read()[-3000:]
     run = json.load(open(result))[1]
     assert "error" not in run, run.get("traceback")
-    assert (run["kind"], run["class"], run["is_chief"]) == ("parameter_server", "ParameterServerStrategyV2", True)
+    assert (run["kind"], run["class"], run["is_chief"]) == (
+        "parameter_server",
+        "ParameterServerStrategyV2",
+        True,
+    )
     assert run["iterations"] == 6
     assert "serving as ps:0" in open(os.path.join(root, "ps.log")).read()
-    assert saved_models_under(os.path.dirname(inputs["serving_model_dir"])) == [inputs["serving_model_dir"]]
+    assert saved_models_under(os.path.dirname(inputs["serving_model_dir"])) == [
+        inputs["serving_model_dir"]
+    ]
     assert_serves(inputs["serving_model_dir"])
 
 
@@ -474,23 +564,34 @@ def test_killed_trainer_resumes_from_its_backup_and_exports(penguin_data):
     assert not os.path.exists(backup), "the backup must be removed after a successful export"
 
 
-def test_run_fn_reads_tf_config_from_the_environment_and_evaluator_does_nothing(penguin_data, monkeypatch, tmp_path):
+def test_run_fn_reads_tf_config_from_the_environment_and_evaluator_does_nothing(
+    penguin_data, monkeypatch, tmp_path
+):
     from tfx.components.trainer.fn_args_utils import FnArgs
 
     config, data, root = penguin_data
     inputs = penguins.inputs_for(data, str(tmp_path), "evaluator", config)
     cluster = {"worker": ["localhost:2001", "localhost:2002"]}
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "evaluator", "index": 0}}))
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "evaluator", "index": 0}})
+    )
     auto = penguins.with_sections(config, strategy={"kind": "auto"})
     run_fn.run_fn(FnArgs(**inputs, custom_config={CONFIG_KEY: auto.to_json()}))
-    assert not os.path.exists(inputs["serving_model_dir"]) and not os.path.exists(inputs["model_run_dir"])
+    assert not os.path.exists(inputs["serving_model_dir"]) and not os.path.exists(
+        inputs["model_run_dir"]
+    )
 
 
 def test_cosine_schedule_warms_up_then_decays_to_zero_at_the_last_step(digits_config):
     steps, warmup, peak = 100, 10, 0.004
-    train = dataclasses.replace(digits_config.train, learning_rate=peak, lr_schedule="cosine", warmup_steps=warmup)
+    train = dataclasses.replace(
+        digits_config.train, learning_rate=peak, lr_schedule="cosine", warmup_steps=warmup
+    )
     schedule = training.learning_rate(dataclasses.replace(digits_config, train=train), steps)
-    rate = {step: float(schedule(step)) for step in (0, warmup // 2, warmup, (steps + warmup) // 2, steps)}
+    rate = {
+        step: float(schedule(step))
+        for step in (0, warmup // 2, warmup, (steps + warmup) // 2, steps)
+    }
     assert rate[0] == pytest.approx(0.0, abs=1e-9)
     assert rate[warmup // 2] == pytest.approx(peak / 2, rel=1e-5)
     assert rate[warmup] == pytest.approx(peak, rel=1e-5)
@@ -501,7 +602,13 @@ def test_cosine_schedule_warms_up_then_decays_to_zero_at_the_last_step(digits_co
 
 
 def test_warmup_without_cosine_or_as_long_as_training_is_refused(digits_config):
-    with pytest.raises(ConfigError, match=r"train\.warmup_steps: warm-up belongs to the 'cosine' schedule"):
+    with pytest.raises(
+        ConfigError, match=r"train\.warmup_steps: warm-up belongs to the 'cosine' schedule"
+    ):
         dataclasses.replace(digits_config.train, warmup_steps=5)
-    with pytest.raises(ConfigError, match=r"train\.warmup_steps: expected fewer warm-up steps than train_steps"):
-        dataclasses.replace(digits_config.train, lr_schedule="cosine", warmup_steps=digits_config.train.train_steps)
+    with pytest.raises(
+        ConfigError, match=r"train\.warmup_steps: expected fewer warm-up steps than train_steps"
+    ):
+        dataclasses.replace(
+            digits_config.train, lr_schedule="cosine", warmup_steps=digits_config.train.train_steps
+        )

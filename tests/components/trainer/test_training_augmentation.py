@@ -19,7 +19,12 @@ BATCH, SIDE = 8, 28
 
 def _config(translate=2, flip=True):
     config = load_config("fashion_mnist")
-    return dataclasses.replace(config, train=dataclasses.replace(config.train, augmentation=AugmentationConfig(translate=translate, flip=flip)))
+    return dataclasses.replace(
+        config,
+        train=dataclasses.replace(
+            config.train, augmentation=AugmentationConfig(translate=translate, flip=flip)
+        ),
+    )
 
 
 def _batches(n=3):
@@ -33,7 +38,9 @@ class _Record(keras.layers.Layer):
     """Passes its input through and keeps the last training-time input."""
 
     def build(self, input_shape):
-        self.seen = self.add_weight(name="seen", shape=(BATCH, SIDE * SIDE), trainable=False, initializer="zeros")
+        self.seen = self.add_weight(
+            name="seen", shape=(BATCH, SIDE * SIDE), trainable=False, initializer="zeros"
+        )
 
     def call(self, x, training=None):
         if training:
@@ -73,7 +80,9 @@ def test_views_are_reproducible_and_change_from_batch_to_batch():
         np.testing.assert_array_equal(a, b)
     # Labels are untouched, and different input pipelines draw different views.
     labels = [b[1].numpy() for b in training.augmented(_batches(), config)]
-    np.testing.assert_array_equal(np.concatenate(labels), np.concatenate([b[1].numpy() for b in _batches()]))
+    np.testing.assert_array_equal(
+        np.concatenate(labels), np.concatenate([b[1].numpy() for b in _batches()])
+    )
     other = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
     elsewhere = [b[0]["image_xf"].numpy() for b in training.augmented(_batches(), config, other)]
     assert not np.array_equal(first[0], elsewhere[0])
@@ -83,9 +92,15 @@ def test_the_soft_target_cache_serves_only_unaugmented_input():
     # Every augmented view is a new example: a cache keyed by example would
     # grow without bound, so the combination is refused before training.
     config = _config()
-    with pytest.raises(ConfigError, match=r"distillation\.cache_teacher_logits: .*train\.augmentation"):
-        dataclasses.replace(config, distillation=dataclasses.replace(config.distillation, cache_teacher_logits=True))
+    with pytest.raises(
+        ConfigError, match=r"distillation\.cache_teacher_logits: .*train\.augmentation"
+    ):
+        dataclasses.replace(
+            config, distillation=dataclasses.replace(config.distillation, cache_teacher_logits=True)
+        )
     plain = _config(translate=0, flip=False)
     assert not plain.train.augmentation.enabled
-    cached = dataclasses.replace(plain, distillation=dataclasses.replace(plain.distillation, cache_teacher_logits=True))
+    cached = dataclasses.replace(
+        plain, distillation=dataclasses.replace(plain.distillation, cache_teacher_logits=True)
+    )
     assert cached.distillation.cache_teacher_logits

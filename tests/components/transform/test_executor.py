@@ -38,7 +38,9 @@ from tests.conftest import tiny
 
 TRAIN_ROWS, EVAL_ROWS = 600, 240
 BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-USER_MODULE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "trainer", "stock_user_module.py")
+USER_MODULE = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), "trainer", "stock_user_module.py"
+)
 DTYPES = {"float": tf.float32, "int_categorical": tf.int64, "string_categorical": tf.string}
 
 
@@ -58,7 +60,9 @@ def _example(row: dict, spec: dict) -> bytes:
         if s.dtype == tf.string:
             feature[key] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
         elif s.dtype == tf.int64:
-            feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(float(value))]))
+            feature[key] = tf.train.Feature(
+                int64_list=tf.train.Int64List(value=[int(float(value))])
+            )
         else:
             feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(value)]))
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
@@ -70,19 +74,25 @@ def raw_artifacts(tmp_path_factory, taxi_config):
     root = str(tmp_path_factory.mktemp("raw"))
     spec = _raw_spec(taxi_config)
     with open(taxi_csv_path()) as f:
-        rows = [row for _, row in zip(range(TRAIN_ROWS + EVAL_ROWS), csv.DictReader(f), strict=False)]
+        rows = [
+            row for _, row in zip(range(TRAIN_ROWS + EVAL_ROWS), csv.DictReader(f), strict=False)
+        ]
     examples = standard_artifacts.Examples()
     examples.uri = os.path.join(root, "examples")
     examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
     for split, part in (("train", rows[:TRAIN_ROWS]), ("eval", rows[TRAIN_ROWS:])):
         os.makedirs(os.path.join(examples.uri, f"Split-{split}"))
-        with tf.io.TFRecordWriter(os.path.join(examples.uri, f"Split-{split}", "data.gz"), "GZIP") as w:
+        with tf.io.TFRecordWriter(
+            os.path.join(examples.uri, f"Split-{split}", "data.gz"), "GZIP"
+        ) as w:
             for row in part:
                 w.write(_example(row, spec))
     schema = standard_artifacts.Schema()
     schema.uri = os.path.join(root, "schema")
     os.makedirs(schema.uri)
-    io_utils.write_pbtxt_file(os.path.join(schema.uri, "schema.pbtxt"), schema_utils.schema_from_feature_spec(spec))
+    io_utils.write_pbtxt_file(
+        os.path.join(schema.uri, "schema.pbtxt"), schema_utils.schema_from_feature_spec(spec)
+    )
     return examples, schema
 
 
@@ -101,7 +111,9 @@ def run_transform(root: str, config: PipelineConfig, raw_artifacts, **exec_prope
         specs.DISABLE_STATISTICS_KEY: True,
         **exec_properties,
     }
-    context = executor.Executor.Context(beam_pipeline_args=BEAM_ARGS, tmp_dir=os.path.join(root, "tmp"))
+    context = executor.Executor.Context(
+        beam_pipeline_args=BEAM_ARGS, tmp_dir=os.path.join(root, "tmp")
+    )
     executor.Executor(context).Do(
         {specs.EXAMPLES_KEY: [examples], specs.SCHEMA_KEY: [schema]},
         {
@@ -120,13 +132,17 @@ def _with_transform(config: PipelineConfig, **transform) -> PipelineConfig:
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory, taxi_config, raw_artifacts):
-    config = _with_transform(tiny(taxi_config), num_shards=3, compression="none", pack_features=True)
+    config = _with_transform(
+        tiny(taxi_config), num_shards=3, compression="none", pack_features=True
+    )
     return config, run_transform(str(tmp_path_factory.mktemp("packed")), config, raw_artifacts)
 
 
 @pytest.fixture(scope="module")
 def stock_format(tmp_path_factory, taxi_config, raw_artifacts):
-    config = dataclasses.replace(tiny(taxi_config), strategy=dataclasses.replace(taxi_config.strategy, workers=5))
+    config = dataclasses.replace(
+        tiny(taxi_config), strategy=dataclasses.replace(taxi_config.strategy, workers=5)
+    )
     config = _with_transform(config, num_shards=0, compression="gzip", pack_features=False)
     splits = transform_pb2.SplitsConfig(analyze=["train"], transform=["train", "eval"])
     run = run_transform(
@@ -139,7 +155,9 @@ def stock_format(tmp_path_factory, taxi_config, raw_artifacts):
 
 
 def _split_files(transformed, split: str) -> list[str]:
-    return sorted(tf.io.gfile.glob(os.path.join(artifact_utils.get_split_uri([transformed], split), "*")))
+    return sorted(
+        tf.io.gfile.glob(os.path.join(artifact_utils.get_split_uri([transformed], split), "*"))
+    )
 
 
 def test_packed_run_writes_configured_shards_uncompressed(packed):
@@ -148,7 +166,9 @@ def test_packed_run_writes_configured_shards_uncompressed(packed):
     assert (layout.compression, layout.num_shards) == ("none", 3)
     for split, rows in (("train", TRAIN_ROWS), ("eval", EVAL_ROWS)):
         files = _split_files(transformed, split)
-        assert [os.path.basename(f) for f in files] == [f"transformed_examples-0000{i}-of-00003.tfrecord" for i in range(3)]
+        assert [os.path.basename(f) for f in files] == [
+            f"transformed_examples-0000{i}-of-00003.tfrecord" for i in range(3)
+        ]
         assert layout.split_files(split) == files
         # Uncompressed: readable as plain TFRecords, record counts as recorded.
         counts = [sum(1 for _ in tf.data.TFRecordDataset(f)) for f in files]
@@ -199,7 +219,8 @@ def _canonical(features: dict, label) -> list[tuple]:
     keys = sorted(features)
     columns = [np.asarray(features[k]).reshape(len(np.asarray(label)), -1) for k in keys]
     return [
-        tuple(round(float(c[i][0]), 4) for c in columns) + (int(np.asarray(label)[i]),) for i in range(len(np.asarray(label)))
+        tuple(round(float(c[i][0]), 4) for c in columns) + (int(np.asarray(label)[i]),)
+        for i in range(len(np.asarray(label)))
     ]
 
 
@@ -224,8 +245,12 @@ def test_packed_and_stock_format_outputs_hold_the_same_examples(packed, stock_fo
         if len(epoch) >= TRAIN_ROWS:
             break
     stock_tft = tft.TFTransformOutput(stock_graph)
-    source = tfxio.TFExampleRecord(_split_files(stock_transformed, "eval"), schema=stock_tft.transformed_metadata.schema)
-    stock = source.TensorFlowDataset(tfxio.TensorFlowDatasetOptions(batch_size=64, num_epochs=1, shuffle=False, label_key=label))
+    source = tfxio.TFExampleRecord(
+        _split_files(stock_transformed, "eval"), schema=stock_tft.transformed_metadata.schema
+    )
+    stock = source.TensorFlowDataset(
+        tfxio.TensorFlowDatasetOptions(batch_size=64, num_epochs=1, shuffle=False, label_key=label)
+    )
     reference = [row for features, y in stock for row in _canonical(features, y)]
     assert len(ours) == EVAL_ROWS
     assert sorted(ours) == sorted(reference)
@@ -235,7 +260,9 @@ def test_packed_and_stock_format_outputs_hold_the_same_examples(packed, stock_fo
 def test_make_datasets_shards_the_packed_output_across_workers(packed):
     config, (graph_uri, transformed, _) = packed
     # Global batches split evenly across 3 replicas.
-    config = dataclasses.replace(config, ingestion=dataclasses.replace(config.ingestion, batch_size=96, eval_batch_size=96))
+    config = dataclasses.replace(
+        config, ingestion=dataclasses.replace(config.ingestion, batch_size=96, eval_batch_size=96)
+    )
     inputs = training.TrainingInputs(
         train_files=(os.path.join(artifact_utils.get_split_uri([transformed], "train"), "*"),),
         eval_files=(os.path.join(artifact_utils.get_split_uri([transformed], "eval"), "*"),),
@@ -252,7 +279,9 @@ def test_make_datasets_shards_the_packed_output_across_workers(packed):
         _, eval_ds = training.make_datasets(config, inputs, tft_output, input_context=context)
         seen.extend(row for features, y in eval_ds for row in _canonical(features, y))
     _, everything = training.make_datasets(config, inputs, tft_output)
-    assert sorted(seen) == sorted(row for features, y in everything for row in _canonical(features, y))
+    assert sorted(seen) == sorted(
+        row for features, y in everything for row in _canonical(features, y)
+    )
     assert len(seen) == EVAL_ROWS
 
 
@@ -269,7 +298,10 @@ def test_make_datasets_names_a_missing_shard(packed):
         train_steps=1,
         eval_steps=1,
     )
-    with pytest.raises(transform_layout.LayoutError, match=r"shard '.*Split-eval/transformed_examples-00001-of-00003\.tfrecord' \(80 records of split 'eval'\) is missing"):
+    with pytest.raises(
+        transform_layout.LayoutError,
+        match=r"shard '.*Split-eval/transformed_examples-00001-of-00003\.tfrecord' \(80 records of split 'eval'\) is missing",
+    ):
         training.make_datasets(config, inputs, tft.TFTransformOutput(graph_uri))
 
 
@@ -294,12 +326,16 @@ def test_stock_user_run_fn_trains_through_the_tfxkit_trainer(stock_format, tmp_p
     model_run = standard_artifacts.ModelRun()
     model_run.uri = str(tmp_path / "model_run")
     properties = {k: v for k, v in component.exec_properties.items() if v is not None}
-    component.executor_spec.executor_class(component.executor_spec.executor_class.Context(tmp_dir=str(tmp_path))).Do(
+    component.executor_spec.executor_class(
+        component.executor_spec.executor_class.Context(tmp_dir=str(tmp_path))
+    ).Do(
         {specs.EXAMPLES_KEY: [transformed], specs.TRANSFORM_GRAPH_KEY: [graph]},
         {specs.MODEL_KEY: [model], specs.MODEL_RUN_KEY: [model_run]},
         properties,
     )
     saved = tf.saved_model.load(os.path.join(model.uri, "Format-Serving"))
-    features = {k: tf.constant([[0.5], [-1.0]]) for k in ("fare_xf", "trip_miles_xf", "trip_seconds_xf")}
+    features = {
+        k: tf.constant([[0.5], [-1.0]]) for k in ("fare_xf", "trip_miles_xf", "trip_seconds_xf")
+    }
     assert saved.signatures["serving_default"](**features)
     assert len(list(saved.signatures["serving_default"](**features).values())[0].shape) == 2

@@ -22,17 +22,59 @@ FEATURES = (
 )
 CONFIG = PipelineConfig(
     name="unit",
-    data=DataConfig(builtin="taxi", label=LabelConfig(name="label", num_classes=2), features=FEATURES),
+    data=DataConfig(
+        builtin="taxi", label=LabelConfig(name="label", num_classes=2), features=FEATURES
+    ),
 )
 # Missing values arrive as empty lists (VarLenFeature -> SparseTensor), as
 # SchemaGen infers them for CSV columns with gaps.
 ROWS = [
-    {"fare": [10.0], "miles": [1.0], "company": [b"a"], "area": [7], "hour": [3], "pixels": [1.0, 2.0], "label": [1]},
-    {"fare": [], "miles": [2.0], "company": [b"b"], "area": [], "hour": [30], "pixels": [3.0, 4.0], "label": [0]},
-    {"fare": [20.0], "miles": [], "company": [b"a"], "area": [7], "hour": [], "pixels": [5.0, 6.0], "label": [1]},
-    {"fare": [30.0], "miles": [3.0], "company": [], "area": [8], "hour": [23], "pixels": [7.0, 8.0], "label": [0]},
+    {
+        "fare": [10.0],
+        "miles": [1.0],
+        "company": [b"a"],
+        "area": [7],
+        "hour": [3],
+        "pixels": [1.0, 2.0],
+        "label": [1],
+    },
+    {
+        "fare": [],
+        "miles": [2.0],
+        "company": [b"b"],
+        "area": [],
+        "hour": [30],
+        "pixels": [3.0, 4.0],
+        "label": [0],
+    },
+    {
+        "fare": [20.0],
+        "miles": [],
+        "company": [b"a"],
+        "area": [7],
+        "hour": [],
+        "pixels": [5.0, 6.0],
+        "label": [1],
+    },
+    {
+        "fare": [30.0],
+        "miles": [3.0],
+        "company": [],
+        "area": [8],
+        "hour": [23],
+        "pixels": [7.0, 8.0],
+        "label": [0],
+    },
     # Non-finite floats are treated as missing.
-    {"fare": [float("nan")], "miles": [float("inf")], "company": [b"b"], "area": [8], "hour": [1], "pixels": [3.0, 4.0], "label": [1]},
+    {
+        "fare": [float("nan")],
+        "miles": [float("inf")],
+        "company": [b"b"],
+        "area": [8],
+        "hour": [1],
+        "pixels": [3.0, 4.0],
+        "label": [1],
+    },
 ]
 SPEC = {
     "fare": tf.io.VarLenFeature(tf.float32),
@@ -124,4 +166,3 @@ def test_every_output_is_rank_two_except_label(transformed):
     assert spec["label"].shape == []
     for feature in FEATURES:
         assert spec[feature.transformed_name].shape == [feature.size]
-

@@ -26,7 +26,10 @@ def _do(root, config) -> None:
     examples, schema = standard_artifacts.Examples(), standard_artifacts.Schema()
     examples.uri, schema.uri = os.path.join(root, "examples"), os.path.join(root, "schema")
     graph, transformed = standard_artifacts.TransformGraph(), standard_artifacts.Examples()
-    graph.uri, transformed.uri = os.path.join(root, "transform_graph"), os.path.join(root, "transformed_examples")
+    graph.uri, transformed.uri = (
+        os.path.join(root, "transform_graph"),
+        os.path.join(root, "transformed_examples"),
+    )
     context = executor.Executor.Context(beam_pipeline_args=[], tmp_dir=os.path.join(root, "tmp"))
     executor.Executor(context).Do(
         {specs.EXAMPLES_KEY: [examples], specs.SCHEMA_KEY: [schema]},
@@ -56,7 +59,10 @@ def test_supported_versions_pass():
 
 @pytest.mark.parametrize(
     "attribute,package,pin",
-    [("TFX_VERSION", "TFX", r"tfx==1\.16\.\*"), ("TFT_VERSION", "TFT", r"tensorflow-transform==1\.16\.\*")],
+    [
+        ("TFX_VERSION", "TFX", r"tfx==1\.16\.\*"),
+        ("TFT_VERSION", "TFT", r"tensorflow-transform==1\.16\.\*"),
+    ],
 )
 def test_other_version_fails_before_the_transform_runs(
     monkeypatch, tmp_path, taxi_config, stock_do_must_not_run, attribute, package, pin
@@ -74,20 +80,36 @@ def test_other_version_fails_before_the_transform_runs(
 @pytest.mark.parametrize(
     "owner,name,qualified",
     [
-        (tfx_transform_executor, "TransformProcessor", "tfx.components.transform.executor.TransformProcessor"),
+        (
+            tfx_transform_executor,
+            "TransformProcessor",
+            "tfx.components.transform.executor.TransformProcessor",
+        ),
         (
             tfx_transform_executor,
             "_TRANSFORM_INTERNAL_FEATURE_FOR_KEY",
             "tfx.components.transform.executor._TRANSFORM_INTERNAL_FEATURE_FOR_KEY",
         ),
-        (tfx_compat.STOCK_PROCESSOR, "_EncodeAndWrite", "tfx.components.transform.executor.TransformProcessor._EncodeAndWrite"),
-        (tft_beam.Context, "get_use_deep_copy_optimization", "tensorflow_transform.beam.Context.get_use_deep_copy_optimization"),
+        (
+            tfx_compat.STOCK_PROCESSOR,
+            "_EncodeAndWrite",
+            "tfx.components.transform.executor.TransformProcessor._EncodeAndWrite",
+        ),
+        (
+            tft_beam.Context,
+            "get_use_deep_copy_optimization",
+            "tensorflow_transform.beam.Context.get_use_deep_copy_optimization",
+        ),
     ],
     ids=["processor", "internal_key", "encode_and_write", "deep_copy"],
 )
-def test_missing_internal_name_fails_naming_it(monkeypatch, tmp_path, taxi_config, stock_do_must_not_run, owner, name, qualified):
+def test_missing_internal_name_fails_naming_it(
+    monkeypatch, tmp_path, taxi_config, stock_do_must_not_run, owner, name, qualified
+):
     monkeypatch.delattr(owner, name)
-    expected = rf"{re.escape(qualified)} no longer exists .*update components/transform/tfx_compat\.py"
+    expected = (
+        rf"{re.escape(qualified)} no longer exists .*update components/transform/tfx_compat\.py"
+    )
     with pytest.raises(tfx_compat.TfxCompatError, match=expected):
         _do(str(tmp_path), tiny(taxi_config))
     assert os.listdir(tmp_path) == [], "the Transform wrote something before failing"
@@ -96,11 +118,19 @@ def test_missing_internal_name_fails_naming_it(monkeypatch, tmp_path, taxi_confi
 def test_patches_are_undone_after_a_run():
     written = []
     deep_copy = vars(tft_beam.Context)["get_use_deep_copy_optimization"]
-    with tfx_compat.without_deep_copy(), tfx_compat.tfrecord_writer(lambda schema, path: written.append(path) or "writer"):
+    with (
+        tfx_compat.without_deep_copy(),
+        tfx_compat.tfrecord_writer(lambda schema, path: written.append(path) or "writer"),
+    ):
         assert tft_beam.Context.get_use_deep_copy_optimization() is False
         processor = tfx_transform_executor.TransformProcessor()
         assert isinstance(processor, tfx_compat.STOCK_PROCESSOR)
-        assert processor._EncodeAndWrite(schema=None, file_format=labels.FORMAT_TFRECORD, output_path="out") == "writer"
+        assert (
+            processor._EncodeAndWrite(
+                schema=None, file_format=labels.FORMAT_TFRECORD, output_path="out"
+            )
+            == "writer"
+        )
     assert written == ["out"]
     assert tfx_transform_executor.TransformProcessor is tfx_compat.STOCK_PROCESSOR
     assert vars(tft_beam.Context)["get_use_deep_copy_optimization"] is deep_copy

@@ -51,7 +51,9 @@ def test_good_data_passes():
 def test_label_outside_classes_names_field_and_range():
     messages = config_messages("train", _stats(_frame(label=[0, 1, 3, 0])), DATA)
     assert len(messages) == 1
-    assert messages[0].startswith("data.label.num_classes: label 'label' takes values in [0, 3] in split 'train'")
+    assert messages[0].startswith(
+        "data.label.num_classes: label 'label' takes values in [0, 3] in split 'train'"
+    )
 
 
 def test_negative_label_is_rejected():
@@ -73,12 +75,16 @@ def test_string_label_is_rejected():
 def test_string_in_float_column_names_feature():
     messages = config_messages("train", _stats(_frame(fare=["1.0", "abc", "3", "4"])), DATA)
     assert len(messages) == 1
-    assert messages[0].startswith("data.features[0]: 'fare' is configured as float but split 'train' has STRING values")
+    assert messages[0].startswith(
+        "data.features[0]: 'fare' is configured as float but split 'train' has STRING values"
+    )
 
 
 def test_float_in_int_categorical_names_feature():
     messages = config_messages("train", _stats(_frame(hour=[1.5, 2.0, 3.0, 4.0])), DATA)
-    assert messages and messages[0].startswith("data.features[2]: 'hour' is configured as int_categorical")
+    assert messages and messages[0].startswith(
+        "data.features[2]: 'hour' is configured as int_categorical"
+    )
 
 
 def test_empty_split_is_rejected():
@@ -104,7 +110,9 @@ def test_type_change_is_drift_against_the_baseline():
     assert any("feature 'extra'" in m and "drift" in m for m in messages)
 
 
-@pytest.mark.parametrize("column, values", [("company", ["a", "b", "new-cab", "c"]), ("fare", [1.0, None, 3.0, 4.0])])
+@pytest.mark.parametrize(
+    "column, values", [("company", ["a", "b", "new-cab", "c"]), ("fare", [1.0, None, 3.0, 4.0])]
+)
 def test_new_category_and_missing_values_are_not_drift(column, values):
     # New categories go to OOV buckets and missing floats are imputed by design.
     baseline = tfdv.infer_schema(_stats(_frame()))

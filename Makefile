@@ -12,7 +12,7 @@ RUNNER ?= beam
 PYTEST_ARGS ?=
 BENCHES ?= ingestion strategies distillation reliability
 
-.PHONY: setup run test bench lint lock clean fashion-mnist
+.PHONY: setup run test bench lint format lock clean fashion-mnist
 
 setup: $(STAMP)
 
@@ -47,8 +47,15 @@ fashion-mnist:
 bench: setup
 	set -e; for b in $(BENCHES); do echo "== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py; done
 
+# Format check, then lint: both gate CI (.ci/run) before the tests.
+LINT_PATHS := components pipelines tests benchmarks
 lint: setup
-	$(BIN)/ruff check components pipelines tests benchmarks
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/ruff check $(LINT_PATHS)
+
+format: setup
+	$(BIN)/ruff format $(LINT_PATHS)
+	$(BIN)/ruff check --fix $(LINT_PATHS)
 
 # Re-resolve the lock for Python 3.11 on manylinux x86-64 from requirements.in.
 lock: setup

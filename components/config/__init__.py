@@ -12,7 +12,7 @@ from components.config.loading import (
     from_custom_config,
     from_dict,
     json_schema,
-    load_config,
+    load_config_file,
     to_dict,
 )
 from components.config.secret_scan import reject_secret
@@ -71,7 +71,7 @@ __all__ = [
     "from_custom_config",
     "from_dict",
     "json_schema",
-    "load_config",
+    "load_config_file",
     "reject_secret",
     "to_dict",
 ]

@@ -48,7 +48,7 @@ def to_dict(config: Any) -> dict[str, Any]:
     return _adapter(type(config)).dump_python(config, mode="json")
 
 
-def load_config(path: str | Path) -> PipelineConfig:
+def load_config_file(path: str | Path) -> PipelineConfig:
     """Loads and validates a config from a YAML file.
 
     Raises:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from components.config import ConfigError, PipelineConfig, json_schema
-from components.config import load_config as load_config_file
+from components.config import ConfigError, PipelineConfig, json_schema, load_config_file
 
 SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent
 SCHEMA_FILE = SHIPPED_CONFIG_DIR / "tfxkit.schema.json"

@@ -92,3 +92,23 @@ def write_fashion_idx(directory, sizes=None, seed=0) -> dict:
                 f.write(header + array.tobytes())
         written[split] = (images, labels)
     return written
+
+
+# Shipped configs the Kubeflow tests compile.
+COMPILED_CONFIGS = ("taxi", "digits")
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory):
+    """Shipped name -> (config, kfp component loaded from the compiled file, path), compiled once."""
+    from kfp import components as kfp_components
+
+    from pipelines import kubeflow_runner
+
+    directory = tmp_path_factory.mktemp("kfp")
+    out = {}
+    for name in COMPILED_CONFIGS:
+        config = load_config(name)
+        path = kubeflow_runner.compile_pipeline(config, str(directory / f"{name}.yaml")).path
+        out[name] = (config, kfp_components.load_component_from_file(path), path)
+    return out

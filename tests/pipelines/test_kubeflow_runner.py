@@ -19,8 +19,9 @@ from components.kubeflow import tfjob
 from pipelines import cli, kubeflow_runner, local_runner
 from pipelines.configs import SHIPPED_CONFIG_DIR, load_config
 from pipelines.pipeline import create_pipeline
+from tests.conftest import COMPILED_CONFIGS
 
-NAMES = ["taxi", "digits"]
+NAMES = list(COMPILED_CONFIGS)
 
 
 def _compile_with_cli(name, directory, capsys):
@@ -28,18 +29,6 @@ def _compile_with_cli(name, directory, capsys):
     assert cli.main(["compile", "--config", name, "--output", path]) == 0
     assert f"wrote {path}" in capsys.readouterr().out
     return path
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """name -> (config, kfp component loaded from the compiled file, path)."""
-    directory = tmp_path_factory.mktemp("kfp")
-    out = {}
-    for name in NAMES:
-        config = load_config(name)
-        path = kubeflow_runner.compile_pipeline(config, str(directory / f"{name}.yaml")).path
-        out[name] = (config, kfp_components.load_component_from_file(path), path)
-    return out
 
 
 def _executor_label(component, task_id):

@@ -13,26 +13,9 @@ import threading
 import urllib.parse
 
 import portpicker
-import pytest
-from kfp import components as kfp_components
 
 from components.kubeflow import submit
-from pipelines import cli, kubeflow_runner
-from pipelines.configs import load_config
-
-NAMES = ["taxi", "digits"]
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """name -> (config, kfp component loaded from the compiled file, path)."""
-    directory = tmp_path_factory.mktemp("kfp")
-    out = {}
-    for name in NAMES:
-        config = load_config(name)
-        path = kubeflow_runner.compile_pipeline(config, str(directory / f"{name}.yaml")).path
-        out[name] = (config, kfp_components.load_component_from_file(path), path)
-    return out
+from pipelines import cli
 
 
 class FakeKfp:

@@ -19,7 +19,11 @@ import tensorflow as tf
 
 
 def random_translate(images: tf.Tensor, max_pixels: int, seed: tf.Tensor) -> tf.Tensor:
-    """Shifts each image by up to `max_pixels` in each direction, filling with zeros.
+    """Shifts each image by up to `max_pixels` in each direction.
+
+    Pixels shifted in take the image's darkest value, its background: after
+    z-scoring, 0 is the mean grey, not the background, and a fill that eval
+    images never show would shift the training distribution.
 
     Args:
       images: `[batch, height, width, channels]` floats.
@@ -42,14 +46,18 @@ def random_translate(images: tf.Tensor, max_pixels: int, seed: tf.Tensor) -> tf.
         [ones, zeros, -shifts[:, 0], zeros, ones, -shifts[:, 1], zeros, zeros], axis=1
     )
     shape = tf.shape(images)[1:3]
-    return tf.raw_ops.ImageProjectiveTransformV3(
-        images=images,
+    # The op fills with one constant for the whole batch: shift every image
+    # so that its own background is 0, transform, and shift back.
+    background = tf.reduce_min(images, axis=[1, 2, 3], keepdims=True)
+    moved = tf.raw_ops.ImageProjectiveTransformV3(
+        images=images - background,
         transforms=transforms,
         output_shape=shape,
         fill_value=0.0,
         interpolation="NEAREST",
         fill_mode="CONSTANT",
     )
+    return moved + background
 
 
 def random_flip(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:

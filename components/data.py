@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import fnmatch
 import io
+import json
 import os
 
 import tensorflow as tf
@@ -135,13 +136,17 @@ def write_fashion_mnist(directory: str, source_dir: str | None = None) -> str:
     """
     from components import fashion_mnist
 
-    if all(
-        tf.io.gfile.exists(os.path.join(directory, split, "data.tfrecord"))
-        for split, _ in FASHION_MNIST_SPLITS
-    ):
-        return directory
+    marker = os.path.join(directory, "source.json")
     try:
-        source_dir = source_dir or fashion_mnist.find_dir()
+        source_dir = os.path.abspath(source_dir or fashion_mnist.find_dir())
+    except OSError as e:
+        raise DataError(str(e)) from e
+    # Written once per source: records from other IDX files are rewritten.
+    if tf.io.gfile.exists(marker):
+        with tf.io.gfile.GFile(marker) as f:
+            if json.load(f).get("source") == source_dir:
+                return directory
+    try:
         for split, _ in FASHION_MNIST_SPLITS:
             images, labels = fashion_mnist.load_split(split, source_dir)
             path = os.path.join(directory, split, "data.tfrecord")
@@ -154,6 +159,8 @@ def write_fashion_mnist(directory: str, source_dir: str | None = None) -> str:
             tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
     except (OSError, ValueError) as e:
         raise DataError(str(e)) from e
+    with tf.io.gfile.GFile(marker, "w") as f:
+        json.dump({"source": source_dir}, f)
     return directory
 
 

@@ -96,6 +96,8 @@ def read_idx(path: str) -> np.ndarray:
     dtype = np.dtype(_IDX_DTYPES[data[2]])
     ndim = data[3]
     header = 4 + 4 * ndim
+    if len(data) < header:
+        raise ValueError(f"{path}: truncated IDX header ({len(data)} bytes, {header} expected)")
     shape = struct.unpack(f">{ndim}I", data[4:header])
     expected = int(np.prod(shape)) * dtype.itemsize
     if len(data) - header != expected:

@@ -5,26 +5,29 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from pathlib import Path
 
 # Google client libraries warn about Python versions on import; not actionable here.
 warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def _config_help() -> str:
+    # Listed from the directory: --help stays free of heavy imports.
+    names = sorted(p.stem for p in (Path(__file__).parent / "configs").glob("*.yaml"))
+    return f"shipped config name ({', '.join(names)}) or a YAML path"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tfxkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the pipeline locally")
-    run.add_argument(
-        "--config", default="taxi", help="shipped config name (taxi, digits) or a YAML path"
-    )
+    run.add_argument("--config", default="taxi", help=_config_help())
     run.add_argument("--runner", default="beam", choices=["beam", "local"])
     run.add_argument("--output", default="runs", help="output directory (default: runs)")
     comp = sub.add_parser(
         "compile", help="compile for Kubeflow Pipelines (KFP v2 YAML with node-pool placement)"
     )
-    comp.add_argument(
-        "--config", required=True, help="shipped config name (taxi, digits) or a YAML path"
-    )
+    comp.add_argument("--config", required=True, help=_config_help())
     comp.add_argument("--output", required=True, help="the .yaml file to write")
     submit = sub.add_parser(
         "submit", help="upload a pipeline to Kubeflow Pipelines through kfp.Client"

@@ -33,7 +33,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from components.config import ConfigError, PipelineConfig
-from components.data import ResolvedInput
+from components.data import FASHION_MNIST_SPLITS, ResolvedInput
 from components.kubeflow import env as tfxkit_env
 from components.kubeflow import tfjob
 from components.kubeflow.placement import kubernetes_executor_config, resource_spec
@@ -73,6 +73,11 @@ def cluster_input(config: PipelineConfig) -> ResolvedInput:
         raise ConfigError(
             f"kubeflow.data_uri: {uri!r} is a local path, which pods on the cluster cannot read; "
             "use a directory URI such as gs://<bucket>/data/<name>"
+        )
+    if config.data.builtin == "fashion_mnist":
+        # The bucket holds the layout `components.data.write_fashion_mnist` writes.
+        return ResolvedInput(
+            uri.rstrip("/"), "*/*.tfrecord", config.data.format, splits=FASHION_MNIST_SPLITS
         )
     return ResolvedInput(input_base=uri.rstrip("/"), pattern="*", format=config.data.format)
 

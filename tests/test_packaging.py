@@ -78,7 +78,9 @@ def test_wheel_installs_and_imports_beside_the_locked_dependencies(wheel, tmp_pa
     report = __import__("json").loads(result.stdout.strip().splitlines()[-1])
     assert report["problems"] == []
     assert report["components"].startswith(site)
-    assert {"taxi.yaml", "digits.yaml"} <= set(report["configs"])
+    assert {"taxi.yaml", "digits.yaml", "fashion_mnist.yaml", "tfxkit.schema.json"} <= set(
+        report["configs"]
+    )
     help_run = subprocess.run(
         [str(env_dir / "bin" / "tfxkit"), "--help"],
         cwd=tmp_path,

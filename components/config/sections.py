@@ -29,6 +29,7 @@ from components.kubeflow.placement import TPU_TOPOLOGY_DIMS, accelerator_node_la
 
 CONFIG_KEY = "tfxkit_config"
 BUILTIN_DATASETS = ("taxi", "digits", "fashion_mnist")
+BUILTIN_FORMATS = {"taxi": "csv", "digits": "tfrecord", "fashion_mnist": "tfrecord"}
 
 FeatureKind = Literal["float", "int_categorical", "string_categorical"]
 FloatTransform = Literal["zscore", "bucketize", "identity"]
@@ -180,7 +181,8 @@ class DataConfig:
       exclude: Columns present in the data that must never become features
         (for example the raw source of the label).
       train_buckets: Hash buckets of the train split (ExampleGen).
-      eval_buckets: Hash buckets of the eval split.
+      eval_buckets: Hash buckets of the eval split. Both are unused for data
+        that comes already split (`fashion_mnist`).
     """
 
     builtin: str = ""
@@ -201,6 +203,11 @@ class DataConfig:
             )
         if self.builtin and self.builtin not in BUILTIN_DATASETS:
             fail("builtin", f"expected one of {list(BUILTIN_DATASETS)}, got {self.builtin!r}")
+        if self.builtin and self.format != BUILTIN_FORMATS[self.builtin]:
+            fail(
+                "format",
+                f"built-in {self.builtin!r} is {BUILTIN_FORMATS[self.builtin]}; set format: {BUILTIN_FORMATS[self.builtin]}",
+            )
         if not self.features:
             fail("features", "expected at least one feature")
         seen: set[str] = set()
@@ -368,7 +375,7 @@ class AugmentationConfig:
 
     Attributes:
       translate: Largest random shift in pixels along each axis (0: off);
-        pixels shifted in are zero (the normalised background).
+        pixels shifted in take the image's darkest value (its background).
       flip: Mirror each image left-right with probability 1/2 (right for
         clothing or scenes, wrong for digits or text).
     """

@@ -86,7 +86,10 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
 
 
 # Extra keys are errors (a typo must not be ignored); scalars are strict (see the module docstring).
-SECTION_CONFIG = ConfigDict(extra="forbid", strict=True, json_schema_extra=_describe_fields)
+# NaN and infinity are never meaningful settings (a NaN weight passes every `<` check).
+SECTION_CONFIG = ConfigDict(
+    extra="forbid", strict=True, allow_inf_nan=False, json_schema_extra=_describe_fields
+)
 
 
 def section(path: str = ""):
@@ -149,6 +152,12 @@ def config_error(error: pydantic.ValidationError, root: type, prefix: str = "") 
     if kind in ("missing", "missing_argument"):
         return ConfigError(f"{path}: required key is missing")
     annotation = _annotation_at(root, loc)
+    if kind == "tuple_type" and annotation is not None and isinstance(value, list):
+        # A list refused: only Python callers meet this (YAML and JSON lists are accepted);
+        # frozen configs hold tuples.
+        return ConfigError(
+            f"{path or 'config'}: expected a tuple (a list in YAML) of {_expected_form(typing.get_args(annotation)[0])}, got {value!r}"
+        )
     expected = (
         _expected_form(annotation)
         if annotation is not None

@@ -173,8 +173,9 @@ def augmented(
     Augmenting here, before the model, is what makes distillation consistent:
     the Distiller's teachers and student are called on the same (augmented)
     batch. Each batch gets its own stateless seed from `train.seed`, the
-    batch's index and this input pipeline's id, so a resumed run sees the
-    same sequence of views and parallel input pipelines see different ones.
+    batch's index and this input pipeline's id: runs are reproducible and
+    parallel input pipelines see different views. (A run resumed from a
+    backup restarts the sequence of views, as it restarts the input.)
     """
     settings = config.train.augmentation
     shapes = {f.transformed_name: f.shape for f in config.data.features if f.shape}

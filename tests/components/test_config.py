@@ -29,7 +29,8 @@ def _taxi_dict():
 @pytest.mark.parametrize("name", ["taxi", "digits", "fashion_mnist"])
 def test_shipped_configs_load(name):
     config = load_config(name)
-    assert config.name == name
+    # Kubeflow pipeline names take "-" where file names take "_".
+    assert config.name == name.replace("_", "-")
     assert config.data.features
     assert config.data.label.name not in {f.name for f in config.data.features}
 
@@ -450,3 +451,36 @@ def test_image_feature_and_conv_tower_errors_name_the_field(edit, match):
     edit(data)
     with pytest.raises(ConfigError, match=match):
         from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "path, value, match",
+    [
+        ("data.format", "csv", r"data\.format: built-in 'taxi' is csv; set format: csv"),
+        ("distillation.temperature", float("inf"), r"distillation\.temperature: expected"),
+        (
+            "distillation.teacher_weights",
+            [float("nan")],
+            r"distillation\.teacher_weights\[0\]: expected",
+        ),
+    ],
+)
+def test_builtin_format_and_non_finite_numbers_are_refused(path, value, match):
+    data = _taxi_dict()
+    if path == "data.format":
+        value = "tfrecord"
+        match = r"data\.format: built-in 'taxi' is csv; set format: csv"
+    if path.startswith("distillation."):
+        data["distillation"]["num_teachers"] = 1
+    section, key = path.split(".")
+    data[section][key] = value
+    with pytest.raises(ConfigError, match=match):
+        from_dict(data)
+
+
+def test_python_callers_are_told_tuples_are_expected(taxi_config):
+    with pytest.raises(
+        ConfigError,
+        match=r"hidden_units: expected a tuple \(a list in YAML\) of an integer, got \[3\]",
+    ):
+        dataclasses.replace(taxi_config.teacher, hidden_units=[3])

@@ -87,3 +87,30 @@ def test_real_files_have_the_published_sizes():
         images, labels = fashion_mnist.load_split(split, fashion_mnist.DEBIAN_DIR)
         assert images.shape == (size, 28, 28)
         assert np.bincount(labels, minlength=10).tolist() == [size // 10] * 10
+
+
+def test_a_truncated_header_fails_naming_the_file(tmp_path):
+    path = tmp_path / "short-idx3-ubyte.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(bytes([0, 0, 0x08, 3, 0, 0]))
+    with pytest.raises(ValueError, match=rf"{path}: truncated IDX header"):
+        fashion_mnist.read_idx(str(path))
+
+
+def test_records_are_rewritten_when_the_source_files_change(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    write_fashion_idx(str(first), {"train": 5, "eval": 3})
+    write_fashion_idx(str(second), {"train": 7, "eval": 2}, seed=1)
+    out = str(tmp_path / "out")
+
+    def count(split):
+        return sum(1 for _ in tf.data.TFRecordDataset(os.path.join(out, split, "data.tfrecord")))
+
+    write_fashion_mnist(out, source_dir=str(first))
+    assert (count("train"), count("eval")) == (5, 3)
+    write_fashion_mnist(out, source_dir=str(first))  # same source: reused
+    assert (count("train"), count("eval")) == (5, 3)
+    write_fashion_mnist(out, source_dir=str(second))
+    assert (count("train"), count("eval")) == (7, 2)

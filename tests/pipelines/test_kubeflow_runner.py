@@ -450,3 +450,20 @@ def test_json_output_is_refused(taxi_config, tmp_path):
 def test_other_kubeflow_fields_are_checked(kubeflow, match):
     with pytest.raises(ConfigError, match=match):
         from_dict(_taxi(kubeflow=kubeflow))
+
+
+def test_fashion_mnist_keeps_its_official_splits_on_the_cluster(tmp_path):
+    """Pre-split data stays split on Kubeflow: the test set is the eval split there too."""
+    config = load_config("fashion_mnist")
+    compiled_fashion = kubeflow_runner.compile_pipeline(config, str(tmp_path / "fashion.yaml"))
+    tasks = json_format.MessageToDict(compiled_fashion.pipeline_spec)["root"]["dag"]["tasks"]
+    params = tasks["ImportExampleGen"]["inputs"]["parameters"]
+    input_config = json.loads(params["input_config"]["runtimeValue"]["constant"])
+    assert input_config["splits"] == [
+        {"name": "train", "pattern": "train/*.tfrecord"},
+        {"name": "eval", "pattern": "eval/*.tfrecord"},
+    ]
+    assert params["input_base"]["runtimeValue"]["constant"] == config.kubeflow.data_uri
+    # No hash split of its own: the output splits are the input's.
+    output_config = json.loads(params["output_config"]["runtimeValue"]["constant"] or "{}")
+    assert "hashBuckets" not in json.dumps(output_config)

@@ -320,7 +320,11 @@ def bench_dataset(
             file=sys.stderr,
             flush=True,
         )
-    result: dict = {"dataset": config.name, "seeds": len(seeds)}
+    result: dict = {
+        "dataset": config.name,
+        "seeds": len(seeds),
+        "labeled_fraction": config.data.labeled_fraction,
+    }
     for role in rows:
         mean, std = _mean_std([r["accuracy"] for r in rows[role]])
         result[f"{role}_acc"], result[f"{role}_acc_std"] = mean, std
@@ -486,6 +490,13 @@ def main(argv: list[str] | None = None) -> None:
         "--ensemble-students", type=int, default=2, help="seeds that also distil the ensemble"
     )
     parser.add_argument(
+        "--labeled-fraction",
+        type=float,
+        default=1.0,
+        help="scarce labels: teacher and scratch student see this fraction of the labels; "
+        "the distilled student also sees every other training image, unlabeled",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="development run: 2 seeds, 1/10 of the steps, no sweep"
     )
     parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "bench_distillation"))
@@ -506,6 +517,11 @@ def main(argv: list[str] | None = None) -> None:
         config = scaled_steps(
             config, args.train_steps, args.student_steps, 0.1 if args.quick else 1.0
         )
+        if args.labeled_fraction < 1.0:
+            config = dataclasses.replace(
+                config,
+                data=dataclasses.replace(config.data, labeled_fraction=args.labeled_fraction),
+            )
         started = time.perf_counter()
         paths = run_transform(config, args.workdir)
         bench = Bench(config, paths, args.workdir, choice)

@@ -133,8 +133,12 @@ def distillation_losses(
 ) -> DistillationLosses:
     """Per-example distillation loss and its two parts.
 
+    An example whose label is negative (`UNLABELED`: part of an unlabeled
+    transfer set) has no hard term: it contributes `alpha * soft` only.
+
     Args:
-      labels: Integer class ids, `[batch]` or `[batch, 1]`.
+      labels: Integer class ids, `[batch]` or `[batch, 1]`; `UNLABELED` for
+        examples without a label.
       student_logits: `[batch, classes]`.
       targets: Teacher soft targets from `soft_targets` (already softened by
         the same `temperature`).
@@ -146,7 +150,12 @@ def distillation_losses(
     """
     logits = tf.cast(student_logits, tf.float32)
     labels = tf.reshape(tf.cast(labels, tf.int64), [-1])
-    hard = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    known = labels >= 0
+    hard = tf.where(
+        known,
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0), logits=logits),
+        0.0,
+    )
     log_student = tf.nn.log_softmax(logits / temperature, axis=-1)
     # xlogy(p, p) is 0 where p is 0, so a teacher that is certain gives no NaN.
     kl = tf.reduce_sum(tf.math.xlogy(targets, targets) - targets * log_student, axis=-1)
@@ -157,6 +166,23 @@ def distillation_losses(
     soft = (temperature**2) * kl
     total = (1.0 - alpha) * hard + alpha * soft
     return DistillationLosses(total=total, hard=hard, soft=soft)
+
+
+# The label of an example in an unlabeled transfer set.
+UNLABELED = -1
+
+
+def labeled_mask(features: Features, fraction: float) -> tf.Tensor:
+    """Which examples keep their label when only `fraction` of them may (`[batch]` bool).
+
+    Decided by a fingerprint of each example's features, so every input
+    pipeline, run and component (teacher Trainer, Distiller, benchmark)
+    agrees on the same labeled subset without an index.
+    """
+    buckets = 10000
+    return tf.math.floormod(feature_fingerprints(features), buckets) < int(
+        round(fraction * buckets)
+    )
 
 
 def count_params(variables: Sequence[tf.Variable]) -> int:
@@ -281,10 +307,15 @@ class Distiller(models.GradientAccumulationMixin, keras.Model):
     def _update_metric_states(self, labels, student_logits, losses: DistillationLosses) -> None:
         # Per-example values: Mean metrics aggregate total / count across
         # replicas, which is the global mean under any strategy.
+        labels = tf.reshape(labels, [-1])
+        # Unlabeled transfer-set examples have no hard loss and no accuracy.
+        known = tf.cast(labels >= 0, tf.float32)
         self.loss_tracker.update_state(losses.total)
-        self.hard_loss_tracker.update_state(losses.hard)
+        self.hard_loss_tracker.update_state(losses.hard, sample_weight=known)
         self.soft_loss_tracker.update_state(losses.soft)
-        self.accuracy_metric.update_state(tf.reshape(labels, [-1]), student_logits)
+        self.accuracy_metric.update_state(
+            tf.maximum(labels, 0), student_logits, sample_weight=known
+        )
 
     def _update_metrics(
         self, labels, student_logits, losses: DistillationLosses

@@ -180,6 +180,13 @@ class DataConfig:
       features: The model's input features; the label must not be one of them.
       exclude: Columns present in the data that must never become features
         (for example the raw source of the label).
+      labeled_fraction: Fraction of the training split whose labels may be
+        used (1: all). Below 1 the rest is an unlabeled transfer set: the
+        teacher Trainers train on the labeled examples only, and the
+        Distiller learns the teachers' soft targets on every example and
+        the hard labels where they are kept (the few-labels, many-images
+        case where distillation pays most). Which examples keep their label
+        is decided by a fingerprint of their features, the same everywhere.
       train_buckets: Hash buckets of the train split (ExampleGen).
       eval_buckets: Hash buckets of the eval split. Both are unused for data
         that comes already split (`fashion_mnist`).
@@ -191,6 +198,7 @@ class DataConfig:
     label: LabelConfig = field(default_factory=LabelConfig)
     features: tuple[FeatureConfig, ...] = ()
     exclude: tuple[str, ...] = ()
+    labeled_fraction: float = 1.0
     train_buckets: int = 4
     eval_buckets: int = 1
 
@@ -227,6 +235,11 @@ class DataConfig:
                 )
         if self.label.name in self.exclude:
             fail("exclude", f"the label {self.label.name!r} cannot be excluded")
+        if not 0.0 < self.labeled_fraction <= 1.0:
+            fail(
+                "labeled_fraction",
+                f"expected a number in (0, 1] (1 uses every label), got {self.labeled_fraction}",
+            )
         for name in ("train_buckets", "eval_buckets"):
             if getattr(self, name) < 1:
                 fail(name, f"expected an integer >= 1, got {getattr(self, name)}")

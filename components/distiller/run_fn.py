@@ -86,7 +86,12 @@ def train_student(
         return distiller
 
     distiller, results = training.fit(
-        config, inputs, build_and_compile, choice=choice, callbacks=callbacks
+        config,
+        inputs,
+        build_and_compile,
+        choice=choice,
+        callbacks=callbacks,
+        unlabeled=training.MASK_UNLABELED,
     )
     return distiller.student, results
 

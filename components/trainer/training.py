@@ -25,7 +25,7 @@ import tf_keras as keras
 from absl import logging
 
 from components import augment as augment_lib
-from components import ingestion, layout, models, strategies
+from components import distillation, ingestion, layout, models, strategies
 from components.config import ConfigError, ModelConfig, PipelineConfig, from_custom_config
 from components.export import export_from_task
 from components.transform.preprocessing import num_ids
@@ -97,11 +97,17 @@ def list_files(patterns: tuple[str, ...] | list[str]) -> list[str]:
     return files
 
 
+# What the training input does with examples whose label `data.labeled_fraction` withholds.
+DROP_UNLABELED = "drop"
+MASK_UNLABELED = "mask"
+
+
 def make_datasets(
     config: PipelineConfig,
     inputs: TrainingInputs,
     tft_output: tft.TFTransformOutput,
     input_context: tf.distribute.InputContext | None = None,
+    unlabeled: str = DROP_UNLABELED,
 ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
     """Train (repeated, shuffled) and eval datasets of `(features, label)`.
 
@@ -158,9 +164,53 @@ def make_datasets(
         )
 
     train = dataset(inputs.train_files, True, config.ingestion.batch_size)
+    if config.data.labeled_fraction < 1.0:
+        # Before augmentation: the labeled subset is decided on the stored example.
+        batch_size = config.ingestion.batch_size
+        if input_context is not None:
+            # As `ingestion.make_dataset` batches for a distributed input pipeline.
+            batch_size = input_context.get_per_replica_batch_size(batch_size)
+        train = partially_labeled(train, config.data.labeled_fraction, unlabeled, batch_size)
     if config.train.augmentation.enabled:
         train = augmented(train, config, input_context)
     return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)
+
+
+def partially_labeled(
+    dataset: tf.data.Dataset, fraction: float, unlabeled: str, batch_size: int
+) -> tf.data.Dataset:
+    """Applies `data.labeled_fraction` to repeated training batches of `(features, label)`.
+
+    Args:
+      dataset: Batches from `make_dataset` (repeated, so re-batching never ends short).
+      fraction: Fraction of examples that keep their label (`distillation.labeled_mask`).
+      unlabeled: `DROP_UNLABELED`: train on the labeled examples only (a
+        teacher, or a student from scratch); `MASK_UNLABELED`: keep every
+        example and give the others the label `UNLABELED`, so the Distiller
+        learns soft targets on them and hard labels on the rest.
+      batch_size: Examples per batch of this input pipeline.
+    """
+    if unlabeled == MASK_UNLABELED:
+
+        def mask(features, label):
+            known = distillation.labeled_mask(features, fraction)
+            shape = tf.shape(label)
+            flat = tf.where(
+                known, tf.reshape(label, [-1]), tf.cast(distillation.UNLABELED, label.dtype)
+            )
+            return features, tf.reshape(flat, shape)
+
+        return dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE)
+    if unlabeled != DROP_UNLABELED:
+        raise ValueError(
+            f"unlabeled: expected {DROP_UNLABELED!r} or {MASK_UNLABELED!r}, got {unlabeled!r}"
+        )
+    examples = dataset.unbatch().filter(
+        lambda features, _: distillation.labeled_mask(
+            tf.nest.map_structure(lambda t: t[None], features), fraction
+        )[0]
+    )
+    return examples.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
 def augmented(
@@ -249,6 +299,7 @@ def fit(
     *,
     choice: strategies.StrategyChoice | None = None,
     callbacks: Sequence[keras.callbacks.Callback] = (),
+    unlabeled: str = DROP_UNLABELED,
 ) -> tuple[keras.Model, dict[str, float]]:
     """Builds, trains and evaluates a model under the configured strategy.
 
@@ -310,7 +361,7 @@ def fit(
         with choice.strategy.scope():
             model = build_and_compile()
         _configure_model(model, config)
-        train_data, eval_data = _distributed_datasets(config, inputs, tft_output, choice)
+        train_data, eval_data = _distributed_datasets(config, inputs, tft_output, choice, unlabeled)
         steps_per_epoch = min(config.train.steps_per_epoch, inputs.train_steps)
         save_freq: int | str = max(
             1, config.train.checkpoint_every_steps // config.strategy.steps_per_execution
@@ -384,12 +435,15 @@ def _distributed_datasets(
     inputs: TrainingInputs,
     tft_output: tft.TFTransformOutput,
     choice: strategies.StrategyChoice,
+    unlabeled: str = DROP_UNLABELED,
 ):
     """Per-input-pipeline train and eval datasets, distributed by the strategy."""
     accum = config.train.grad_accum_steps
 
     def train_fn(input_context):
-        train, _ = make_datasets(config, inputs, tft_output, input_context=input_context)
+        train, _ = make_datasets(
+            config, inputs, tft_output, input_context=input_context, unlabeled=unlabeled
+        )
         # N micro-batches stacked per step: one optimizer update per element.
         return train.batch(accum, drop_remainder=True) if accum > 1 else train
 

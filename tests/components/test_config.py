@@ -484,3 +484,11 @@ def test_python_callers_are_told_tuples_are_expected(taxi_config):
         match=r"hidden_units: expected a tuple \(a list in YAML\) of an integer, got \[3\]",
     ):
         dataclasses.replace(taxi_config.teacher, hidden_units=[3])
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.5])
+def test_labeled_fraction_must_be_in_zero_one(fraction):
+    data = _taxi_dict()
+    data["data"]["labeled_fraction"] = fraction
+    with pytest.raises(ConfigError, match=r"data\.labeled_fraction: expected a number in \(0, 1\]"):
+        from_dict(data)

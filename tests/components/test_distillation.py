@@ -412,3 +412,40 @@ def test_feature_fingerprints_depend_on_every_feature():
     keys = distillation.feature_fingerprints(features).numpy()
     assert keys.dtype == np.int64 and keys.shape == (3,)
     assert keys[0] == keys[1] != keys[2]
+
+
+def test_unlabeled_examples_contribute_only_the_soft_term():
+    """A mixed batch (one labeled, one from the unlabeled transfer set) against a hand computation."""
+    alpha, temperature = 0.7, 2.0
+    logits = np.array([[2.0, 0.5, -1.0], [0.3, 1.2, 0.1]], np.float32)
+    teacher = np.array([[1.5, 0.2, -0.5], [0.0, 2.0, 0.4]], np.float32)
+    labels = np.array([[0], [distillation.UNLABELED]], np.int64)
+
+    def softmax(z):
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    targets = softmax(teacher / temperature)
+    soft = temperature**2 * np.sum(
+        targets * (np.log(targets) - np.log(softmax(logits / temperature))), axis=-1
+    )
+    hard = np.array([-np.log(softmax(logits)[0, 0]), 0.0])
+    expected = (1 - alpha) * hard + alpha * soft
+
+    got = distillation.distillation_losses(labels, logits, tf.constant(targets), alpha, temperature)
+    np.testing.assert_allclose(got.hard.numpy(), hard, rtol=1e-5)
+    np.testing.assert_allclose(got.soft.numpy(), soft, rtol=1e-5)
+    np.testing.assert_allclose(got.total.numpy(), expected, rtol=1e-5)
+    # The unlabeled example's total is its soft term alone (weighted by alpha).
+    assert got.total.numpy()[1] == pytest.approx(alpha * soft[1], rel=1e-5)
+
+
+def test_labeled_mask_keeps_about_the_fraction_and_is_a_function_of_the_example():
+    rng = np.random.default_rng(0)
+    features = {"x": tf.constant(rng.normal(size=(4000, 3)).astype("float32"))}
+    mask = distillation.labeled_mask(features, 0.1).numpy()
+    assert 0.08 < mask.mean() < 0.12
+    # The same example gets the same decision in another batch (another order).
+    reversed_mask = distillation.labeled_mask({"x": features["x"][::-1]}, 0.1).numpy()
+    np.testing.assert_array_equal(mask, reversed_mask[::-1])
+    assert distillation.labeled_mask(features, 1.0).numpy().all()

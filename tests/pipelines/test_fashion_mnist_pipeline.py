@@ -1,4 +1,5 @@
-"""The shipped fashion_mnist config end to end: conv teacher, MLP student, augmentation.
+"""The shipped fashion_mnist config end to end: conv teacher, MLP student, augmentation,
+an unlabeled transfer set.
 
 The run reads tiny Fashion-MNIST IDX files written by the test (pointed to by
 `TFXKIT_FASHION_MNIST_DIR`), so it tests the plumbing on any host in about a
@@ -8,6 +9,7 @@ real 70,000 images.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -15,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from components import fashion_mnist
+from components.config import AugmentationConfig
 from pipelines import local_runner
 from pipelines.configs import load_config
 from tests.conftest import tiny, write_fashion_idx
@@ -28,12 +31,18 @@ def test_fashion_mnist_conv_teacher_and_mlp_student_push_a_raw_example_model(tmp
     source.mkdir()
     written = write_fashion_idx(str(source), SIZES)
     monkeypatch.setenv(fashion_mnist.ENV_DIR, str(source))
-    config = tiny(load_config("fashion_mnist"))
-    assert (
-        config.train.augmentation.enabled
-        and config.teacher.conv is not None
-        and config.student.conv is None
+    shipped = tiny(load_config("fashion_mnist"))
+    # Every technique on: augmentation (so no soft-target cache) and an
+    # unlabeled transfer set (half of the training images keep their label).
+    config = dataclasses.replace(
+        shipped,
+        data=dataclasses.replace(shipped.data, labeled_fraction=0.5),
+        train=dataclasses.replace(
+            shipped.train, augmentation=AugmentationConfig(translate=2, flip=True)
+        ),
+        distillation=dataclasses.replace(shipped.distillation, cache_teacher_logits=False),
     )
+    assert config.teacher.conv is not None and config.student.conv is None
 
     summary = local_runner.run(config, str(tmp_path / "run"), runner="beam")
 

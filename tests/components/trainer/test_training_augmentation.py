@@ -104,3 +104,43 @@ def test_the_soft_target_cache_serves_only_unaugmented_input():
         plain, distillation=dataclasses.replace(plain.distillation, cache_teacher_logits=True)
     )
     assert cached.distillation.cache_teacher_logits
+
+
+def _numbered(n=512):
+    """Batches of distinct examples whose label is their index."""
+    x = np.arange(n, dtype="float32")[:, None] * np.ones((1, 4), "float32")
+    return tf.data.Dataset.from_tensor_slices(({"x_xf": x}, np.arange(n)[:, None])).batch(BATCH)
+
+
+def test_teachers_train_on_the_labeled_examples_only():
+    fraction = 0.25
+    keep = distillation.labeled_mask(
+        {
+            "x_xf": tf.constant(
+                np.arange(512, dtype="float32")[:, None] * np.ones((1, 4), "float32")
+            )
+        },
+        fraction,
+    ).numpy()
+    batches = list(
+        training.partially_labeled(
+            _numbered().repeat(2), fraction, training.DROP_UNLABELED, BATCH
+        ).take(5)
+    )
+    seen = np.concatenate([b[1].numpy().reshape(-1) for b in batches])
+    assert all(b[1].shape[0] == BATCH for b in batches)
+    assert set(seen) <= set(np.flatnonzero(keep))
+
+
+def test_the_distiller_sees_every_example_and_the_labels_it_may_use():
+    fraction = 0.25
+    batches = list(
+        training.partially_labeled(_numbered(), fraction, training.MASK_UNLABELED, BATCH)
+    )
+    labels = np.concatenate([b[1].numpy().reshape(-1) for b in batches])
+    features = np.concatenate([b[0]["x_xf"].numpy() for b in batches])
+    keep = distillation.labeled_mask({"x_xf": tf.constant(features)}, fraction).numpy()
+    assert len(labels) == 512
+    np.testing.assert_array_equal(labels[keep], np.flatnonzero(keep))
+    assert (labels[~keep] == distillation.UNLABELED).all()
+    assert 0.15 < keep.mean() < 0.35

@@ -429,11 +429,16 @@ def _image_feature(**overrides):
         ),
         # Augmentation without an image to apply it to.
         (
-            lambda d: (d["data"].update(features=[_image_feature(shape=[])]), d.pop("teacher")),
+            lambda d: (
+                d["data"].update(features=[_image_feature(shape=[])]),
+                d.pop("teacher"),
+                d["train"].update(augmentation={"translate": 2}),
+                d["distillation"].update(cache_teacher_logits=False),
+            ),
             r"train\.augmentation: augmentation shifts and flips images",
         ),
         (
-            lambda d: d["train"]["augmentation"].update(translate=-2),
+            lambda d: d["train"].update(augmentation={"translate": -2}),
             r"train\.augmentation\.translate: expected an integer >= 0",
         ),
         (

@@ -18,12 +18,14 @@ BATCH, SIDE = 8, 28
 
 
 def _config(translate=2, flip=True):
+    """The shipped fashion_mnist config with augmentation as given (and no soft-target cache)."""
     config = load_config("fashion_mnist")
     return dataclasses.replace(
         config,
         train=dataclasses.replace(
             config.train, augmentation=AugmentationConfig(translate=translate, flip=flip)
         ),
+        distillation=dataclasses.replace(config.distillation, cache_teacher_logits=False),
     )
 
 

@@ -205,12 +205,14 @@ def partially_labeled(
         raise ValueError(
             f"unlabeled: expected {DROP_UNLABELED!r} or {MASK_UNLABELED!r}, got {unlabeled!r}"
         )
-    examples = dataset.unbatch().filter(
-        lambda features, _: distillation.labeled_mask(
-            tf.nest.map_structure(lambda t: t[None], features), fraction
-        )[0]
-    )
-    return examples.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+    def labeled_only(features, label):
+        # One vectorised fingerprint per batch, not one per example.
+        known = distillation.labeled_mask(features, fraction)
+        return tf.nest.map_structure(lambda t: tf.boolean_mask(t, known), (features, label))
+
+    kept = dataset.map(labeled_only, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    return kept.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
 def augmented(

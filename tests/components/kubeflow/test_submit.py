@@ -7,70 +7,40 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
-import http.server
 import json
-import threading
-import urllib.parse
-
-import portpicker
 
 from components.kubeflow import submit
 from pipelines import cli
+from tests.fake_http import FakeJsonApi
 
 
-class FakeKfp:
+class FakeKfp(FakeJsonApi):
     """A KFP API v2beta1 endpoint on a free port that records every request."""
 
     def __init__(self, existing_pipeline=None):
+        super().__init__()
         self.existing = existing_pipeline
-        self.requests: list[dict] = []
-        fake = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _handle(self):
-                url = urllib.parse.urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                record = {
-                    "method": self.command,
-                    "path": url.path,
-                    "query": urllib.parse.parse_qs(url.query),
-                }
-                if self.headers.get_content_type() == "multipart/form-data":
-                    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-                        f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + raw
+    def describe(self, headers, raw):
+        if headers.get_content_type() == "multipart/form-data":
+            message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                f"Content-Type: {headers['Content-Type']}\r\n\r\n".encode() + raw
+            )
+            return {
+                "files": {
+                    part.get_param("name", header="content-disposition"): (
+                        part.get_filename(),
+                        part.get_payload(decode=True),
                     )
-                    record["files"] = {
-                        part.get_param("name", header="content-disposition"): (
-                            part.get_filename(),
-                            part.get_payload(decode=True),
-                        )
-                        for part in message.iter_parts()
-                    }
-                elif raw:
-                    record["body"] = json.loads(raw)
-                fake.requests.append(record)
-                data = json.dumps(fake.answer(self.command, url.path)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    for part in message.iter_parts()
+                }
+            }
+        return {"body": json.loads(raw)} if raw else {}
 
-            do_GET = do_POST = _handle
+    def answer(self, method, path, record):
+        return 200, self.reply(method, path)
 
-        self.port = portpicker.pick_unused_port()
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def host(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def answer(self, method, path):
+    def reply(self, method, path):
         api = "/apis/v2beta1"
         if path == f"{api}/healthz":
             return {"multi_user": False}
@@ -96,15 +66,6 @@ class FakeKfp:
 
     def paths(self):
         return [(r["method"], r["path"]) for r in self.requests]
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
 
 
 def test_submit_uploads_the_compiled_file_and_starts_a_run(compiled, capsys, monkeypatch, tmp_path):

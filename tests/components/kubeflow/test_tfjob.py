@@ -9,14 +9,10 @@ records every request and answers from a scripted sequence of job states.
 from __future__ import annotations
 
 import dataclasses
-import http.server
 import json
 import os
-import threading
-import urllib.parse
 
 import jsonschema
-import portpicker
 import pytest
 import yaml
 from kubernetes import client as k8s_client
@@ -24,6 +20,7 @@ from kubernetes import client as k8s_client
 from components.config import CONFIG_KEY, ConfigError, Placement, StrategyConfig, Toleration
 from components.kubeflow import env, tfjob
 from tests.conftest import SHARED_DATA
+from tests.fake_http import FakeJsonApi
 
 CRD_PATH = os.path.join(os.path.dirname(SHARED_DATA), "kubeflow", "tfjob-crd-v1.9.0.yaml")
 TFJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
@@ -75,57 +72,22 @@ def _pod(name, phase, terminated=None, unschedulable=None):
     return {"metadata": {"name": name}, "status": status}
 
 
-class FakeKubernetes:
+class FakeKubernetes(FakeJsonApi):
     """Records requests; answers job reads from `states` (the last one repeats)."""
 
     def __init__(self, states, pods=(), create_error=None, read_errors=()):
+        super().__init__()
         self.states = list(states)
         self.pods = list(pods)
         self.create_error = create_error
         self.read_errors = list(read_errors)
-        self.requests: list[dict] = []
         self.job = None
-        fake = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
+    def describe(self, headers, raw):
+        return {"body": json.loads(raw) if raw else None, "auth": headers.get("Authorization")}
 
-            def _reply(self, code, body):
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _handle(self):
-                url = urllib.parse.urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length)) if length else None
-                fake.requests.append(
-                    {
-                        "method": self.command,
-                        "path": url.path,
-                        "query": urllib.parse.parse_qs(url.query),
-                        "body": body,
-                        "auth": self.headers.get("Authorization"),
-                    }
-                )
-                code, reply = fake.answer(self.command, url.path, body)
-                self._reply(code, reply)
-
-            do_GET = do_POST = do_DELETE = _handle
-
-        self.port = portpicker.pick_unused_port()
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def host(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def answer(self, method, path, body):
+    def answer(self, method, path, record):
+        body = record["body"]
         if path.endswith("/pods"):
             return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": self.pods}
         if method == "POST":
@@ -151,15 +113,6 @@ class FakeKubernetes:
 
     def calls(self):
         return [(r["method"], r["path"]) for r in self.requests]
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
 
 
 def _api_client(host):

@@ -32,7 +32,11 @@ MIXED_PRECISION_POLICIES = ("none", "mixed_float16", "mixed_bfloat16")
 
 
 def build_classifier(
-    data: DataConfig, model: ModelConfig, cardinalities: dict[str, int], name: str
+    data: DataConfig,
+    model: ModelConfig,
+    cardinalities: dict[str, int],
+    name: str,
+    recompute: bool = False,
 ) -> keras.Model:
     """Builds an uncompiled classifier over the transformed features.
 
@@ -42,6 +46,9 @@ def build_classifier(
       cardinalities: Number of ids of each categorical feature, keyed by the
         raw feature name (see `preprocessing.num_ids`).
       name: Keras model name (`teacher`, `student`).
+      recompute: Gradient checkpointing (`train.gradient_checkpointing`): each
+        conv block keeps only its input for the backward pass and recomputes
+        its activations there (`CheckpointedConvBlock`).
 
     Returns:
       A `keras.Model` taking a dict keyed by transformed feature names and
@@ -61,7 +68,7 @@ def build_classifier(
         else:
             inp = keras.Input(shape=(feature.size,), dtype="float32", name=key)
             parts.append(
-                conv_tower(inp, feature.shape, model.conv, key)
+                conv_tower(inp, feature.shape, model.conv, key, recompute)
                 if feature.shape and model.conv
                 else inp
             )
@@ -76,7 +83,11 @@ def build_classifier(
 
 
 def conv_tower(
-    flat: keras.KerasTensor, shape: Sequence[int], conv: ConvTowerConfig, key: str
+    flat: keras.KerasTensor,
+    shape: Sequence[int],
+    conv: ConvTowerConfig,
+    key: str,
+    recompute: bool = False,
 ) -> keras.KerasTensor:
     """Conv blocks over one image-shaped feature, flattened (see `ConvTowerConfig`).
 
@@ -85,12 +96,21 @@ def conv_tower(
       shape: `[height, width, channels]` of one example.
       conv: Filters, kernel, convolutions per block, batch norm, dropout.
       key: Transformed feature name (prefix of the layer names).
+      recompute: Each block (convolutions, batch norm, ReLU, pooling) becomes
+        one `CheckpointedConvBlock` whose activations are recomputed in the
+        backward pass; the block's dropout stays outside it.
 
     Returns:
       `[batch, features]`: the last block's output, flattened.
     """
     x = keras.layers.Reshape(tuple(shape), name=f"{key}_image")(flat)
     for b, filters in enumerate(conv.filters):
+        if recompute:
+            pool = min(x.shape[1], x.shape[2]) >= 2
+            x = CheckpointedConvBlock(filters, conv, pool, name=f"{key}_block{b}")(x)
+            if conv.dropout:
+                x = keras.layers.Dropout(conv.dropout, name=f"{key}_block{b}_dropout")(x)
+            continue
         for c in range(conv.convs_per_block):
             name = f"{key}_block{b}_conv{c}"
             # Batch norm has its own shift, so the convolution needs no bias.
@@ -105,6 +125,77 @@ def conv_tower(
         if conv.dropout:
             x = keras.layers.Dropout(conv.dropout, name=f"{key}_block{b}_dropout")(x)
     return keras.layers.Flatten(name=f"{key}_conv_flat")(x)
+
+
+class _RecomputableBatchNorm(keras.layers.BatchNormalization):
+    """Batch norm whose moving-statistics updates can be switched off.
+
+    A recomputed block runs its forward pass twice per step (once forward,
+    once in the backward pass); the moving mean and variance must move once.
+    """
+
+    skip_updates = False
+
+    def add_update(self, updates):
+        if not self.skip_updates:
+            super().add_update(updates)
+
+
+class CheckpointedConvBlock(keras.layers.Layer):
+    """One conv block whose activations are recomputed in the backward pass.
+
+    `convs_per_block` x (Conv2D -> batch norm -> ReLU), then 2x2 max pooling
+    when `pool`: the same layers and names as an ordinary block of
+    `conv_tower`, but in training the block runs under `tf.recompute_grad`,
+    so only the block's input is kept for the backward pass, and the
+    convolutions' outputs are computed again there (memory for compute).
+    The block is deterministic (its dropout is applied outside it) and its
+    batch norm updates the moving statistics only in the forward pass, so
+    the gradients and the moving statistics equal those without it.
+    """
+
+    def __init__(self, filters: int, conv: ConvTowerConfig, pool: bool, **kwargs):
+        super().__init__(**kwargs)
+        prefixes = [f"{self.name}_conv{c}" for c in range(conv.convs_per_block)]
+        self.convs = [
+            keras.layers.Conv2D(
+                filters, conv.kernel_size, padding="same", use_bias=not conv.batch_norm, name=p
+            )
+            for p in prefixes
+        ]
+        self.norms = (
+            [_RecomputableBatchNorm(name=f"{p}_bn") for p in prefixes] if conv.batch_norm else []
+        )
+        self.pool = keras.layers.MaxPooling2D(2, name=f"{self.name}_pool") if pool else None
+
+    def _block(self, x, training):
+        for i, conv_layer in enumerate(self.convs):
+            x = conv_layer(x)
+            if self.norms:
+                x = self.norms[i](x, training=training)
+            x = tf.nn.relu(x)
+        return self.pool(x) if self.pool is not None else x
+
+    def call(self, x, training=None):
+        if not training:
+            return self._block(x, training)
+        norms = list(self.norms)
+        calls = []
+
+        def block(inputs):
+            # The first call is the forward pass; later ones are the
+            # backward pass's recomputation, which must not move the
+            # moving statistics a second time.
+            for norm in norms:
+                norm.skip_updates = bool(calls)
+            calls.append(None)
+            try:
+                return self._block(inputs, training)
+            finally:
+                for norm in norms:
+                    norm.skip_updates = False
+
+        return tf.recompute_grad(block)(x)
 
 
 # --------------------------------------------------------------------------- #

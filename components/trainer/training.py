@@ -254,7 +254,9 @@ def build_model(
 ) -> keras.Model:
     """A classifier of the given shape over this run's transformed features."""
     cards = {f.name: num_ids(f, tft_output) for f in config.data.features if f.is_categorical}
-    return models.build_classifier(config.data, shape, cards, name)
+    return models.build_classifier(
+        config.data, shape, cards, name, recompute=config.train.gradient_checkpointing
+    )
 
 
 def learning_rate(

@@ -6,11 +6,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 UV_VERSION := $(shell sed -n 's/^uv==//p' requirements.lock)
-CONFIG ?= taxi
+CONFIG ?= fashion_mnist
 OUTPUT ?= runs
 RUNNER ?= beam
 PYTEST_ARGS ?=
-BENCHES ?= ingestion strategies distillation reliability
+BENCHES ?= ingestion strategies distillation gradient_checkpointing reliability
 
 .PHONY: setup run test bench lint format lock clean fashion-mnist
 
@@ -26,7 +26,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
 
-run: setup
+run: setup fashion-mnist
 	$(BIN)/tfxkit run --config $(CONFIG) --runner $(RUNNER) --output $(OUTPUT)
 
 test: setup fashion-mnist

@@ -25,6 +25,7 @@ from components.config import PipelineConfig
 from components.data import ResolvedInput
 from components.distiller.component import Distiller
 from components.pusher.component import Pusher
+from components.trainer.baseline import StudentBaseline
 from components.trainer.component import Trainer
 from components.transform.component import Transform
 from components.validation.component import DataGate
@@ -116,7 +117,9 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
       teacher: The first teacher Trainer (id `Trainer`).
 
     Returns:
-      The components to add after `teacher`; the Distiller is the last one.
+      The components to add after `teacher`: the other teachers, the
+      `StudentBaseline` when `distillation.scratch_baseline` is set, and the
+      Distiller, always last.
     """
     teachers = [teacher]
     for i in range(1, config.distillation.num_teachers):
@@ -138,7 +141,19 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
         schema=schema.outputs["schema"],
         teacher_models=[t.outputs["model"] for t in teachers],
     )
-    return [*teachers[1:], distiller]
+    baseline = (
+        [
+            StudentBaseline(
+                config=config,
+                examples=transform.outputs["transformed_examples"],
+                transform_graph=transform.outputs["transform_graph"],
+                schema=schema.outputs["schema"],
+            )
+        ]
+        if config.distillation.scratch_baseline
+        else []
+    )
+    return [*teachers[1:], *baseline, distiller]
 
 
 def example_gen(config: PipelineConfig, data: ResolvedInput):

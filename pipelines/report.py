@@ -13,6 +13,10 @@ serving uses:
   batch of 1 and of 256 serialized examples (parse + transform + model),
   and of the model alone on the same batch already transformed
   (`model_latency_ms_b*`).
+
+With `distillation.scratch_baseline`, the `StudentBaseline` (the student's
+shape trained alone) is measured too, and the report's `verdict` says in
+plain words whether the distilled student beat it (see `verdict`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ MAX_EVAL_EXAMPLES = 20000
 LATENCY_BATCHES = (1, 256)
 CHART_FILE = "distillation_report.png"
 _REPEATS = {1: 50, 256: 20}
+_COLORS = {roles.TEACHER: "tab:blue", roles.SCRATCH: "tab:gray", roles.STUDENT: "tab:orange"}
 
 
 def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str, str, str]], str]:
@@ -48,7 +53,8 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
 
     Returns:
       `([(role, node, serving_dir), ...], eval_examples_glob)` with teachers
-      first and the student last.
+      first, then the scratch baseline if the run has one, and the student
+      last.
 
     Raises:
       ValueError: if the run has no teacher or no student model.
@@ -76,10 +82,10 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
                 store, execution.id, "Examples", (metadata_store_pb2.Event.INPUT,)
             ):
                 eval_glob = os.path.join(artifact.uri, "Split-eval", "*")
-    rank = {roles.TEACHER: 0, roles.STUDENT: 1}
+    rank = {roles.TEACHER: 0, roles.SCRATCH: 1, roles.STUDENT: 2}
     found.sort(key=lambda m: (rank[m[0]], teacher_order.get(m[3], len(teacher_order)), m[1]))
     models = [(role, node, serving_dir) for role, node, serving_dir, _ in found]
-    if {role for role, _, _ in models} != {roles.TEACHER, roles.STUDENT}:
+    if not {roles.TEACHER, roles.STUDENT} <= {role for role, _, _ in models}:
         raise ValueError(
             f"report: the newest run of {pipeline_name!r} has no teacher and student models (found {models})"
         )
@@ -172,6 +178,52 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {k: student[k] / teacher[k] if teacher[k] else float("nan") for k in keys}
 
 
+def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether distillation paid on this run, in numbers and in one plain sentence.
+
+    Compares the student with the first teacher (the Evaluator's baseline)
+    and, when the run has one, with the scratch baseline. `improved` is True
+    when the student beat the scratch baseline, False when it did not, None
+    without a baseline. This is one run: the seed spread, and whether a
+    difference is larger than it, is what `benchmarks/distillation.py`
+    measures.
+    """
+    teacher = next(r for r in rows if r["role"] == roles.TEACHER)["accuracy"]
+    student = next(r for r in rows if r["role"] == roles.STUDENT)["accuracy"]
+    scratch_row = next((r for r in rows if r["role"] == roles.SCRATCH), None)
+    result: dict[str, Any] = {"teacher_acc": teacher, "student_acc": student}
+    if scratch_row is None:
+        result["improved"] = None
+        result["message"] = (
+            f"Distilled student {student:.4f}, teacher {teacher:.4f}. This run has no "
+            "scratch baseline (distillation.scratch_baseline: false), so it cannot say "
+            "whether distillation beat training the student alone."
+        )
+        return result
+    scratch = scratch_row["accuracy"]
+    gain, lead = student - scratch, teacher - scratch
+    result.update(scratch_acc=scratch, gain_over_scratch=gain, improved=gain > 0)
+    result["gap_recovered"] = gain / lead if lead > 0 else None
+    if lead <= 0:
+        result["message"] = (
+            f"The teacher ({teacher:.4f}) is no better than the student trained alone "
+            f"({scratch:.4f}): on this data there is nothing to distil, and the distilled "
+            f"student scored {student:.4f}."
+        )
+    elif gain <= 0:
+        result["message"] = (
+            f"The distilled student did NOT improve on the same student trained alone: "
+            f"{student:.4f} vs {scratch:.4f} ({gain:+.4f}); the teacher scored {teacher:.4f}."
+        )
+    else:
+        result["message"] = (
+            f"The distilled student beat the same student trained alone by {gain:+.4f} "
+            f"({student:.4f} vs {scratch:.4f}), {gain / lead:.0%} of the teacher's lead "
+            f"({teacher:.4f}). One run; benchmarks/distillation.py measures the seed spread."
+        )
+    return result
+
+
 def write_chart(rows: list[dict[str, Any]], path: str) -> str:
     """Accuracy against parameters and against batch-256 latency, one point per model."""
     import matplotlib
@@ -186,7 +238,7 @@ def write_chart(rows: list[dict[str, Any]], path: str) -> str:
     ]
     for ax, (key, label) in zip(axes, panels, strict=True):
         for row in rows:
-            color = "tab:blue" if row["role"] == "teacher" else "tab:orange"
+            color = _COLORS.get(row["role"], "tab:gray")
             ax.scatter(row[key], row["accuracy"], s=60, color=color, label=row["role"])
             ax.annotate(
                 row["node"],
@@ -205,7 +257,11 @@ def write_chart(rows: list[dict[str, Any]], path: str) -> str:
         handles, labels = ax.get_legend_handles_labels()
         unique = dict(zip(labels, handles, strict=True))
         ax.legend(unique.values(), unique.keys(), loc="best")
-    fig.suptitle("Teacher vs distilled student")
+    fig.suptitle(
+        "Teacher, student trained alone and distilled student"
+        if any(r["role"] == roles.SCRATCH for r in rows)
+        else "Teacher vs distilled student"
+    )
     fig.tight_layout()
     with tf.io.gfile.GFile(path, "wb") as f:
         fig.savefig(f, format="png", dpi=100)
@@ -219,9 +275,9 @@ def distillation_report(
     """Measures the newest run's teachers and student and writes the chart.
 
     Returns:
-      `{"models": [row, ...], "student_vs_teacher": ratios, "chart": path}`;
-      the ratios compare the student with the first teacher (the Evaluator's
-      baseline).
+      `{"models": [row, ...], "student_vs_teacher": ratios, "verdict": ...,
+      "chart": path}`; the ratios compare the student with the first teacher
+      (the Evaluator's baseline); see `verdict`.
     """
     models, eval_glob = find_models(metadata_path, config.name)
     serialized, labels = read_eval_examples(eval_glob, config.data.label.name)
@@ -230,22 +286,28 @@ def distillation_report(
         for role, node, d in models
     ]
     chart = write_chart(rows, os.path.join(output_dir, CHART_FILE))
-    return {"models": rows, "student_vs_teacher": _ratios(rows), "chart": chart}
+    return {
+        "models": rows,
+        "student_vs_teacher": _ratios(rows),
+        "verdict": verdict(rows),
+        "chart": chart,
+    }
 
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as an aligned text table."""
-    header = f"  {'model':<8} {'node':<10} {'accuracy':>8} {'log_loss':>8} {'params':>10} {'size_KiB':>9} {'ms@b1':>7} {'ms@b256':>8}"
+    header = f"  {'model':<8} {'node':<16} {'accuracy':>8} {'log_loss':>8} {'params':>10} {'size_KiB':>9} {'ms@b1':>7} {'ms@b256':>8}"
     lines = ["Teacher vs student (raw eval split, served through serving_default):", header]
     for r in report["models"]:
         lines.append(
-            f"  {r['role']:<8} {r['node']:<10} {r['accuracy']:>8.4f} {r['log_loss']:>8.4f} {r['params']:>10,d} "
+            f"  {r['role']:<8} {r['node']:<16} {r['accuracy']:>8.4f} {r['log_loss']:>8.4f} {r['params']:>10,d} "
             f"{r['saved_model_bytes'] / 1024:>9.1f} {r['latency_ms_b1']:>7.2f} {r['latency_ms_b256']:>8.2f}"
         )
     q = report["student_vs_teacher"]
     lines.append(
-        f"  {'student/teacher':<19} {q['accuracy']:>8.3f} {'':>8} {q['params']:>10.4f} "
+        f"  {'student/teacher':<25} {q['accuracy']:>8.3f} {'':>8} {q['params']:>10.4f} "
         f"{q['saved_model_bytes']:>9.3f} {q['latency_ms_b1']:>7.3f} {q['latency_ms_b256']:>8.3f}"
     )
+    lines.append(report["verdict"]["message"])
     lines.append(f"Chart: {report['chart']}")
     return "\n".join(lines)

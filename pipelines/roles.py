@@ -16,11 +16,14 @@ from __future__ import annotations
 from tfx import v1 as tfx
 
 from components.distiller.component import Distiller
+from components.trainer.baseline import StudentBaseline
 from components.trainer.component import Trainer
 from components.validation.component import DataGate
 
 TEACHER = "teacher"
 STUDENT = "student"
+# The student's shape trained alone (`distillation.scratch_baseline`).
+SCRATCH = "scratch"
 
 GATE_ID = "DataGate"
 # Output key of the gate's validated schema (the next run's drift baseline).
@@ -28,6 +31,7 @@ GATE_SCHEMA_KEY = "validated_schema"
 
 _TRAINER_TYPE = Trainer.get_class_type()
 _DISTILLER_TYPE = Distiller.get_class_type()
+_BASELINE_TYPE = StudentBaseline.get_class_type()
 EVALUATOR_TYPE = tfx.components.Evaluator.get_class_type()
 PUSHER_TYPE = tfx.components.Pusher.get_class_type()
 GATE_TYPE = DataGate.get_class_type()
@@ -39,5 +43,8 @@ def teacher_id(index: int) -> str:
 
 
 def model_role(execution_type: str) -> str | None:
-    """`TEACHER` for a Trainer, `STUDENT` for a Distiller, None otherwise."""
-    return {_TRAINER_TYPE: TEACHER, _DISTILLER_TYPE: STUDENT}.get(execution_type)
+    """`TEACHER` for a Trainer, `STUDENT` for a Distiller, `SCRATCH` for a
+    `StudentBaseline`, None otherwise."""
+    return {_TRAINER_TYPE: TEACHER, _DISTILLER_TYPE: STUDENT, _BASELINE_TYPE: SCRATCH}.get(
+        execution_type
+    )

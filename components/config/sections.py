@@ -435,6 +435,11 @@ class TrainConfig:
       augmentation: Random views of image-shaped features in training
         batches (see `AugmentationConfig`); in distillation the teachers and
         the student see the same augmented batch.
+      gradient_checkpointing: Recompute each conv block's activations in the
+        backward pass (`tf.recompute_grad`) instead of keeping them, so a
+        larger conv model or batch fits in accelerator memory, at the cost
+        of about one more forward pass per step. Same gradients; applies to
+        `conv` towers (models without one are unaffected).
     """
 
     train_steps: int = 1000
@@ -448,6 +453,7 @@ class TrainConfig:
     checkpoint_every_steps: int = 100
     seed: int = 42
     augmentation: AugmentationConfig = field(default_factory=lambda: AugmentationConfig())
+    gradient_checkpointing: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -574,6 +580,11 @@ class DistillationConfig:
         (exact: teachers are frozen; not with the parameter-server strategy).
       require_compression: Reject, before training, a student with as many
         parameters as a teacher or more.
+      scratch_baseline: Also train the `student` shape alone, on hard labels
+        only, with the student's steps, schedule and augmentation (the
+        `StudentBaseline` Trainer), so that the run's report shows whether
+        distillation paid: the distilled student against the same student
+        trained without a teacher.
     """
 
     enabled: bool = False
@@ -584,6 +595,7 @@ class DistillationConfig:
     teacher_weights: tuple[float, ...] = ()
     cache_teacher_logits: bool = False
     require_compression: bool = True
+    scratch_baseline: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> Self:

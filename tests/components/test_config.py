@@ -476,7 +476,7 @@ def test_builtin_format_and_non_finite_numbers_are_refused(path, value, match):
         value = "tfrecord"
         match = r"data\.format: built-in 'taxi' is csv; set format: csv"
     if path.startswith("distillation."):
-        data["distillation"]["num_teachers"] = 1
+        data.setdefault("distillation", {})["num_teachers"] = 1
     section, key = path.split(".")
     data[section][key] = value
     with pytest.raises(ConfigError, match=match):

@@ -260,7 +260,7 @@ def test_config_rejects_bad_distillation_values(field, value, match):
         from_dict(data)
 
 
-@pytest.mark.parametrize("name", ["taxi", "digits"])
+@pytest.mark.parametrize("name", ["digits", "fashion_mnist"])
 def test_shipped_students_are_at_most_a_tenth_of_their_teachers(name):
     """Counted on the real classifier builder with the configs' own shapes."""
     from components import models

@@ -32,15 +32,21 @@ def test_fashion_mnist_conv_teacher_and_mlp_student_push_a_raw_example_model(tmp
     written = write_fashion_idx(str(source), SIZES)
     monkeypatch.setenv(fashion_mnist.ENV_DIR, str(source))
     shipped = tiny(load_config("fashion_mnist"))
-    # Every technique on: augmentation (so no soft-target cache) and an
-    # unlabeled transfer set (half of the training images keep their label).
+    # Every technique on: augmentation (so no soft-target cache), an
+    # unlabeled transfer set (half of the training images keep their label),
+    # gradient checkpointing of the teacher's conv blocks, and the scratch
+    # baseline the report compares the student with.
     config = dataclasses.replace(
         shipped,
         data=dataclasses.replace(shipped.data, labeled_fraction=0.5),
         train=dataclasses.replace(
-            shipped.train, augmentation=AugmentationConfig(translate=2, flip=True)
+            shipped.train,
+            augmentation=AugmentationConfig(translate=2, flip=True),
+            gradient_checkpointing=True,
         ),
-        distillation=dataclasses.replace(shipped.distillation, cache_teacher_logits=False),
+        distillation=dataclasses.replace(
+            shipped.distillation, cache_teacher_logits=False, scratch_baseline=True
+        ),
     )
     assert config.teacher.conv is not None and config.student.conv is None
 
@@ -49,9 +55,14 @@ def test_fashion_mnist_conv_teacher_and_mlp_student_push_a_raw_example_model(tmp
     assert summary["status"] == "succeeded" and summary["pushed_model"]
     # The official test split is the eval split: the Evaluator scored exactly its examples.
     assert summary["metrics"]["example_count"] == SIZES["eval"]
-    teacher, student = summary["distillation"]["models"]
-    assert teacher["role"] == "teacher" and student["role"] == "student"
+    teacher, scratch, student = summary["distillation"]["models"]
+    assert [m["role"] for m in (teacher, scratch, student)] == ["teacher", "scratch", "student"]
     assert student["params"] * 10 <= teacher["params"]
+    # The baseline is the student's network trained alone, not another teacher.
+    assert scratch["node"] == "StudentBaseline" and scratch["params"] == student["params"]
+    verdict = summary["distillation"]["verdict"]
+    assert verdict["scratch_acc"] == scratch["accuracy"]
+    assert verdict["improved"] == (student["accuracy"] > scratch["accuracy"])
 
     served = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
     images, _ = written["eval"]

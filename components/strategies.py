@@ -246,9 +246,122 @@ def _parse_cluster(cluster: Any) -> dict[str, tuple[str, ...]]:
 
 
 def read_tf_config(environ: Mapping[str, str] | None = None) -> TFConfig | None:
-    """Parses `TF_CONFIG` from the environment (as TFJob and Vertex AI set it)."""
+    """Parses `TF_CONFIG` from the environment, or derives it on a TrainJob replica.
+
+    `TF_CONFIG` as TFJob and Vertex AI set it wins; without it, a pod of a
+    Kubeflow Trainer v2 TrainJob (JobSet variables set) gets the cluster
+    `tf_config_from_jobset` derives, logged once.
+    """
     environ = os.environ if environ is None else environ
-    return parse_tf_config(environ.get(TF_CONFIG_ENV))
+    text = environ.get(TF_CONFIG_ENV)
+    if not text:
+        derived = tf_config_from_jobset(environ)
+        if derived is not None:
+            logging.info("TF_CONFIG derived from the JobSet environment: %s", json.dumps(derived))
+            text = json.dumps(derived)
+    return parse_tf_config(text)
+
+
+# TrainJob replicated job -> TF_CONFIG job.
+JOBSET_TASK_TYPES = {"node": "worker", "chief": "chief", "ps": "ps"}
+DEFAULT_TF_PORT = 2222
+
+
+def tf_config_from_jobset(environ: Mapping[str, str]) -> dict[str, Any] | None:
+    """`TF_CONFIG` of a TrainJob replica, from what its JobSet pod sees.
+
+    JobSet names pod `p` of Job `j` of replicated job `R` in JobSet `S`
+    `S-R-j-p`, reachable as `S-R-j-p.S` through the JobSet's headless
+    service; tfxkit runtimes run one Indexed Job per replicated job, so a
+    task's index is its pod's completion index. Replicated job `node` holds
+    the workers (worker 0 is the chief unless a `chief` job exists), `chief`
+    the parameter-server coordinator, `ps` the parameter servers. The
+    variables are declared in `components.kubeflow.env`.
+
+    Args:
+      environ: The replica's environment.
+
+    Returns:
+      `{"cluster": ..., "task": {"type", "index"}}`, or None when no JobSet
+      variable is set (a local run, a TFJob replica).
+
+    Raises:
+      StrategyError: naming the variable that is missing or inconsistent.
+    """
+    from components.kubeflow import env as kenv
+
+    required = (kenv.JOBSET_NAME, kenv.REPLICATED_JOB, kenv.COMPLETION_INDEX, kenv.REPLICAS)
+    present = [name for name in (*required, kenv.JOB_INDEX) if environ.get(name)]
+    if not present:
+        return None
+    missing = [name for name in required if not environ.get(name)]
+    if missing:
+        how = {
+            kenv.COMPLETION_INDEX: f"the downward API (annotation {kenv.COMPLETION_INDEX_ANNOTATION})",
+            kenv.JOBSET_NAME: f"the downward API (label {kenv.JOBSET_NAME_LABEL})",
+            kenv.REPLICATED_JOB: f"the downward API (label {kenv.REPLICATED_JOB_LABEL})",
+            kenv.REPLICAS: "the Trainer step (TrainJob trainer.env and runtime patches)",
+        }
+        _fail(
+            missing[0],
+            f"not set, but this pod has {present[0]}: a TrainJob replica cannot derive TF_CONFIG without it "
+            f"(set by {how[missing[0]]}); is the TrainJob's runtime a tfxkit runtime "
+            "(python -m components.kubeflow.trainjob)?",
+        )
+    jobset, job = environ[kenv.JOBSET_NAME], environ[kenv.REPLICATED_JOB]
+    counts: dict[str, int] = {}
+    for part in environ[kenv.REPLICAS].split(","):
+        name, _, number = part.partition("=")
+        if name not in JOBSET_TASK_TYPES or not number.isdigit() or int(number) < 1:
+            _fail(
+                kenv.REPLICAS,
+                f"expected replicated job counts such as 'chief=1,node=2,ps=1' (jobs {sorted(JOBSET_TASK_TYPES)}), "
+                f"got {environ[kenv.REPLICAS]!r}",
+            )
+        counts[name] = int(number)
+    if "node" not in counts:
+        _fail(kenv.REPLICAS, f"lists no 'node' (worker) job: {environ[kenv.REPLICAS]!r}")
+    if job not in counts:
+        _fail(
+            kenv.REPLICATED_JOB,
+            f"this pod's replicated job {job!r} is not among {sorted(counts)} ({kenv.REPLICAS}); "
+            "the runtime has a replicated job the strategy does not use",
+        )
+    index_text = environ[kenv.COMPLETION_INDEX]
+    if not index_text.isdigit() or int(index_text) >= counts[job]:
+        _fail(
+            kenv.COMPLETION_INDEX,
+            f"expected an index in [0, {counts[job]}) for replicated job {job!r}, got {index_text!r}",
+        )
+    job_index = environ.get(kenv.JOB_INDEX) or "0"
+    if job_index != "0":
+        _fail(
+            kenv.JOB_INDEX,
+            f"tfxkit runtimes run one Job per replicated job (replicas: 1), got Job index {job_index!r}",
+        )
+    runtime_pods = environ.get(kenv.RUNTIME_PODS)
+    if runtime_pods and runtime_pods != str(counts[job]):
+        field = "strategy.parameter_servers" if job == "ps" else "the chief"
+        _fail(
+            kenv.RUNTIME_PODS,
+            f"the runtime runs {runtime_pods} {job!r} pod(s) but the step expects {counts[job]} ({field}); "
+            "regenerate the runtime for this config (python -m components.kubeflow.trainjob --config ...)",
+        )
+    port = environ.get(kenv.TF_PORT) or str(DEFAULT_TF_PORT)
+    if not port.isdigit():
+        _fail(kenv.TF_PORT, f"expected a port number, got {port!r}")
+    aliases = {}
+    if environ.get(kenv.HOST_ALIASES):
+        try:
+            aliases = json.loads(environ[kenv.HOST_ALIASES])
+        except ValueError as e:
+            _fail(kenv.HOST_ALIASES, f"is not valid JSON ({e})")
+    cluster: dict[str, list[str]] = {}
+    for name, number in counts.items():
+        addresses = [f"{jobset}-{name}-0-{i}.{jobset}:{port}" for i in range(number)]
+        cluster[JOBSET_TASK_TYPES[name]] = [aliases.get(a, a) for a in addresses]
+    task = {"type": JOBSET_TASK_TYPES[job], "index": int(index_text)}
+    return {"cluster": cluster, "task": task}
 
 
 # --------------------------------------------------------------------------- #

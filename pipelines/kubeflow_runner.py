@@ -15,7 +15,7 @@ hook for node selectors or tolerations:
 - images per component, pipeline-level Beam args and per-component Beam args.
 
 Both placement forms are rendered by `components.kubeflow.placement`, the
-rendering TFJob replicas get too.
+rendering training-job replicas get too.
 
 The result is one YAML file (pipeline spec, then platform spec) that
 `kfp.components.load_component_from_file` loads and `kfp.Client` uploads
@@ -35,7 +35,7 @@ from google.protobuf import json_format
 from components.config import ConfigError, PipelineConfig
 from components.data import FASHION_MNIST_SPLITS, ResolvedInput
 from components.kubeflow import env as tfxkit_env
-from components.kubeflow import tfjob
+from components.kubeflow import jobs
 from components.kubeflow.placement import kubernetes_executor_config, resource_spec
 from pipelines.pipeline import PipelinePaths, create_pipeline
 
@@ -129,11 +129,11 @@ def _check_placements(config: PipelineConfig, pipeline) -> None:
             )
 
 
-def _tfjob_components(config: PipelineConfig, pipeline) -> set[str]:
-    """Trainer steps that submit a TFJob (their placement goes to the replicas)."""
+def _job_components(config: PipelineConfig, pipeline) -> set[str]:
+    """Trainer steps (the Distiller's included) that submit a training job (their placement goes to the replicas)."""
     from components.trainer.executor import Executor
 
-    if not tfjob.uses_tfjob(config.strategy):
+    if not jobs.uses_job(config.strategy):
         return set()
     return {
         node.id
@@ -170,7 +170,7 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
             f"name: Kubeflow pipeline names are lowercase letters, digits and '-' ([a-z0-9][a-z0-9-]*), got {config.name!r}"
         )
     kf = config.kubeflow
-    tfjob.check_strategy(config.strategy)
+    jobs.check_strategy(config.strategy)
     pipeline = create_pipeline(
         config, cluster_input(config), cluster_paths(config), beam_pipeline_args=list(kf.beam_args)
     )
@@ -193,7 +193,16 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
     # (Vertex) job's runtime config.
     spec_dict["defaultPipelineRoot"] = kf.pipeline_root
     executors = spec_dict["deploymentSpec"]["executors"]
-    launchers = _tfjob_components(config, pipeline)
+    launchers = _job_components(config, pipeline)
+    for component_id in sorted(launchers):
+        # Build each training job now, so what the cluster would refuse fails the compile.
+        jobs.build_manifest(
+            config,
+            name=jobs.job_name(config.name, component_id, "compile"),
+            namespace=kf.namespace or "default",
+            component_id=component_id,
+            invocation_uri=f"{kf.pipeline_root.rstrip('/')}/{jobs.INVOCATION_FILE}",
+        )
     platform: dict[str, Any] = {}
     for node in pipeline.components:
         label = spec_dict["components"].get(node.id, {}).get("executorLabel")
@@ -205,8 +214,8 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         ]
         placement = kf.placements.get(node.id)
         if placement is None or node.id in launchers:
-            # A TFJob launcher only submits and watches: its replicas get the
-            # placement (components.kubeflow.tfjob.build_manifest), the step does not.
+            # A job launcher only submits and watches: its replicas get the
+            # placement (components.kubeflow.jobs.build_manifest), the step does not.
             continue
         resources = resource_spec(placement)
         if resources.ByteSize():

@@ -815,22 +815,36 @@ class KubeflowConfig:
       data_uri: Directory URI of the input files on the cluster (all files in
         it are ExampleGen's input). Required for built-in data, which lives
         on the machine that compiles; defaults to `data.path` otherwise.
-      placements: Component id -> Placement. When the Trainer runs as a TFJob
-        (strategy `multi_worker_mirrored` or `parameter_server` with more than
-        one replica) its placement applies to the TFJob's chief and worker
-        replicas; the pipeline step that submits and watches the job keeps
-        only the image and runs on the default pool.
+      placements: Component id -> Placement. When the Trainer (or the
+        Distiller) trains across pods (strategy `multi_worker_mirrored` or
+        `parameter_server` with more than one replica) its placement applies
+        to the training job's workers (and, for `tfjob`, its chief); the
+        pipeline step that submits and watches the job keeps only the image
+        and runs on the default pool. Every job replica without CPU or
+        memory in its placement requests 1 CPU and 2Gi.
       beam_args: Beam pipeline args for Beam-based components on the cluster.
-      tfjob_timeout_seconds: Bound on the wait for a multi-worker TFJob (also
-        its `activeDeadlineSeconds`); the job is deleted when it passes.
+      job_backend: What runs multi-pod training: `trainjob` (Kubeflow Trainer
+        v2 `TrainJob` on the runtime `trainjob_runtime`; the product derives
+        each replica's `TF_CONFIG`) or `tfjob` (the end-of-life Training
+        Operator v1 `TFJob`, for clusters that still run it).
+      trainjob_runtime: Name of the TensorFlow training runtime TrainJobs
+        reference ('' = the shipped `tfxkit-tensorflow-multi-worker` or
+        `tfxkit-tensorflow-parameter-server`, by strategy kind).
+      trainjob_runtime_kind: `ClusterTrainingRuntime` (cluster-wide) or
+        `TrainingRuntime` (in the job's namespace).
+      tfjob_timeout_seconds: Bound on the wait for a multi-worker training job
+        of either backend (also its `activeDeadlineSeconds`); the job is
+        deleted when it passes.
       tfjob_backoff_limit: Replica restarts the TFJob allows (preempted
-        replicas resume from their `BackupAndRestore` checkpoint).
-      tfjob_ps_placement: Placement of parameter-server replicas (default:
-        the default node pool with the Trainer's image).
-      tfjob_service_account: Service account of TFJob replicas ('' = the
-        namespace default); it needs access to `pipeline_root`.
-      namespace: Kubernetes namespace of TFJobs ('' = the namespace of the
-        pipeline step's pod).
+        replicas resume from their `BackupAndRestore` checkpoint); for
+        `trainjob` the runtime's `failurePolicy.maxRestarts` holds it.
+      tfjob_ps_placement: Placement of parameter-server replicas, either
+        backend (default: the default node pool with the Trainer's image).
+      tfjob_service_account: Service account of training-job replicas, either
+        backend ('' = the namespace default); it needs access to
+        `pipeline_root`.
+      namespace: Kubernetes namespace of training jobs ('' = the namespace of
+        the pipeline step's pod).
     """
 
     image: str = "tfxkit:0.1.0"
@@ -839,11 +853,16 @@ class KubeflowConfig:
     data_uri: str = ""
     placements: dict[str, Placement] = field(default_factory=dict)
     beam_args: tuple[str, ...] = ()
+    job_backend: Literal["trainjob", "tfjob"] = "trainjob"
+    trainjob_runtime: str = ""
+    trainjob_runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = (
+        "ClusterTrainingRuntime"
+    )
     tfjob_timeout_seconds: int = 3600
     tfjob_backoff_limit: int = 3
     tfjob_ps_placement: Placement | None = None
     tfjob_service_account: str = ""
-    namespace: str = "kubeflow"
+    namespace: str = ""
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -872,6 +891,27 @@ class KubeflowConfig:
             )
         if self.tfjob_backoff_limit < 0:
             fail("tfjob_backoff_limit", f"expected an integer >= 0, got {self.tfjob_backoff_limit}")
+        if self.trainjob_runtime and not (
+            len(self.trainjob_runtime) <= 253
+            and re.fullmatch(
+                r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+                self.trainjob_runtime,
+            )
+        ):
+            fail(
+                "trainjob_runtime",
+                "expected a Kubernetes object name (lowercase letters, digits, '-' and '.', starting and "
+                f"ending with a letter or digit, at most 253), got {self.trainjob_runtime!r}; "
+                "'' picks the shipped runtime",
+            )
+        if self.tfjob_service_account and not re.fullmatch(
+            r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+            self.tfjob_service_account,
+        ):
+            fail(
+                "tfjob_service_account",
+                f"expected a Kubernetes service account name, got {self.tfjob_service_account!r}",
+            )
         if self.namespace and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.namespace):
             fail(
                 "namespace",

@@ -4,14 +4,19 @@ Who sets what, who reads it:
 
   compiler (`pipelines.kubeflow_runner`) -> every step container:
       `ORCHESTRATOR`, `COMPONENT_ID` (`step_env`).
-  Trainer step (`components.kubeflow.tfjob.launch`) -> every job replica:
-      `TFJOB_INVOCATION` (`replica_env`).
+  Trainer step (`components.kubeflow.jobs.launch`) -> every job replica:
+      `TFJOB_INVOCATION` (`replica_env`); on a TrainJob also `REPLICAS`.
+  TrainJob runtime (`components.kubeflow.trainjob.runtime_manifest`) ->
+      every replica, through the downward API: `JOBSET_NAME`,
+      `REPLICATED_JOB`, `JOB_INDEX`, `COMPLETION_INDEX` (`jobset_env`),
+      and `TF_PORT`, `RUNTIME_PODS`.
   Trainer executor (`components.trainer.executor`) reads them: a step on
       Kubeflow submits a job (`on_kubeflow`); a replica, which has no
       `ORCHESTRATOR`, trains on the invocation at `TFJOB_INVOCATION`.
 
-`TF_CONFIG` is not ours: the training operator sets it on every replica and
-TensorFlow's cluster resolver reads it.
+`TF_CONFIG`: the Training Operator sets it on every TFJob replica. Trainer
+v2 sets none, so on a TrainJob replica `components.strategies` derives it
+from the JobSet variables above (a `TF_CONFIG` that is set wins).
 
 Pure (standard library only), so the compiler reads it without the job code.
 """
@@ -41,6 +46,61 @@ components.trainer.executor`), which trains on it."""
 
 PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
 """Set to 1 on replicas so their logs reach `kubectl logs` as they are written."""
+
+
+REPLICAS = "TFXKIT_REPLICAS"
+"""Pods per replicated job of a TrainJob, `chief=1,node=3,ps=2`, set by the
+Trainer step on every replica (the step alone knows the node count it asked
+for). Replicated job `node` holds the TensorFlow workers (worker 0 is the
+chief unless a `chief` job exists), `chief` the coordinator, `ps` the
+parameter servers."""
+
+JOBSET_NAME = "TFXKIT_JOBSET_NAME"
+"""The JobSet's (= the TrainJob's) name: the pods' DNS subdomain."""
+
+REPLICATED_JOB = "TFXKIT_REPLICATED_JOB"
+"""The replicated job this pod belongs to (`node`, `chief`, `ps`)."""
+
+JOB_INDEX = "TFXKIT_JOB_INDEX"
+"""The index of this pod's Job within its replicated job (tfxkit runtimes
+run one Job per replicated job, so always 0)."""
+
+COMPLETION_INDEX = "TFXKIT_COMPLETION_INDEX"
+"""This pod's completion index within its Indexed Job: its task index."""
+
+TF_PORT = "TFXKIT_TF_PORT"
+"""The port every replica's TensorFlow server listens on (2222)."""
+
+RUNTIME_PODS = "TFXKIT_RUNTIME_PODS"
+"""Pods the runtime gives this replicated job (`chief` and `ps`; the node
+count is the TrainJob's). A replica compares it with `REPLICAS`, so a
+runtime generated for another shape fails at start instead of hanging."""
+
+HOST_ALIASES = "TFXKIT_HOST_ALIASES"
+"""Optional JSON object `{"<derived host:port>": "<host:port>"}` that replaces
+derived task addresses: rehearsing a JobSet cluster with local processes."""
+
+# The JobSet pod labels and the Job annotation the downward API exposes.
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def jobset_env() -> list[dict]:
+    """The downward-API env entries (Kubernetes `EnvVar` dicts) a runtime puts on every container."""
+    fields = (
+        (JOBSET_NAME, f"metadata.labels['{JOBSET_NAME_LABEL}']"),
+        (REPLICATED_JOB, f"metadata.labels['{REPLICATED_JOB_LABEL}']"),
+        (JOB_INDEX, f"metadata.labels['{JOB_INDEX_LABEL}']"),
+        (COMPLETION_INDEX, f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"),
+    )
+    return [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in fields]
+
+
+def format_replicas(counts: Mapping[str, int]) -> str:
+    """`{"chief": 1, "node": 2}` -> `chief=1,node=2` (the value of `REPLICAS`)."""
+    return ",".join(f"{job}={n}" for job, n in counts.items())
 
 
 def step_env(component_id: str) -> dict[str, str]:

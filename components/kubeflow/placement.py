@@ -1,8 +1,8 @@
 """The one rendering of a config `Placement` to Kubernetes.
 
 The pipeline compiler (`pipelines.kubeflow_runner`) and the training jobs
-(`components.kubeflow.tfjob`) both place pods from a `Placement`; every
-derived value comes from here, so a step pod and a job replica with the same
+(`components.kubeflow.tfjob`, `components.kubeflow.trainjob`) all place pods
+from a `Placement`; every derived value comes from here, so a step pod and a job replica with the same
 placement get the same accelerator resource, node selector, tolerations and
 resources:
 
@@ -49,6 +49,11 @@ TPU_TOPOLOGY_DIMS = {
     "tpu-v6e-slice": 2,
 }
 TPU_PREFIX = "tpu-"
+
+# What a training-job replica requests for CPU / memory its placement leaves
+# unset: without requests a pod is BestEffort, the first evicted under
+# pressure, which for one replica of a synchronous job stalls every other.
+REPLICA_DEFAULT_REQUESTS = {"cpu": "1", "memory": "2Gi"}
 
 # Memory quantity suffix -> bytes (Kubernetes quantities).
 _MEMORY_UNITS = {
@@ -143,8 +148,17 @@ def tolerations(placement: Placement) -> list[dict[str, str]]:
     ]
 
 
-def resources(placement: Placement) -> dict[str, dict[str, str]]:
+def resources(
+    placement: Placement, default_requests: Mapping[str, str] | None = None
+) -> dict[str, dict[str, str]]:
     """The container's `resources`: CPU / memory requests and limits, and the accelerator.
+
+    Args:
+      placement: Supplies requests, limits and the accelerator.
+      default_requests: Requests for resources (`cpu`, `memory`) the
+        placement neither requests nor limits (a limit alone already makes
+        Kubernetes request that much). Training-job replicas pass
+        `REPLICA_DEFAULT_REQUESTS`, so none of them runs BestEffort.
 
     Returns:
       `{"requests": {...}, "limits": {...}}`, each present only when
@@ -156,6 +170,9 @@ def resources(placement: Placement) -> dict[str, dict[str, str]]:
     limits = {
         k: v for k, v in (("cpu", placement.cpu_limit), ("memory", placement.memory_limit)) if v
     }
+    for key, value in (default_requests or {}).items():
+        if key not in requests and key not in limits:
+            requests[key] = value
     resource = accelerator_resource(placement.accelerator_type)
     if resource:
         # Extended resources are requested through limits (requests default to them).
@@ -176,6 +193,7 @@ def container(
     command: Sequence[str],
     env: Mapping[str, str],
     ports: Sequence[Mapping[str, Any]] = (),
+    default_requests: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A container with the placement's resources.
 
@@ -187,6 +205,7 @@ def container(
       command: Entry point and arguments.
       env: Environment variables, rendered sorted by name.
       ports: Container ports, as Kubernetes dicts.
+      default_requests: See `resources`.
     """
     out: dict[str, Any] = {
         "name": name,
@@ -196,7 +215,7 @@ def container(
     }
     if ports:
         out["ports"] = [dict(p) for p in ports]
-    placed = resources(placement)
+    placed = resources(placement, default_requests)
     if placed:
         out["resources"] = placed
     return out

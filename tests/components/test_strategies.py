@@ -375,3 +375,133 @@ def test_accumulation_steps_below_one_are_rejected_when_the_config_loads():
     }
     with pytest.raises(ConfigError, match=r"^train\.grad_accum_steps: expected an integer >= 1"):
         from_dict(data)
+
+
+# --------------------------------------------------------------------------- #
+# TF_CONFIG derived from a TrainJob's JobSet environment
+# --------------------------------------------------------------------------- #
+
+
+def jobset_env(job, index, replicas, name="taxi-trainer-ab12", **extra):
+    """What a pod of a tfxkit runtime sees: downward-API variables and the step's shape."""
+    from components.kubeflow import env
+
+    return {
+        env.JOBSET_NAME: name,
+        env.REPLICATED_JOB: job,
+        env.JOB_INDEX: "0",
+        env.COMPLETION_INDEX: str(index),
+        env.REPLICAS: replicas,
+        env.TF_PORT: "2222",
+        **extra,
+    }
+
+
+def _host(job, i, name="taxi-trainer-ab12"):
+    return f"{name}-{job}-0-{i}.{name}:2222"
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_multi_worker_tf_config_from_jobset_env(index):
+    derived = strategies.tf_config_from_jobset(jobset_env("node", index, "node=3"))
+    assert derived == {
+        "cluster": {"worker": [_host("node", i) for i in range(3)]},
+        "task": {"type": "worker", "index": index},
+    }
+    # Worker 0 is the chief (there is no chief job).
+    assert parse_tf_config(json.dumps(derived)).is_chief == (index == 0)
+
+
+@pytest.mark.parametrize(
+    "job, index, task",
+    [("chief", 0, "chief"), ("node", 1, "worker"), ("ps", 0, "ps"), ("ps", 1, "ps")],
+)
+def test_parameter_server_tf_config_from_jobset_env(job, index, task):
+    derived = strategies.tf_config_from_jobset(jobset_env(job, index, "chief=1,node=2,ps=2"))
+    assert derived == {
+        "cluster": {
+            "chief": [_host("chief", 0)],
+            "worker": [_host("node", 0), _host("node", 1)],
+            "ps": [_host("ps", 0), _host("ps", 1)],
+        },
+        "task": {"type": task, "index": index},
+    }
+    parsed = parse_tf_config(json.dumps(derived))
+    assert parsed.has_ps and parsed.is_chief == (task == "chief")
+
+
+def test_existing_tf_config_wins_and_no_jobset_env_means_no_cluster():
+    given = tf_config({"worker": WORKERS}, "worker", 1)
+    environ = {"TF_CONFIG": given, **jobset_env("node", 0, "node=3")}
+    parsed = strategies.read_tf_config(environ)
+    assert parsed.cluster == {"worker": tuple(WORKERS)} and parsed.task_id == 1
+    assert strategies.tf_config_from_jobset({"HOSTNAME": "pod-1"}) is None
+    assert strategies.read_tf_config({}) is None
+
+
+def test_derived_tf_config_is_read_and_logged(caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO):
+        parsed = strategies.read_tf_config(jobset_env("node", 1, "node=2"))
+    assert parsed.task_type == "worker" and parsed.task_id == 1 and parsed.num_workers == 2
+    assert "TF_CONFIG derived from the JobSet environment" in caplog.text
+    assert _host("node", 1) in caplog.text
+
+
+def test_host_aliases_map_derived_addresses():
+    from components.kubeflow import env
+
+    aliases = {_host("node", 0): "localhost:4001", _host("node", 1): "localhost:4002"}
+    derived = strategies.tf_config_from_jobset(
+        jobset_env("node", 1, "node=2", **{env.HOST_ALIASES: json.dumps(aliases)})
+    )
+    assert derived["cluster"] == {"worker": ["localhost:4001", "localhost:4002"]}
+
+
+def _without(environ, name):
+    return {k: v for k, v in environ.items() if k != name}
+
+
+@pytest.mark.parametrize(
+    "environ, field, hint",
+    [
+        (
+            _without(jobset_env("node", 0, "node=2"), "TFXKIT_COMPLETION_INDEX"),
+            "TFXKIT_COMPLETION_INDEX",
+            "not set, but this pod has TFXKIT_JOBSET_NAME.*batch.kubernetes.io/job-completion-index",
+        ),
+        (
+            _without(jobset_env("node", 0, "node=2"), "TFXKIT_REPLICAS"),
+            "TFXKIT_REPLICAS",
+            "not set.*the Trainer step",
+        ),
+        (jobset_env("node", 2, "node=2"), "TFXKIT_COMPLETION_INDEX", r"in \[0, 2\)"),
+        (jobset_env("node", 0, "node=two"), "TFXKIT_REPLICAS", "'chief=1,node=2,ps=1'"),
+        (jobset_env("ps", 0, "chief=1,ps=1"), "TFXKIT_REPLICAS", "no 'node'"),
+        (jobset_env("evaluator", 0, "node=2"), "TFXKIT_REPLICATED_JOB", "'evaluator' is not among"),
+        (
+            {**jobset_env("node", 0, "node=2"), "TFXKIT_JOB_INDEX": "1"},
+            "TFXKIT_JOB_INDEX",
+            "one Job per replicated job",
+        ),
+        (
+            jobset_env("ps", 0, "chief=1,node=2,ps=2", TFXKIT_RUNTIME_PODS="1"),
+            "TFXKIT_RUNTIME_PODS",
+            r"runs 1 'ps' pod\(s\) but the step expects 2 \(strategy.parameter_servers\); regenerate",
+        ),
+    ],
+    ids=[
+        "no_completion_index",
+        "no_shape",
+        "index_out_of_range",
+        "bad_shape",
+        "no_workers",
+        "unknown_job",
+        "second_job",
+        "runtime_disagrees",
+    ],
+)
+def test_inconsistent_jobset_env_refuses_to_start_naming_the_variable(environ, field, hint):
+    with pytest.raises(StrategyError, match=rf"^{field}: .*{hint}"):
+        strategies.read_tf_config(environ)

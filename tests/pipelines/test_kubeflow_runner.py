@@ -14,8 +14,8 @@ from kfp import components as kfp_components
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
 from components.config import ConfigError, from_dict
+from components.kubeflow import jobs, tfjob
 from components.kubeflow import placement as kube_placement
-from components.kubeflow import tfjob
 from pipelines import cli, kubeflow_runner, local_runner
 from pipelines.configs import SHIPPED_CONFIG_DIR, load_config
 from pipelines.pipeline import create_pipeline
@@ -274,6 +274,20 @@ def test_multi_worker_trainer_step_leaves_the_gpu_to_its_tfjob_replicas(tmp_path
         "memory": "24Gi",
     }
     assert worker["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    # The default backend, a TrainJob, carries the same placement.
+    assert config.kubeflow.job_backend == "trainjob"
+    job = jobs.build_manifest(
+        config,
+        name="taxi-trainer-x",
+        namespace="kubeflow",
+        component_id="Trainer",
+        invocation_uri="gs://b/i.json",
+    )
+    assert job["kind"] == "TrainJob"
+    assert job["spec"]["trainer"]["resourcesPerNode"]["limits"] == {
+        "nvidia.com/gpu": "1",
+        "memory": "24Gi",
+    }
 
 
 # --------------------------------------------------------------------------- #
@@ -388,6 +402,10 @@ def test_bad_placements_name_the_entry(tmp_path, capsys, placement, match):
             r"^strategy\.parameter_servers: kind 'parameter_server' on Kubeflow needs >= 1",
         ),
         (
+            {"strategy": {"kind": "multi_worker_mirrored", "workers": 2, "parameter_servers": 1}},
+            r"^strategy\.parameter_servers: kind 'multi_worker_mirrored' runs no parameter servers",
+        ),
+        (
             {"kubeflow": {"data_uri": ""}},
             r"^kubeflow\.data_uri: data\.builtin 'taxi' lives on the machine that compiles",
         ),
@@ -414,6 +432,7 @@ def test_bad_placements_name_the_entry(tmp_path, capsys, placement, match):
         "beam_args_on_trainer",
         "one_worker",
         "no_ps",
+        "ps_count_disagrees",
         "builtin_without_uri",
         "local_data",
         "local_root",

@@ -202,6 +202,8 @@ def test_the_module_is_pure():
         "kubernetes",
         "tensorflow",
         "components.kubeflow.tfjob",
+        "components.kubeflow.trainjob",
+        "components.kubeflow.jobs",
     ]
     code = f"import json, sys, components.kubeflow.placement; print(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
     out = subprocess.run(
@@ -215,11 +217,11 @@ def test_the_module_is_pure():
 # --------------------------------------------------------------------------- #
 
 
-def test_compiled_pipeline_and_tfjob_place_the_same_placement_alike(taxi_config, tmp_path):
+def test_compiled_pipeline_tfjob_and_trainjob_place_the_same_placement_alike(taxi_config, tmp_path):
     """The compiler's platform spec / container resources and the TFJob's pod
     spec agree on node selector, tolerations and resources, GPU and TPU alike.
     """
-    from components.kubeflow import tfjob
+    from components.kubeflow import tfjob, trainjob
     from pipelines import kubeflow_runner
 
     placements = {**taxi_config.kubeflow.placements, "Trainer": TPU, "Evaluator": GPU}
@@ -256,10 +258,25 @@ def test_compiled_pipeline_and_tfjob_place_the_same_placement_alike(taxi_config,
             platform[label]["tolerations"] == replica["tolerations"] == kube.tolerations(placement)
         )
         replica_resources = replica["containers"][0]["resources"]
-        assert replica_resources == kube.resources(placement)
+        # Replicas also request what the placement leaves unset (never BestEffort).
+        assert replica_resources == kube.resources(placement, kube.REPLICA_DEFAULT_REQUESTS)
+        # The TrainJob's workers get the very same rendering.
+        trainjob_manifest = trainjob.build_manifest(
+            multi_worker,
+            name="t-1",
+            namespace="ns",
+            component_id=component_id,
+            invocation_uri="gs://b/i.json",
+        )
+        node = trainjob_manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"][
+            "spec"
+        ]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        assert node["nodeSelector"] == replica["nodeSelector"]
+        assert node["tolerations"] == replica["tolerations"]
+        assert trainjob_manifest["spec"]["trainer"]["resourcesPerNode"] == replica_resources
         in_kfp_units = {}
         for (kind, name), value in (
-            ((k, n), v) for k, q in replica_resources.items() for n, v in q.items()
+            ((k, n), v) for k, q in kube.resources(placement).items() for n, v in q.items()
         ):
             if name == "cpu":
                 in_kfp_units[f"cpu{kind[:-1].capitalize()}"] = kube.cpu_quantity(value)

@@ -15,110 +15,23 @@ import os
 import jsonschema
 import pytest
 import yaml
-from kubernetes import client as k8s_client
 
 from components.config import CONFIG_KEY, ConfigError, Placement, StrategyConfig, Toleration
 from components.kubeflow import env, tfjob
+from tests.components.kubeflow.kube_api import (
+    FakeKubernetes,
+    api_client,
+    condition,
+    crd_schema,
+    pod,
+    tfjob_status,
+    unknown_fields,
+)
 from tests.conftest import SHARED_DATA
-from tests.fake_http import FakeJsonApi
 
 CRD_PATH = os.path.join(os.path.dirname(SHARED_DATA), "kubeflow", "tfjob-crd-v1.9.0.yaml")
 TFJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
 INVOCATION_URI = "gs://bucket/root/Trainer/model_run/7/tfjob_invocation.json"
-
-
-# --------------------------------------------------------------------------- #
-# A Kubernetes API server speaking TFJobs and pods
-# --------------------------------------------------------------------------- #
-
-
-def _condition(kind, message="", reason=""):
-    return {"type": kind, "status": "True", "reason": reason or f"TFJob{kind}", "message": message}
-
-
-def _status(*conditions, **replicas):
-    return {"conditions": list(conditions), "replicaStatuses": replicas}
-
-
-def _pod(name, phase, terminated=None, unschedulable=None):
-    state = (
-        {"terminated": terminated} if terminated else {"waiting": {"reason": "ContainerCreating"}}
-    )
-    status = {
-        "phase": phase,
-        "containerStatuses": [
-            {
-                "name": "tensorflow",
-                "ready": False,
-                "restartCount": 0,
-                "image": "img",
-                "imageID": "",
-                "state": state,
-            }
-        ],
-    }
-    if unschedulable:
-        status = {
-            "phase": phase,
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": unschedulable,
-                }
-            ],
-        }
-    return {"metadata": {"name": name}, "status": status}
-
-
-class FakeKubernetes(FakeJsonApi):
-    """Records requests; answers job reads from `states` (the last one repeats)."""
-
-    def __init__(self, states, pods=(), create_error=None, read_errors=()):
-        super().__init__()
-        self.states = list(states)
-        self.pods = list(pods)
-        self.create_error = create_error
-        self.read_errors = list(read_errors)
-        self.job = None
-
-    def describe(self, headers, raw):
-        return {"body": json.loads(raw) if raw else None, "auth": headers.get("Authorization")}
-
-    def answer(self, method, path, record):
-        body = record["body"]
-        if path.endswith("/pods"):
-            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": self.pods}
-        if method == "POST":
-            if self.create_error:
-                code, message = self.create_error
-                return code, {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "status": "Failure",
-                    "message": message,
-                    "code": code,
-                }
-            self.job = body
-            return 201, body
-        if method == "GET":
-            if self.read_errors:
-                return self.read_errors.pop(0), {"kind": "Status", "message": "etcd is busy"}
-            state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
-            return 200, {**self.job, **({"status": state} if state is not None else {})}
-        if method == "DELETE":
-            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
-        return 404, {"kind": "Status", "message": "not found"}
-
-    def calls(self):
-        return [(r["method"], r["path"]) for r in self.requests]
-
-
-def _api_client(host):
-    configuration = k8s_client.Configuration()
-    configuration.host = host
-    return k8s_client.ApiClient(configuration)
 
 
 # --------------------------------------------------------------------------- #
@@ -128,32 +41,9 @@ def _api_client(host):
 
 @pytest.fixture(scope="module")
 def tfjob_schema():
-    with open(CRD_PATH) as f:
-        crd = yaml.safe_load(f)
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == tfjob.VERSION]
-    assert crd["spec"]["group"] == tfjob.GROUP and crd["spec"]["names"]["plural"] == tfjob.PLURAL
-    return version["schema"]["openAPIV3Schema"]
-
-
-def unknown_fields(obj, schema, path=""):
-    """Fields the API server would silently prune (not declared in the structural schema)."""
-    if schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
-    out = []
-    if isinstance(obj, dict):
-        props = schema.get("properties")
-        extra = schema.get("additionalProperties")
-        for key, value in obj.items():
-            if props is not None and key in props:
-                out += unknown_fields(value, props[key], f"{path}.{key}")
-            elif isinstance(extra, dict):
-                out += unknown_fields(value, extra, f"{path}.{key}")
-            elif props is not None:
-                out.append(f"{path}.{key}")
-    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(obj):
-            out += unknown_fields(item, schema["items"], f"{path}[{i}]")
-    return out
+    if not os.path.exists(CRD_PATH):
+        pytest.skip(f"the TFJob CRD is missing at {CRD_PATH} (../shared/kubeflow/ beside the repo)")
+    return crd_schema(CRD_PATH, tfjob.GROUP, tfjob.VERSION, tfjob.PLURAL)
 
 
 GPU_PLACEMENT = Placement(
@@ -169,7 +59,10 @@ GPU_PLACEMENT = Placement(
 
 def _config(taxi_config, **strategy):
     kubeflow = dataclasses.replace(
-        taxi_config.kubeflow, placements={"Trainer": GPU_PLACEMENT}, tfjob_timeout_seconds=900
+        taxi_config.kubeflow,
+        placements={"Trainer": GPU_PLACEMENT},
+        tfjob_timeout_seconds=900,
+        job_backend="tfjob",
     )
     return dataclasses.replace(
         taxi_config,
@@ -228,11 +121,12 @@ def test_manifest_validates_against_the_tfjob_crd(taxi_config, tfjob_schema, str
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
         ]
     if "PS" in shape:
+        # Without a PS placement: the Trainer's image on the default pool, and
+        # default requests (never a BestEffort pod).
         (container,) = _containers(manifest, "PS")
         assert container["image"] == "registry/tfxkit:0.1.0"
-        assert (
-            "resources" not in container and "nodeSelector" not in specs["PS"]["template"]["spec"]
-        )
+        assert container["resources"] == {"requests": {"cpu": "1", "memory": "2Gi"}}
+        assert "nodeSelector" not in specs["PS"]["template"]["spec"]
 
 
 def test_manifest_with_a_misspelled_field_is_caught_by_the_schema_check(taxi_config, tfjob_schema):
@@ -273,7 +167,10 @@ def test_ps_placement_and_tpu_workers(taxi_config, tfjob_schema):
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
         "cloud.google.com/gke-tpu-topology": "2x2",
     }
-    assert worker["containers"][0]["resources"] == {"limits": {"google.com/tpu": "4"}}
+    assert worker["containers"][0]["resources"] == {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"google.com/tpu": "4"},
+    }
     ps_pod = manifest["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]
     assert ps_pod["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-pool"}
     assert manifest["spec"]["tfReplicaSpecs"]["PS"]["replicas"] == 2
@@ -338,11 +235,11 @@ JOB = TFJOBS.format(ns="team-a")
 def test_success_submits_waits_and_deletes(mw_manifest):
     states = [
         None,
-        _status(_condition("Created")),
-        _status(_condition("Created"), _condition("Running"), Worker={"active": 2}),
-        _status(
-            _condition("Created"),
-            _condition("Succeeded", "TFJob taxi-trainer-abc successfully completed."),
+        tfjob_status(condition("Created")),
+        tfjob_status(condition("Created"), condition("Running"), Worker={"active": 2}),
+        tfjob_status(
+            condition("Created"),
+            condition("Succeeded", "TFJob taxi-trainer-abc successfully completed."),
             Worker={"succeeded": 2},
         ),
     ]
@@ -350,7 +247,7 @@ def test_success_submits_waits_and_deletes(mw_manifest):
     with FakeKubernetes(states) as fake:
         status = tfjob.run(
             mw_manifest,
-            _api_client(fake.host),
+            api_client(fake.host),
             timeout_seconds=30,
             poll_seconds=0.01,
             log=lines.append,
@@ -371,27 +268,27 @@ def test_success_submits_waits_and_deletes(mw_manifest):
 
 def test_failure_surfaces_replica_status_and_pod_reasons_and_keeps_the_job(mw_manifest):
     states = [
-        _status(_condition("Running"), Worker={"active": 2}),
-        _status(
-            _condition(
+        tfjob_status(condition("Running"), Worker={"active": 2}),
+        tfjob_status(
+            condition(
                 "Failed", "TFJob taxi-trainer-abc has failed because 1 Worker replica(s) failed."
             ),
             Worker={"active": 1, "failed": 1},
         ),
     ]
     pods = [
-        _pod(
+        pod(
             "taxi-trainer-abc-worker-1",
             "Failed",
             terminated={"exitCode": 137, "reason": "OOMKilled"},
         ),
-        _pod("taxi-trainer-abc-worker-0", "Running"),
+        pod("taxi-trainer-abc-worker-0", "Running"),
     ]
     with FakeKubernetes(states, pods) as fake:
         with pytest.raises(tfjob.TFJobFailed) as err:
             tfjob.run(
                 mw_manifest,
-                _api_client(fake.host),
+                api_client(fake.host),
                 timeout_seconds=30,
                 poll_seconds=0.01,
                 log=lambda _: None,
@@ -413,9 +310,9 @@ def test_failure_surfaces_replica_status_and_pod_reasons_and_keeps_the_job(mw_ma
 
 
 def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
-    states = [_status(_condition("Created"), Worker={"active": 0})]
+    states = [tfjob_status(condition("Created"), Worker={"active": 0})]
     pods = [
-        _pod(
+        pod(
             "taxi-trainer-abc-worker-0",
             "Pending",
             unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
@@ -425,7 +322,7 @@ def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
         with pytest.raises(tfjob.TFJobTimeout) as err:
             tfjob.run(
                 mw_manifest,
-                _api_client(fake.host),
+                api_client(fake.host),
                 timeout_seconds=0.3,
                 poll_seconds=0.05,
                 log=lambda _: None,
@@ -439,12 +336,12 @@ def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
 
 
 def test_transient_read_errors_are_retried(mw_manifest):
-    states = [_status(_condition("Succeeded"), Worker={"succeeded": 2})]
+    states = [tfjob_status(condition("Succeeded"), Worker={"succeeded": 2})]
     lines = []
     with FakeKubernetes(states, read_errors=[503]) as fake:
         status = tfjob.run(
             mw_manifest,
-            _api_client(fake.host),
+            api_client(fake.host),
             timeout_seconds=30,
             poll_seconds=0.01,
             log=lines.append,
@@ -465,7 +362,7 @@ def test_refused_submission_names_the_cause(mw_manifest, code, hint):
         with pytest.raises(tfjob.TFJobError, match="submission refused") as err:
             tfjob.run(
                 mw_manifest,
-                _api_client(fake.host),
+                api_client(fake.host),
                 timeout_seconds=30,
                 poll_seconds=0.01,
                 log=lambda _: None,
@@ -512,7 +409,7 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(
         "train_args": '{"num_steps": 20, "splits": ["train"]}',
         "run_fn": "components.trainer.run_fn.run_fn",
     }
-    states = [_status(_condition("Succeeded"), Worker={"succeeded": 2})]
+    states = [tfjob_status(condition("Succeeded"), Worker={"succeeded": 2})]
     with FakeKubernetes(states) as fake:
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(

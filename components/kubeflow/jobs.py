@@ -1,0 +1,485 @@
+"""Multi-pod training jobs on Kubeflow: what both backends share.
+
+No TFX types. The Trainer step (see `components.trainer.executor`) hands
+`launch` a JSON-serialisable invocation; `launch` writes it next to the model
+run artifact (shared by URI), has the configured backend build the job
+(`kubeflow.job_backend`: `components.kubeflow.trainjob` for Kubeflow Trainer
+v2's TrainJob, `components.kubeflow.tfjob` for the Training Operator's
+TFJob), submits it through the `kubernetes` client, waits with a bounded
+timeout, surfaces per-replica status and pod failure reasons, and deletes
+the job on success or timeout (a failed job is kept for inspection).
+
+A backend module contributes only its manifest and a `Backend`: the resource
+coordinates, how to read its status, and how to find its pods. Placement is
+rendered by `components.kubeflow.placement` for both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import tensorflow as tf
+
+from components.config import ConfigError, PipelineConfig, StrategyConfig
+from components.kubeflow import env as tfxkit_env
+
+# Replicas find the step's invocation (artifacts and exec properties) in
+# this file, whose URI they get in `env.TFJOB_INVOCATION`.
+INVOCATION_FILE = "tfjob_invocation.json"
+REPLICA_COMMAND = ("python", "-m", "components.trainer.executor")
+MULTI_WORKER_KINDS = ("multi_worker_mirrored", "parameter_server")
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# Job names: a DNS-1035 label (TrainJob's admission rule; TFJob's services
+# are labels too), short enough that the longest derived name (`<job>-chief-0-<pod>`
+# for JobSet pods, `<job>-worker-<i>` for TFJob services) stays within 63.
+JOB_NAME_BASE_MAX = 36
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+class JobError(RuntimeError):
+    """The training job could not be submitted or watched."""
+
+
+class JobFailed(JobError):
+    """The training job ran and failed; the message carries replica status and reasons."""
+
+
+class JobTimeout(JobError):
+    """The training job did not finish within the configured bound (and was deleted)."""
+
+
+# --------------------------------------------------------------------------- #
+# Shape
+# --------------------------------------------------------------------------- #
+
+
+def uses_job(strategy: StrategyConfig) -> bool:
+    """Whether the Trainer trains across pods (a training job) when it runs on Kubeflow."""
+    if strategy.kind == "multi_worker_mirrored":
+        return strategy.workers > 1
+    return strategy.kind == "parameter_server"
+
+
+def check_strategy(strategy: StrategyConfig, path: str = "strategy") -> None:
+    """Rejects multi-worker strategies that cannot form a cluster on Kubeflow.
+
+    Raises:
+      ConfigError: naming the field to fix.
+    """
+    if strategy.kind == "multi_worker_mirrored" and strategy.workers < 2:
+        raise ConfigError(
+            f"{path}.workers: kind 'multi_worker_mirrored' on Kubeflow needs workers >= 2 "
+            f"(got {strategy.workers}); one replica is one pod: use kind 'mirrored' or 'one_device'"
+        )
+    if strategy.kind == "multi_worker_mirrored" and strategy.parameter_servers:
+        raise ConfigError(
+            f"{path}.parameter_servers: kind 'multi_worker_mirrored' runs no parameter servers "
+            f"(got {strategy.parameter_servers}); set it to 0 or use kind 'parameter_server'"
+        )
+    if strategy.kind == "parameter_server" and strategy.parameter_servers < 1:
+        raise ConfigError(
+            f"{path}.parameter_servers: kind 'parameter_server' on Kubeflow needs >= 1 parameter server "
+            f"(got {strategy.parameter_servers}) beside its {strategy.workers} worker(s)"
+        )
+
+
+def require_multi_worker(strategy: StrategyConfig, kind: str) -> None:
+    """`check_strategy`, and a strategy that trains in one pod is refused for a `kind` job."""
+    check_strategy(strategy)
+    if strategy.kind not in MULTI_WORKER_KINDS:
+        raise ConfigError(
+            f"strategy.kind: {strategy.kind!r} trains in one pod; a {kind} needs one of {list(MULTI_WORKER_KINDS)}"
+        )
+
+
+def job_name(pipeline_name: str, component_id: str, suffix: str | None = None) -> str:
+    """A DNS-1035 job name for any pipeline name (`2024taxi` -> `tfxkit-2024taxi-trainer-<suffix>`).
+
+    Lowercased, characters outside `[a-z0-9-]` become '-', and a name that
+    would not start with a letter gets the prefix `tfxkit-`, so the name is
+    deterministic apart from its random (or given) suffix.
+
+    Raises:
+      ValueError: a given `suffix` that is not lowercase letters and digits.
+    """
+    if suffix is not None and not re.fullmatch(r"[a-z0-9]{1,8}", suffix):
+        raise ValueError(
+            f"job name suffix: expected 1-8 lowercase letters or digits, got {suffix!r}"
+        )
+    base = re.sub(r"[^a-z0-9-]+", "-", f"{pipeline_name}-{component_id}".lower()).strip("-")
+    if not base[:1].isalpha():
+        base = f"tfxkit-{base}".strip("-")
+    base = base[:JOB_NAME_BASE_MAX].rstrip("-")
+    name = f"{base}-{suffix or uuid.uuid4().hex[:8]}"
+    assert DNS_1035.fullmatch(name), name
+    return name
+
+
+def label_value(value: str) -> str:
+    """`value` as a valid Kubernetes label value (63 characters, alphanumeric at both ends)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", value)[:63].strip("-_.")
+
+
+def job_labels(config: PipelineConfig, component_id: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "tfxkit",
+        "tfxkit/pipeline": label_value(config.name),
+        "tfxkit/component": label_value(component_id),
+    }
+
+
+# --------------------------------------------------------------------------- #
+# Backends and status
+# --------------------------------------------------------------------------- #
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatus:
+    """What a job's controller reports.
+
+    Attributes:
+      phase: The latest true condition (`Created`, `Running`, `Succeeded`,
+        `Complete`, `Failed`, ...), '' before the controller has seen the job.
+      reason: That condition's reason.
+      message: That condition's message.
+      replicas: Replica type (TFJob) or replicated job (TrainJob) -> counts
+        (`active`, `succeeded`, `failed`, ...).
+      outcome: `Succeeded`, `Failed`, or '' while the job runs.
+    """
+
+    phase: str = ""
+    reason: str = ""
+    message: str = ""
+    replicas: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    outcome: str = ""
+
+    @property
+    def done(self) -> bool:
+        return bool(self.outcome)
+
+    def summary(self, controller: str = "the controller") -> str:
+        parts = [
+            f"{rtype}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+            for rtype, counts in self.replicas.items()
+        ]
+        head = self.phase or f"Pending (not yet seen by {controller})"
+        if self.message:
+            head += f" ({self.message})"
+        return head + ("; " + "; ".join(parts) if parts else "")
+
+
+def latest_condition(obj: Mapping[str, Any]) -> dict[str, Any]:
+    status = obj.get("status") or {}
+    true = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
+    return true[-1] if true else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """One job kind: where it lives in the API and how to read it.
+
+    Attributes:
+      kind, group, version, plural: The custom resource.
+      controller: Who runs it (in messages).
+      pod_label: The label its controller puts on the job's pods (value: the job name).
+      status: Reads a `JobStatus` from the job object.
+      shape: One line naming the replicas of a manifest.
+      missing_hint: Why the API may not know the resource (HTTP 404).
+      rbac_file: The shipped RBAC manifest the step's service account needs.
+    """
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    controller: str
+    pod_label: str
+    status: Callable[[Mapping[str, Any]], JobStatus]
+    shape: Callable[[Mapping[str, Any]], str]
+    missing_hint: str
+    rbac_file: str
+
+
+def backend_of(manifest: Mapping[str, Any]) -> Backend:
+    from components.kubeflow import tfjob, trainjob
+
+    for backend in (trainjob.BACKEND, tfjob.BACKEND):
+        if manifest.get("kind") == backend.kind:
+            return backend
+    raise ValueError(f"not a training job manifest: kind {manifest.get('kind')!r}")
+
+
+def pod_reasons(core_api, namespace: str, selector: str) -> list[str]:
+    """Why the job's pods are failing or waiting, one line per pod ([] if unreadable)."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        pods = core_api.list_namespaced_pod(namespace, label_selector=selector)
+    except ApiException:
+        # Reading pods is a diagnostic nicety; the job's own status still decides.
+        return []
+    lines = []
+    for pod in sorted(pods.items, key=lambda p: p.metadata.name):
+        found = []
+        for cs in pod.status.container_statuses or []:
+            if cs.state and cs.state.terminated and cs.state.terminated.exit_code:
+                t = cs.state.terminated
+                found.append(
+                    f"{cs.name} terminated: {t.reason or 'Error'} (exit code {t.exit_code}){': ' + t.message.strip() if t.message else ''}"
+                )
+            elif (
+                cs.state
+                and cs.state.waiting
+                and cs.state.waiting.reason not in (None, "ContainerCreating")
+            ):
+                w = cs.state.waiting
+                found.append(
+                    f"{cs.name} waiting: {w.reason}{': ' + w.message if w.message else ''}"
+                )
+        for cond in pod.status.conditions or []:
+            if cond.type == "PodScheduled" and cond.status == "False":
+                found.append(f"unschedulable: {cond.message or cond.reason}")
+        if found:
+            lines.append(f"pod {pod.metadata.name} ({pod.status.phase}): " + "; ".join(found))
+    return lines
+
+
+# --------------------------------------------------------------------------- #
+# Submit, wait, delete
+# --------------------------------------------------------------------------- #
+
+
+def run(
+    manifest: Mapping[str, Any],
+    api_client,
+    *,
+    timeout_seconds: float,
+    poll_seconds: float = 10.0,
+    log: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> JobStatus:
+    """Submits a training job (TrainJob or TFJob), waits for it, deletes it on success or timeout.
+
+    A failed job is kept so that its pods' logs stay readable.
+
+    Args:
+      manifest: The job (see the backends' `build_manifest`).
+      api_client: A `kubernetes.client.ApiClient`.
+      timeout_seconds: Bound on the wait, from submission.
+      poll_seconds: Interval between status reads.
+      log: Receives one line per status change.
+      clock, sleep: Time sources (monotonic seconds).
+
+    Returns:
+      The final status (outcome `Succeeded`).
+
+    Raises:
+      JobFailed: the job failed; the message has replica status and reasons.
+      JobTimeout: the job did not finish in time; it was deleted.
+      JobError: the API refused the submission or the job vanished.
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    backend = backend_of(manifest)
+    coords = (backend.group, backend.version)
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    name = manifest["metadata"]["name"]
+    namespace = manifest["metadata"]["namespace"]
+    where = f"{backend.kind} {namespace}/{name}"
+    selector = f"{backend.pod_label}={name}"
+    try:
+        custom.create_namespaced_custom_object(*coords, namespace, backend.plural, dict(manifest))
+    except ApiException as e:
+        hint = ""
+        if e.status == 404:
+            hint = f"; {backend.missing_hint}"
+        elif e.status == 403:
+            hint = (
+                f"; the step's service account needs create/get/delete on "
+                f"{backend.plural}.{backend.group} ({backend.rbac_file})"
+            )
+        raise JobError(
+            f"{where}: submission refused: {e.status} {e.reason}: {_api_message(e)}{hint}"
+        ) from e
+    log(f"{where}: submitted ({backend.shape(manifest)})")
+    deadline = clock() + timeout_seconds
+    last = None
+    status = JobStatus()
+    while True:
+        try:
+            obj = custom.get_namespaced_custom_object(*coords, namespace, backend.plural, name)
+            status = backend.status(obj)
+        except ApiException as e:
+            if e.status == 404:
+                raise JobError(
+                    f"{where}: the job disappeared while it was being watched (deleted by someone else?)"
+                ) from e
+            if e.status < 500:
+                raise JobError(
+                    f"{where}: cannot read its status: {e.status} {e.reason}: {_api_message(e)}"
+                ) from e
+            # A busy API server is transient: keep watching until the deadline.
+            log(f"{where}: status read failed ({e.status} {e.reason}); retrying")
+        summary = status.summary(backend.controller)
+        if summary != last:
+            last = summary
+            log(f"{where}: {last}")
+        if status.outcome == "Succeeded":
+            _delete(custom, backend, namespace, name, log, where)
+            return status
+        if status.outcome == "Failed":
+            reasons = pod_reasons(core, namespace, selector)
+            raise JobFailed(
+                f"{where} failed: {summary}"
+                + "".join(f"\n  {r}" for r in reasons)
+                + f"\n  (kept for inspection: kubectl -n {namespace} describe {backend.kind.lower()} {name})"
+            )
+        remaining = deadline - clock()
+        if remaining <= 0:
+            reasons = pod_reasons(core, namespace, selector)
+            _delete(custom, backend, namespace, name, log, where)
+            raise JobTimeout(
+                f"{where} did not finish within kubeflow.tfjob_timeout_seconds={timeout_seconds:g}: "
+                f"{summary}" + "".join(f"\n  {r}" for r in reasons) + "\n  (the job was deleted)"
+            )
+        sleep(min(poll_seconds, remaining))
+
+
+def _delete(custom, backend: Backend, namespace: str, name: str, log, where: str) -> None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        custom.delete_namespaced_custom_object(
+            backend.group,
+            backend.version,
+            namespace,
+            backend.plural,
+            name,
+            body=client.V1DeleteOptions(propagation_policy="Background"),
+        )
+        log(f"{where}: deleted")
+    except ApiException as e:
+        if e.status != 404:
+            log(
+                f"{where}: delete failed ({e.status} {e.reason}); remove it with "
+                f"kubectl -n {namespace} delete {backend.kind.lower()} {name}"
+            )
+
+
+def _api_message(e) -> str:
+    try:
+        return json.loads(e.body).get("message", e.body)
+    except (TypeError, ValueError, AttributeError):
+        return str(e.body or "")
+
+
+# --------------------------------------------------------------------------- #
+# The Trainer step's side
+# --------------------------------------------------------------------------- #
+
+
+def should_launch(config: PipelineConfig, environ: Mapping[str, str]) -> bool:
+    """Whether this Trainer step runs on Kubeflow and must train through a job."""
+    return tfxkit_env.on_kubeflow(environ) and uses_job(config.strategy)
+
+
+def write_invocation(invocation: Mapping[str, Any], directory: str) -> str:
+    """Writes the step's invocation where every replica can read it; returns its URI."""
+    tf.io.gfile.makedirs(directory)
+    uri = f"{directory.rstrip('/')}/{INVOCATION_FILE}"
+    with tf.io.gfile.GFile(uri, "w") as f:
+        f.write(json.dumps(invocation, sort_keys=True))
+    return uri
+
+
+def read_invocation(uri: str) -> dict[str, Any]:
+    with tf.io.gfile.GFile(uri, "r") as f:
+        return json.loads(f.read())
+
+
+def current_namespace(config: PipelineConfig, namespace_file: str = "") -> str:
+    """`kubeflow.namespace`, or the namespace of the pod this runs in (its service account's)."""
+    if config.kubeflow.namespace:
+        return config.kubeflow.namespace
+    path = namespace_file or SERVICE_ACCOUNT_NAMESPACE_FILE
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip()
+    raise ConfigError(
+        "kubeflow.namespace: empty and this pod has no service-account namespace "
+        f"({path}); set the training job's namespace"
+    )
+
+
+def kubernetes_api_client():
+    """An API client from the pod's service account, or from ~/.kube/config outside a cluster."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        # Read KUBECONFIG now: the client's default was fixed when it was imported.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    return client.ApiClient()
+
+
+def build_manifest(config: PipelineConfig, **kwargs) -> dict[str, Any]:
+    """The job of `kubeflow.job_backend` (arguments as the backends' `build_manifest`)."""
+    from components.kubeflow import tfjob, trainjob
+
+    backend = trainjob if config.kubeflow.job_backend == "trainjob" else tfjob
+    return backend.build_manifest(config, **kwargs)
+
+
+def launch(
+    config: PipelineConfig,
+    invocation: Mapping[str, Any],
+    shared_dir: str,
+    environ: Mapping[str, str],
+    api_client=None,
+    *,
+    poll_seconds: float = 10.0,
+    log: Callable[[str], None] = print,
+) -> JobStatus:
+    """Runs the Trainer's training as a job of `kubeflow.job_backend` and waits for it.
+
+    Args:
+      config: The validated pipeline config.
+      invocation: JSON-serialisable inputs, outputs and exec properties of
+        the step; replicas run the Trainer executor on them.
+      shared_dir: A URI every replica can read (the model run artifact).
+      environ: The step's environment (component id).
+      api_client: A `kubernetes.client.ApiClient` (default: in-cluster).
+      poll_seconds: Interval between status reads.
+      log: Receives progress lines.
+
+    Returns:
+      The final job status.
+    """
+    component_id = tfxkit_env.component_id(environ)
+    uri = write_invocation(invocation, shared_dir)
+    manifest = build_manifest(
+        config,
+        name=job_name(config.name, component_id),
+        namespace=current_namespace(config),
+        component_id=component_id,
+        invocation_uri=uri,
+    )
+    return run(
+        manifest,
+        api_client if api_client is not None else kubernetes_api_client(),
+        timeout_seconds=config.kubeflow.tfjob_timeout_seconds,
+        poll_seconds=poll_seconds,
+        log=log,
+    )

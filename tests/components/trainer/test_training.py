@@ -96,15 +96,17 @@ def assert_same_weights(actual: dict, expected: dict) -> None:
         np.testing.assert_allclose(actual[name], value, atol=ATOL, err_msg=name)
 
 
-def start_worker(jobs, root, name, env=None, log=None) -> tuple[subprocess.Popen, str]:
+def start_worker(jobs, root, name, env=None, log=None, unset=()) -> tuple[subprocess.Popen, str]:
+    """Starts `worker.py` on `jobs`; `env` is added to this process's environment, `unset` removed."""
     result = os.path.join(root, f"{name}.result.json")
     spec = penguins.write_spec(
         os.path.join(root, f"{name}.spec.json"), {"jobs": jobs, "result": result}
     )
+    inherited = {k: v for k, v in os.environ.items() if k not in unset}
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.components.trainer.worker", spec],
         cwd=REPO_ROOT,
-        env={**os.environ, **(env or {})},
+        env={**inherited, **(env or {})},
         stdout=log or subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
@@ -425,6 +427,141 @@ def test_two_worker_processes_match_single_device_and_only_the_chief_exports(
     exported = keras.models.load_model(inputs["serving_model_dir"])
     assert_same_weights(penguins.layer_weights(exported), reference["weights"])
     assert_serves(inputs["serving_model_dir"])
+
+
+# --------------------------------------------------------------------------- #
+# TrainJob replicas: two worker processes with only a JobSet pod's environment
+# --------------------------------------------------------------------------- #
+
+# Generous: two processes import TensorFlow and TFX and train on 2 shared cores.
+JOBSET_TIMEOUT_S = 900
+
+
+def wait_until_done_or_failed(processes, timeout) -> list[int]:
+    """Waits for every process, stopping early when one fails; returns the indices still running.
+
+    A worker whose peer died would otherwise wait in collective setup until
+    `timeout`; the caller kills what is left and reports every log.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        codes = [p.poll() for p in processes]
+        if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+            break
+        time.sleep(0.5)
+    return [i for i, p in enumerate(processes) if p.poll() is None]
+
+
+def read_tail(path, chars=4000) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-chars:]
+    except OSError as e:
+        return f"<no log: {e}>"
+
+
+def read_results(path) -> list[dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return []
+
+
+@pytest.mark.multiprocess
+def test_trainjob_replicas_derive_tf_config_from_the_jobset_env_and_train_alike(
+    penguin_data, reference
+):
+    """Replicas started as a TrainJob starts them (JobSet env, no TF_CONFIG) train as TFJob's do."""
+    from components.kubeflow import env as kenv
+
+    config, data, root = penguin_data
+    config = penguins.with_sections(
+        config, strategy={"kind": "multi_worker_mirrored", "workers": 2}
+    )
+    inputs = penguins.inputs_for(data, root, "jobset", config)
+    jobset, pod_port = "penguins-trainer-3f2a", 2222
+    ports = [portpicker.pick_unused_port() for _ in range(2)]
+    # The pods' DNS names (`<jobset>-node-0-<index>.<jobset>`) -> free local ports.
+    aliases = {
+        f"{jobset}-node-0-{i}.{jobset}:{pod_port}": f"127.0.0.1:{port}"
+        for i, port in enumerate(ports)
+    }
+    names = [f"jobset_worker{i}" for i in range(2)]
+    logs = [os.path.join(root, f"{name}.log") for name in names]
+    processes, results, still_running = [], [], []
+    try:
+        for index, name in enumerate(names):
+            # What the runtime's downward API and the Trainer step give a pod, and nothing else.
+            env = {
+                kenv.JOBSET_NAME: jobset,
+                kenv.REPLICATED_JOB: "node",
+                kenv.JOB_INDEX: "0",
+                kenv.COMPLETION_INDEX: str(index),
+                kenv.REPLICAS: kenv.format_replicas({"node": 2}),
+                kenv.TF_PORT: str(pod_port),
+                kenv.HOST_ALIASES: json.dumps(aliases),
+            }
+            jobs = [
+                {"kind": "tf_config"},
+                {
+                    "kind": "run",
+                    "config": config.to_json(),
+                    "inputs": inputs,
+                    "weights": os.path.join(root, f"{name}.npz"),
+                },
+            ]
+            with open(logs[index], "w") as log:
+                process, result = start_worker(
+                    jobs,
+                    root,
+                    name,
+                    env=env,
+                    log=log,
+                    unset=(
+                        "TF_CONFIG",
+                        kenv.ORCHESTRATOR,
+                        kenv.TFJOB_INVOCATION,
+                        kenv.RUNTIME_PODS,
+                    ),
+                )
+            processes.append(process)
+            results.append(result)
+        still_running = wait_until_done_or_failed(processes, JOBSET_TIMEOUT_S)
+    finally:
+        kill_all(processes)
+    outcome = [read_results(r) for r in results]
+    killed = f" (killed: still running after {JOBSET_TIMEOUT_S}s)"
+    report = "\n".join(
+        f"--- worker {i}: exit {p.returncode}{killed if i in still_running else ''}, "
+        f"results {json.dumps(outcome[i])[:3000]}\n{read_tail(logs[i])}"
+        for i, p in enumerate(processes)
+    )
+    assert not still_running and all(p.returncode == 0 for p in processes), report
+    assert all(len(o) == 2 for o in outcome), report
+    expected_cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    for index, (derived, trained) in enumerate(outcome):
+        assert derived["tf_config"] == {
+            "cluster": expected_cluster,
+            "task": {"type": "worker", "index": index},
+        }, report
+        assert "error" not in trained, report
+        assert (trained["kind"], trained["class"], trained["replicas"]) == (
+            "multi_worker_mirrored",
+            tf.distribute.MultiWorkerMirroredStrategy.__name__,
+            2,
+        ), report
+        assert trained["is_chief"] == (index == 0), report
+        assert trained["iterations"] == config.train.train_steps, report
+    # The two replicas share one all-reduced model, the one single-device training gets.
+    weights = [dict(np.load(os.path.join(root, f"{name}.npz"))) for name in names]
+    assert_same_weights(weights[1], weights[0])
+    assert_same_weights(weights[0], reference["weights"])
+    # Only the chief exported; the other replica's copy and the backups are gone.
+    assert saved_models_under(os.path.dirname(inputs["serving_model_dir"])) == [
+        inputs["serving_model_dir"]
+    ], report
+    assert os.listdir(inputs["model_run_dir"]) == [], report
 
 
 # --------------------------------------------------------------------------- #

@@ -10,6 +10,8 @@ initialises), so tests describe jobs in a JSON spec and run them here:
   backup); record eval results and the trained layer weights (`.npz`);
 - `run_fn`: the TFX entry `run_fn(FnArgs)` exactly as the Trainer executor
   calls it, reading `TF_CONFIG` from the environment;
+- `tf_config`: record the `TF_CONFIG` this process derives from its
+  JobSet environment (`strategies.tf_config_from_jobset`), or None;
 - `ps_servers`: start in-process worker / ps servers of a parameter-server
   cluster (given as TF_CONFIG dicts) and keep them for the next jobs.
 
@@ -48,6 +50,8 @@ def run_job(job: dict, servers: list) -> dict:
 
     kind = job["kind"]
     os.environ.update(job.get("env", {}))
+    if kind == "tf_config":
+        return {"tf_config": strategies.tf_config_from_jobset(os.environ)}
     if kind == "ps_servers":
         for text in job["tf_configs"]:
             servers.append(strategies.start_server(strategies.parse_tf_config(json.dumps(text))))

@@ -12,10 +12,13 @@ reports:
 - `peak_mb`: peak accelerator memory (`tf.config.experimental.get_memory_info`)
   when a GPU is visible, else the process's peak resident memory minus its
   resident memory just before the first step (what training added);
-- `step_ms`: median step time after the first two (tracing excluded).
+- `step_ms`: median wall time of a step after the first two (tracing
+  excluded), and `step_cpu_ms`: the process's CPU time per step over the
+  same steps, which other load on a shared machine disturbs far less.
 
 Output: one JSON line per side, then the headline
-`{"batch", "device", "memory_ratio", "step_time_ratio"}` (on / off).
+`{"batch", "device", "memory_ratio", "step_time_ratio",
+"step_cpu_time_ratio"}` (on / off).
 `--filters` trains a wider tower (e.g. `64,128,256`).
 """
 
@@ -71,13 +74,15 @@ def child(checkpointing: bool, batch: int, steps: int, filters: str) -> dict:
     data = tf.data.Dataset.from_tensors((x, y)).repeat()
 
     times: list[float] = []
+    cpu_times: list[float] = []
 
     class Timer(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
-            self.start = time.perf_counter()
+            self.start, self.cpu_start = time.perf_counter(), time.process_time()
 
         def on_train_batch_end(self, batch, logs=None):
             times.append(time.perf_counter() - self.start)
+            cpu_times.append(time.process_time() - self.cpu_start)
 
     before = _rss_mb()
     model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Timer()])
@@ -92,6 +97,7 @@ def child(checkpointing: bool, batch: int, steps: int, filters: str) -> dict:
         "params": model.count_params(),
         "peak_mb": round(peak, 1),
         "step_ms": round(1000 * statistics.median(times[2:] or times), 1),
+        "step_cpu_ms": round(1000 * statistics.mean(cpu_times[2:] or cpu_times), 1),
     }
 
 
@@ -125,6 +131,7 @@ def main() -> None:
                 "params": on["params"],
                 "memory_ratio": round(on["peak_mb"] / off["peak_mb"], 3),
                 "step_time_ratio": round(on["step_ms"] / off["step_ms"], 3),
+                "step_cpu_time_ratio": round(on["step_cpu_ms"] / off["step_cpu_ms"], 3),
             }
         ),
         flush=True,

@@ -9,9 +9,12 @@ would otherwise break downstream:
   with it the serving signature) and the Evaluator never see them, and data
   that lacks an excluded column is not a schema change;
 - a feature's configured kind: a `kind: float` column whose values happen to
-  be whole numbers is inferred as int64, which would make int64 the serving
-  input type of a float feature. Its integer values are written as floats
-  (values of any other type are left alone for the DataGate to report);
+  be whole numbers is inferred as int64, and a column left empty in the
+  sample as string, which would make those the serving input types. Values
+  are written as the configured kind where nothing is lost (integers as
+  floats or as text for a `string_categorical`, empty lists as any type);
+  anything else (text in a numeric column, fractions in an integer one) is
+  left for the DataGate to report;
 - a CSV saved with a UTF-8 byte-order mark: the invisible mark would become
   part of the first column's name; it is stripped.
 
@@ -43,31 +46,37 @@ from components.data import BOM
 RULES_KEY = "tfxkit_example_rules"
 
 
+# The tf.Example value list each configured kind is written as.
+VALUE_LISTS = {
+    "float": "float_list",
+    "int_categorical": "int64_list",
+    "string_categorical": "bytes_list",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ExampleRules:
     """How raw examples are rewritten before anything else sees them.
 
     Attributes:
       exclude: Keys removed from every example (`data.exclude`).
-      float_columns: Keys configured `kind: float`; int64 values become floats.
+      kinds: `(key, kind)` of every feature and of the label
+        (`int_categorical`): the value list type the examples must use.
     """
 
     exclude: tuple[str, ...] = ()
-    float_columns: tuple[str, ...] = ()
+    kinds: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_data(cls, data: DataConfig) -> ExampleRules:
-        return cls(
-            exclude=tuple(sorted(data.exclude)),
-            float_columns=tuple(sorted(f.name for f in data.features if f.kind == "float")),
-        )
+        kinds = {f.name: f.kind for f in data.features}
+        kinds[data.label.name] = "int_categorical"
+        return cls(exclude=tuple(sorted(data.exclude)), kinds=tuple(sorted(kinds.items())))
 
     def custom_config(self) -> example_gen_pb2.CustomConfig:
         """ExampleGen's `custom_config` (a proto holding an `Any`): the rules as a Struct."""
         rules = struct_pb2.Struct()
-        rules.update(
-            {RULES_KEY: {"exclude": list(self.exclude), "float_columns": list(self.float_columns)}}
-        )
+        rules.update({RULES_KEY: {"exclude": list(self.exclude), "kinds": dict(self.kinds)}})
         out = example_gen_pb2.CustomConfig()
         out.custom_config.Pack(rules)
         return out
@@ -83,8 +92,27 @@ class ExampleRules:
                 rules = json_format.MessageToDict(struct).get(RULES_KEY, {})
         return cls(
             exclude=tuple(rules.get("exclude", ())),
-            float_columns=tuple(rules.get("float_columns", ())),
+            kinds=tuple(sorted(rules.get("kinds", {}).items())),
         )
+
+
+def _retype(feature: tf.train.Feature, kind: str) -> None:
+    """Writes `feature` as `kind`'s value list where that loses nothing."""
+    have, want = feature.WhichOneof("kind"), VALUE_LISTS[kind]
+    if have == want:
+        return
+    # No list at all: a CSV column empty in every row has no inferred type.
+    values = list(getattr(feature, have).value) if have else []
+    if values and not (have == "int64_list" and kind in ("float", "string_categorical")):
+        return  # text in a numeric column, fractions in an integer one: the DataGate reports them
+    if have:
+        feature.ClearField(have)
+    target = getattr(feature, want)
+    target.SetInParent()  # an empty list still carries its type
+    if kind == "float":
+        target.value.extend(float(v) for v in values)
+    elif kind == "string_categorical":
+        target.value.extend(str(v).encode() for v in values)
 
 
 def conform(example: tf.train.Example, rules: ExampleRules) -> tf.train.Example:
@@ -98,10 +126,9 @@ def conform(example: tf.train.Example, rules: ExampleRules) -> tf.train.Example:
     for key in rules.exclude:
         if key in features:
             del features[key]
-    for key in rules.float_columns:
-        if key in features and features[key].WhichOneof("kind") == "int64_list":
-            values = list(features[key].int64_list.value)
-            features[key].float_list.value[:] = [float(v) for v in values]
+    for key, kind in rules.kinds:
+        if key in features:
+            _retype(features[key], kind)
     return example
 
 

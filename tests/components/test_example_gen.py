@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import apache_beam as beam
+import pytest
 import tensorflow as tf
 from tfx.utils import proto_utils
 
@@ -17,6 +18,8 @@ DATA = DataConfig(
     features=(
         FeatureConfig(name="fare", kind="float"),
         FeatureConfig(name="hour", kind="int_categorical"),
+        FeatureConfig(name="tract", kind="int_categorical"),
+        FeatureConfig(name="zip", kind="string_categorical"),
     ),
     exclude=("leak",),
 )
@@ -51,11 +54,15 @@ def _feature(example: tf.train.Example, key: str):
 def test_csv_drops_excluded_columns_keeps_float_kind_and_strips_bom(tmp_path):
     # Saved as a spreadsheet does: a byte-order mark before the header. The
     # fare values happen to be whole numbers, which CSV type inference reads as int.
-    (tmp_path / "data.csv").write_text("\ufefffare,hour,leak,label\n3,1,9,0\n4,2,9,1\n", "utf-8")
+    # tract is empty in every row (inferred as string); zip codes look like integers.
+    (tmp_path / "data.csv").write_text(
+        "\ufefffare,hour,tract,zip,leak,label\n3,1,,60601,9,0\n4,2,,60602,9,1\n", "utf-8"
+    )
     examples = _read(CsvExecutor(), str(tmp_path), "data.csv")
     assert len(examples) == 2
     for example in examples:
-        assert sorted(example.features.feature) == ["fare", "hour", "label"]
+        assert sorted(example.features.feature) == ["fare", "hour", "label", "tract", "zip"]
+        assert _feature(example, "tract") == ("int64_list", [])
     assert sorted(_feature(e, "fare") for e in examples) == [
         ("float_list", [3.0]),
         ("float_list", [4.0]),
@@ -78,8 +85,12 @@ def test_tfrecord_drops_excluded_keys_and_writes_configured_floats_as_floats(tmp
     assert _feature(read, "fare") == ("float_list", [7.0])
 
 
-def test_conform_leaves_non_integer_values_for_the_data_gate():
+def test_conform_leaves_values_it_cannot_convert_exactly_for_the_data_gate():
     example = tf.train.Example()
     example.features.feature["fare"].bytes_list.value.append(b"abc")
+    example.features.feature["hour"].float_list.value.append(1.5)
+    example.features.feature["label"].float_list.value.append(0.7)
     conform(example, ExampleRules.from_data(DATA))
     assert _feature(example, "fare") == ("bytes_list", [b"abc"])
+    assert _feature(example, "hour") == ("float_list", [1.5])
+    assert _feature(example, "label") == ("float_list", [pytest.approx(0.7)])

@@ -178,8 +178,10 @@ class DataConfig:
       format: `csv` or `tfrecord` (of tf.Example).
       label: The label column.
       features: The model's input features; the label must not be one of them.
-      exclude: Columns present in the data that must never become features
-        (for example the raw source of the label).
+      exclude: Columns that must never become features (for example the
+        raw source of the label). ExampleGen drops them, so no component
+        sees them (statistics, schema, drift check, Transform, serving,
+        Evaluator) and data without them is not a schema change.
       labeled_fraction: Fraction of the training split whose labels may be
         used (1: all). Below 1 the rest is an unlabeled transfer set: the
         teacher Trainers train on the labeled examples only, and the

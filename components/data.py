@@ -2,8 +2,9 @@
 
 `resolve_input` turns the `data` config section into an ExampleGen input
 (directory + file pattern), writing built-in datasets once where needed.
-`check_input` reads the header (CSV) or first record (TFRecord) and fails with a
-`DataError` naming the file and column before any component runs.
+`check_input` reads the header (CSV) or first records (TFRecord) and fails with a
+`DataError` naming the file and column (a missing column, another delimiter, a
+feature size the data does not have) before any component runs.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ import json
 import os
 
 import tensorflow as tf
+from absl import logging
 
 from components.config import DataConfig
+
+# The UTF-8 byte-order mark some spreadsheet programs put before a CSV's header.
+BOM = "\ufeff"
 
 
 class DataError(ValueError):
@@ -188,7 +193,7 @@ def resolve_input(data: DataConfig, data_root: str) -> ResolvedInput:
             f"data.path: {path!r} does not exist; point it at a {data.format.upper()} file or a directory of them"
         )
     if tf.io.gfile.isdir(path):
-        resolved = ResolvedInput(path, "*", data.format)
+        resolved = ResolvedInput(path, _directory_pattern(path, data.format), data.format)
     else:
         resolved = ResolvedInput(os.path.dirname(path) or ".", os.path.basename(path), data.format)
     if not resolved.files:
@@ -198,15 +203,50 @@ def resolve_input(data: DataConfig, data_root: str) -> ResolvedInput:
     return resolved
 
 
+def _directory_pattern(path: str, fmt: str) -> str:
+    """`*.csv` for a CSV directory that also holds other files (a README), else `*`.
+
+    The skipped files are named in a warning, so a misnamed data file is not
+    ignored silently.
+    """
+    names = sorted(os.path.basename(f) for f in tf.io.gfile.glob(os.path.join(path, "*")))
+    csvs = [n for n in names if n.endswith(".csv")]
+    others = [n for n in names if not n.endswith(".csv")]
+    if fmt != "csv" or not csvs or not others:
+        return "*"
+    logging.warning(
+        "data.path: reading the %d .csv file(s) in %r and ignoring %s (not .csv)",
+        len(csvs),
+        path,
+        ", ".join(others),
+    )
+    return "*.csv"
+
+
+# Delimiters a CSV saved by a spreadsheet in another locale (or a TSV) uses.
+_OTHER_DELIMITERS = {";": "semicolon", "\t": "tab", "|": "pipe"}
+
+
 def _csv_header(path: str) -> list[str]:
     try:
         with tf.io.gfile.GFile(path, "r") as f:
             first = f.readline()
     except (tf.errors.OpError, UnicodeDecodeError) as e:
         raise DataError(f"data.path: cannot read {path!r}: {e}") from e
+    # A UTF-8 byte-order mark (spreadsheet exports) is not part of the first
+    # column's name; the ExampleGen executor strips it too.
+    first = first.lstrip(BOM)
     if not first.strip():
         raise DataError(f"data.path: {path!r} is empty; expected a CSV header line")
-    return next(csv.reader(io.StringIO(first)))
+    columns = next(csv.reader(io.StringIO(first)))
+    if len(columns) == 1:
+        for delimiter, name in _OTHER_DELIMITERS.items():
+            if delimiter in columns[0]:
+                raise DataError(
+                    f"data.path: {path!r} looks {name}-delimited: its header {first.strip()[:120]!r} is a single "
+                    f"comma-separated column; tfxkit reads comma-separated CSV, so re-save the file with ',' as the delimiter"
+                )
+    return columns
 
 
 # tf.Examples omit missing values, so a column counts as present if any of
@@ -214,20 +254,26 @@ def _csv_header(path: str) -> list[str]:
 _RECORDS_TO_CHECK = 1000
 
 
-def _first_example_keys(path: str) -> set[str]:
-    keys: set[str] = set()
+def _first_example_sizes(path: str) -> dict[str, int]:
+    """Key -> the most values it has in one of the first records of `path`."""
+    sizes: dict[str, int] = {}
     seen = 0
     try:
         for record in tf.data.TFRecordDataset(path, compression_type=_compression_of(path)).take(
             _RECORDS_TO_CHECK
         ):
-            keys.update(tf.train.Example.FromString(record.numpy()).features.feature.keys())
+            for key, feature in tf.train.Example.FromString(
+                record.numpy()
+            ).features.feature.items():
+                kind = feature.WhichOneof("kind")
+                count = len(getattr(feature, kind).value) if kind else 0
+                sizes[key] = max(sizes.get(key, 0), count)
             seen += 1
     except tf.errors.OpError as e:
         raise DataError(f"data.path: {path!r} is not a readable TFRecord file: {e.message}") from e
     if not seen:
         raise DataError(f"data.path: {path!r} holds no records")
-    return keys
+    return sizes
 
 
 def _compression_of(path: str) -> str:
@@ -242,7 +288,11 @@ def check_input(data: DataConfig, resolved: ResolvedInput) -> None:
     """
     wanted = [data.label.name] + [f.name for f in data.features]
     for path in resolved.files:
-        columns = set(_csv_header(path)) if data.format == "csv" else _first_example_keys(path)
+        if data.format == "csv":
+            columns, sizes = set(_csv_header(path)), {}
+        else:
+            sizes = _first_example_sizes(path)
+            columns = set(sizes)
         missing = [c for c in wanted if c not in columns]
         if missing:
             role = "label" if missing[0] == data.label.name else "feature"
@@ -251,3 +301,12 @@ def check_input(data: DataConfig, resolved: ResolvedInput) -> None:
                 f"{field}: {role} column {missing[0]!r} is not in {path!r} "
                 f"(it has: {', '.join(sorted(columns))}); fix the config or the data"
             )
+        for i, feature in enumerate(data.features):
+            # tf.Examples may omit values; no full-length record at all is a wrong size.
+            found = sizes.get(feature.name, feature.size)
+            if found != feature.size:
+                raise DataError(
+                    f"data.features[{i}].size: feature {feature.name!r} is configured with size {feature.size} "
+                    f"but has at most {found} value(s) per example in the first records of {path!r}; "
+                    f"set size: {found} (1 for a scalar)"
+                )

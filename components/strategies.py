@@ -40,6 +40,7 @@ import tensorflow as tf
 from absl import logging
 
 from components.config import ConfigError, StrategyConfig, StrategyKind
+from components.config.sections import WHOLE_TASK_KINDS, whole_task_gpus_message
 
 KINDS = typing.get_args(StrategyKind)
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
@@ -405,11 +406,9 @@ def resolve_kind(
       tpu_available: Whether a TPU was resolved (only consulted by `auto`).
 
     Raises:
-      StrategyError: for an unknown kind or a kind the cluster contradicts.
+      StrategyError: for a kind the cluster contradicts.
     """
     kind = config.kind
-    if kind not in KINDS:
-        _fail("strategy.kind", f"unknown strategy kind {kind!r}; expected one of {list(KINDS)}")
     if tf_config is not None and tf_config.task_type == "evaluator":
         return Resolution(
             "one_device",
@@ -480,6 +479,12 @@ def resolve_kind(
                 f"TF_CONFIG lists {tf_config.num_ps} ps task(s) but strategy.parameter_servers is "
                 f"{config.parameter_servers}; set strategy.parameter_servers: {tf_config.num_ps}",
             )
+    if kind in WHOLE_TASK_KINDS and config.num_gpus:
+        # Only `auto` gets here (the config refuses the explicit kinds): the
+        # resolved strategy would ignore the GPU count.
+        _fail(
+            "strategy.num_gpus", f"{reason}, but {whole_task_gpus_message(kind, config.num_gpus)}"
+        )
     role = ROLE_TRAINER
     if kind == "parameter_server" and tf_config.task_type in ("worker", "ps"):
         role = ROLE_SERVER
@@ -643,14 +648,10 @@ def create_strategy(
       The choice; its `describe()` line has been logged.
 
     Raises:
-      StrategyError: for an unknown kind, malformed `TF_CONFIG`, a missing TPU,
+      StrategyError: for a malformed `TF_CONFIG`, a missing TPU,
         more GPUs asked for than visible, and similar misconfigurations.
     """
     environ = os.environ if environ is None else environ
-    if config.kind not in KINDS:
-        _fail(
-            "strategy.kind", f"unknown strategy kind {config.kind!r}; expected one of {list(KINDS)}"
-        )
     tf_config = read_tf_config(environ)
     configure_devices(config)
     num_gpus_visible = len(tf.config.list_physical_devices("GPU"))
@@ -766,7 +767,8 @@ def _build(
         return StrategyChoice(
             strategy=strategy, devices=tuple(strategy.extended.worker_devices), **common
         )
-    return _fail("strategy.kind", f"unknown strategy kind {kind!r}; expected one of {list(KINDS)}")
+    # `StrategyConfig` admits only the kinds above (validated when it is built).
+    raise AssertionError(f"unhandled strategy kind {kind!r}")
 
 
 def start_server(tf_config: TFConfig, start: bool = True) -> tf.distribute.Server:

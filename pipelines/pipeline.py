@@ -24,6 +24,7 @@ from tfx import v1 as tfx
 from components.config import PipelineConfig
 from components.data import ResolvedInput
 from components.distiller.component import Distiller
+from components.example_gen import CsvExampleGen, ExampleRules, ImportExampleGen
 from components.pusher.component import Pusher
 from components.trainer.baseline import StudentBaseline
 from components.trainer.component import Trainer
@@ -157,15 +158,23 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
 
 
 def example_gen(config: PipelineConfig, data: ResolvedInput):
-    """CSV or TFRecord ExampleGen: the data's own splits, or hash-bucketed train / eval."""
-    cls = tfx.components.CsvExampleGen if data.format == "csv" else tfx.components.ImportExampleGen
+    """CSV or TFRecord ExampleGen: the data's own splits, or hash-bucketed train / eval.
+
+    The executor drops `data.exclude` and writes configured float columns as
+    floats (see `components.example_gen`).
+    """
+    cls = CsvExampleGen if data.format == "csv" else ImportExampleGen
+    common = {
+        "input_base": data.input_base,
+        "custom_config": ExampleRules.from_data(config.data).custom_config(),
+    }
     if data.splits:
         input_config = tfx.proto.Input(
             splits=[
                 tfx.proto.Input.Split(name=name, pattern=pattern) for name, pattern in data.splits
             ]
         )
-        return cls(input_base=data.input_base, input_config=input_config)
+        return cls(input_config=input_config, **common)
     input_config = tfx.proto.Input(
         splits=[tfx.proto.Input.Split(name="single_split", pattern=data.pattern)]
     )
@@ -177,7 +186,7 @@ def example_gen(config: PipelineConfig, data: ResolvedInput):
             ]
         )
     )
-    return cls(input_base=data.input_base, input_config=input_config, output_config=output_config)
+    return cls(input_config=input_config, output_config=output_config, **common)
 
 
 def create_pipeline(

@@ -178,8 +178,10 @@ class DataConfig:
       format: `csv` or `tfrecord` (of tf.Example).
       label: The label column.
       features: The model's input features; the label must not be one of them.
-      exclude: Columns present in the data that must never become features
-        (for example the raw source of the label).
+      exclude: Columns that must never become features (for example the
+        raw source of the label). ExampleGen drops them, so no component
+        sees them (statistics, schema, drift check, Transform, serving,
+        Evaluator) and data without them is not a schema change.
       labeled_fraction: Fraction of the training split whose labels may be
         used (1: all). Below 1 the rest is an unlabeled transfer set: the
         teacher Trainers train on the labeled examples only, and the
@@ -227,6 +229,12 @@ class DataConfig:
                 fail(
                     f"features[{i}].name",
                     f"{feat.name!r} is the label; a label cannot also be a feature",
+                )
+            if self.format == "csv" and feat.size != 1:
+                fail(
+                    f"features[{i}].size",
+                    f"feature {feat.name!r}: a CSV cell holds one value, so a CSV feature has size 1, got {feat.size} "
+                    "(vector features need format: tfrecord)",
                 )
             if feat.name in self.exclude:
                 fail(
@@ -326,6 +334,18 @@ StrategyKind = Literal[
 ]
 
 
+# Strategies that use every accelerator their task sees: `num_gpus` cannot select among them.
+WHOLE_TASK_KINDS = ("multi_worker_mirrored", "parameter_server", "tpu")
+
+
+def whole_task_gpus_message(kind: str, num_gpus: int) -> str:
+    return (
+        f"kind {kind!r} uses every accelerator its task sees, so num_gpus {num_gpus} would be ignored; "
+        "set num_gpus: 0 and size each replica with the Kubeflow placement's accelerator_count "
+        "(or CUDA_VISIBLE_DEVICES)"
+    )
+
+
 @section("strategy")
 class StrategyConfig:
     """Which tf.distribute strategy the Trainer uses.
@@ -334,8 +354,12 @@ class StrategyConfig:
       kind: One of `auto`, `one_device`, `mirrored`, `multi_worker_mirrored`,
         `parameter_server`, `central_storage`, `tpu` (see
         `components.strategies` for what `auto` picks).
-      num_gpus: GPUs to use on this machine (0: all visible for mirrored,
-        CPU otherwise); more than are visible fails before training.
+      num_gpus: GPUs to use on this machine under `mirrored` and
+        `central_storage` (0: every visible GPU; `one_device` takes at most 1);
+        more than are visible fails before training. Multi-worker,
+        parameter-server and TPU strategies use every accelerator their task
+        sees (size them with the Kubeflow placement's `accelerator_count`), so
+        they refuse a non-zero value, also when `auto` resolves to them.
       num_cpu_devices: Logical CPU devices to create when there is no GPU
         (lets `mirrored` run on CPU; 0 keeps TensorFlow's default of one).
       communication: Collective implementation, `auto`, `ring` or `nccl`
@@ -375,6 +399,8 @@ class StrategyConfig:
                 "num_gpus",
                 f"kind 'one_device' uses one device, got num_gpus {self.num_gpus}; use kind 'mirrored' for several GPUs",
             )
+        if self.kind in WHOLE_TASK_KINDS and self.num_gpus:
+            fail("num_gpus", whole_task_gpus_message(self.kind, self.num_gpus))
         if self.kind == "tpu" and self.communication == "nccl":
             fail(
                 "communication", "'nccl' is for GPUs; TPUs have their own interconnect (use 'auto')"
@@ -550,6 +576,51 @@ class ModelConfig:
         if not 0.0 <= self.dropout < 1.0:
             fail("dropout", f"expected a number in [0, 1), got {self.dropout}")
         return self
+
+
+def min_ids(feature: FeatureConfig) -> int:
+    """The fewest ids a categorical transformed feature can take (its vocabulary may add more)."""
+    t = feature.effective_transform
+    if t == "bucketize":
+        return feature.num_buckets
+    if t == "identity":
+        return feature.num_buckets + 1
+    return feature.oov_buckets
+
+
+def _conv_params(shape: tuple[int, ...], conv: ConvTowerConfig) -> tuple[int, int]:
+    """(trainable parameters, flattened output width) of `components.models.conv_tower`."""
+    height, width, channels = shape
+    params = 0
+    for filters in conv.filters:
+        for _ in range(conv.convs_per_block):
+            kernel = conv.kernel_size * conv.kernel_size * channels * filters
+            # With batch norm: no bias, and a trainable scale and shift per filter.
+            params += kernel + (2 * filters if conv.batch_norm else filters)
+            channels = filters
+        if min(height, width) >= 2:
+            height, width = height // 2, width // 2
+    return params, height * width * channels
+
+
+def min_trainable_params(data: DataConfig, model: ModelConfig) -> int:
+    """Trainable parameters of `components.models.build_classifier` with every
+    categorical at its fewest ids (`min_ids`): a lower bound known before any data is read."""
+    params, width = 0, 0
+    for feature in data.features:
+        if feature.is_categorical:
+            params += min_ids(feature) * model.embedding_dim
+            width += model.embedding_dim
+        elif feature.shape and model.conv is not None:
+            conv_params, conv_width = _conv_params(feature.shape, model.conv)
+            params += conv_params
+            width += conv_width
+        else:
+            width += feature.size
+    for units in (*model.hidden_units, data.label.num_classes):
+        params += width * units + units
+        width = units
+    return params
 
 
 # Teacher inputs of the Distiller component (one named input each).
@@ -974,8 +1045,26 @@ class PipelineConfig:
                 "train.augmentation",
                 "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape",
             )
+        if self.distillation.enabled and self.distillation.require_compression:
+            self._check_student_is_smaller()
         reject_secrets(self)
         return self
+
+    def _check_student_is_smaller(self) -> None:
+        # Both models embed the same categoricals; vocabularies only add
+        # `embedding_dim` parameters per id. With the student's embeddings at
+        # least as wide, a student no smaller at the fewest ids is no smaller
+        # for any data. Other cases depend on the vocabularies: the Distiller
+        # checks them with the real sizes before training.
+        student = min_trainable_params(self.data, self.student)
+        teacher = min_trainable_params(self.data, self.teacher)
+        if self.student.embedding_dim >= self.teacher.embedding_dim and student >= teacher:
+            fail(
+                "student",
+                f"the student has at least {student} trainable parameters, not fewer than the teacher's {teacher} "
+                "(whatever the vocabulary sizes), and distillation.require_compression is true; shrink "
+                "student.hidden_units / student.embedding_dim or set distillation.require_compression: false",
+            )
 
     def to_json(self) -> str:
         """The config as JSON (sorted keys), as it travels in `custom_config`."""

@@ -54,7 +54,6 @@ def train_student(
     """
     choice = choice if choice is not None else strategies.create_strategy(config.strategy)
     settings = config.distillation
-    distillation.check_hyperparameters(settings.alpha, settings.temperature)
     tft_output = tft.TFTransformOutput(inputs.transform_output)
     described = [teachers_lib.describe_teacher(d) for d in teacher_dirs]
     probe = training.build_model(config, tft_output, config.student, "student")

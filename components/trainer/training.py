@@ -389,19 +389,9 @@ def fit(
 
 
 def _check_settings(config: PipelineConfig, choice: strategies.StrategyChoice) -> None:
+    # Only what depends on the strategy resolved at run time: the config's
+    # own ranges were validated when it was built.
     train = config.train
-    if train.grad_accum_steps < 1:
-        raise ConfigError(
-            f"train.grad_accum_steps: expected an integer >= 1 (1 disables accumulation), got {train.grad_accum_steps}"
-        )
-    if train.checkpoint_every_steps < 1:
-        raise ConfigError(
-            f"train.checkpoint_every_steps: expected an integer >= 1, got {train.checkpoint_every_steps}"
-        )
-    if config.strategy.steps_per_execution < 1:
-        raise ConfigError(
-            f"strategy.steps_per_execution: expected an integer >= 1, got {config.strategy.steps_per_execution}"
-        )
     strategies.check_batch_sizes(
         config.ingestion.batch_size,
         config.ingestion.eval_batch_size,

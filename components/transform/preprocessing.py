@@ -10,7 +10,9 @@ spec, the model's inputs and the serving graph agree on shapes:
 - string / integer categoricals with `vocabulary`: missing values become an
   empty / -1 token, ids come from a vocabulary with OOV buckets;
 - integer categoricals with `identity`: ids in `[0, num_buckets)`, everything
-  else (missing, negative, too large) maps to the extra bucket `num_buckets`;
+  else (missing, negative, too large) maps to the extra bucket `num_buckets`
+  (the DataGate refuses training data with ids outside the range, so only
+  missing values and serving inputs reach that bucket);
 - the label passes through as an int64 `[batch]` vector (missing: -1).
 """
 

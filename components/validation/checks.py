@@ -8,8 +8,9 @@ feature and the fix:
    passed the gate (a dropped column, a changed type). Value domains, shapes
    and presence fractions are relaxed first, because new categories go to OOV
    buckets and missing values are imputed by design;
-3. the config's promises: no empty split, labels present and inside
-   `[0, num_classes)`, feature kinds that match the data's types.
+3. the config's promises: no empty split, integer labels present in every
+   example and inside `[0, num_classes)`, feature kinds that match the data's
+   types, integer `identity` ids inside `[0, num_buckets)`.
 """
 
 from __future__ import annotations
@@ -61,9 +62,22 @@ def relaxed(schema: schema_pb2.Schema) -> schema_pb2.Schema:
 
 
 def drift_messages(
-    split: str, stats: statistics_pb2.DatasetFeatureStatisticsList, baseline: schema_pb2.Schema
+    split: str,
+    stats: statistics_pb2.DatasetFeatureStatisticsList,
+    baseline: schema_pb2.Schema,
+    exclude: tuple[str, ...] = (),
 ) -> list[str]:
-    anomalies = tfdv.validate_statistics(stats, relaxed(baseline))
+    """Drift of `stats` against `baseline`, ignoring the `exclude`d columns.
+
+    Runs since ExampleGen drops `data.exclude` have no excluded column in
+    their schema; an older baseline may still hold one, and its absence now
+    is not drift.
+    """
+    schema = relaxed(baseline)
+    kept = [f for f in schema.feature if f.name not in exclude]
+    del schema.feature[:]
+    schema.feature.extend(kept)
+    anomalies = tfdv.validate_statistics(stats, schema)
     return anomaly_messages(split, anomalies, "schema drift against the last validated run")
 
 
@@ -88,18 +102,30 @@ def config_messages(
     features = _features(stats)
     messages = []
     label = features.get(data.label.name)
+    label_fix = f"labels must be integer class ids in [0, {data.label.num_classes})"
     if label is None:
         messages.append(f"data.label.name: split '{split}' has no column '{data.label.name}'")
     elif label.type not in _NUMERIC:
         messages.append(
             f"data.label.name: label '{data.label.name}' has {_TYPE_NAME(label.type)} values in split '{split}'; "
-            f"labels must be integers in [0, {data.label.num_classes})"
+            f"{label_fix}: map the class names to ids 0, 1, ... in the data, or point data.label.name at the class-id column"
         )
     else:
-        common = label.num_stats.common_stats
-        if common.num_missing:
+        if label.type == statistics_pb2.FeatureNameStatistics.FLOAT:
+            # A cast would truncate 0.7 to 0 and train on wrong classes.
             messages.append(
-                f"data.label.name: label '{data.label.name}' is missing in {common.num_missing} examples of split '{split}'"
+                f"data.label.name: label '{data.label.name}' has FLOAT values (between {label.num_stats.min:g} and "
+                f"{label.num_stats.max:g}) in split '{split}'; {label_fix}, written without a decimal point: "
+                "fractional labels are refused, not truncated"
+            )
+        common = label.num_stats.common_stats
+        # A CSV cell left empty is an empty value list (present, no value);
+        # a tf.Example without the key is missing.
+        if common.num_missing or common.min_num_values < 1:
+            count = f"{common.num_missing} examples" if common.num_missing else "some examples"
+            messages.append(
+                f"data.label.name: label '{data.label.name}' is empty or missing in {count} of split '{split}'; "
+                "every example needs a class id: fill in or drop those rows"
             )
         lo, hi = label.num_stats.min, label.num_stats.max
         if lo < 0 or hi > data.label.num_classes - 1:
@@ -125,6 +151,16 @@ def config_messages(
                 f"data.features[{i}]: '{feature.name}' is configured as {feature.kind} but split '{split}' has "
                 f"{_TYPE_NAME(stat.type)} values (a non-numeric cell makes the whole CSV column a string); fix the data or the kind"
             )
+        elif feature.kind == "int_categorical" and feature.effective_transform == "identity":
+            # Ids outside [0, num_buckets) would all share the one extra bucket: refused, so the
+            # configured range is never silently wrong.
+            lo, hi = stat.num_stats.min, stat.num_stats.max
+            if lo < 0 or hi >= feature.num_buckets:
+                messages.append(
+                    f"data.features[{i}].num_buckets: '{feature.name}' (transform 'identity') takes values in "
+                    f"[{lo:g}, {hi:g}] in split '{split}', outside its ids [0, {feature.num_buckets}); "
+                    f"set num_buckets: {int(hi) + 1} or more, or use transform: vocabulary"
+                )
     return messages
 
 
@@ -142,5 +178,5 @@ def gate_messages(
         if split in anomalies_by_split:
             messages += anomaly_messages(split, anomalies_by_split[split], "ExampleValidator")
         if baseline is not None and stats.datasets and stats.datasets[0].num_examples:
-            messages += drift_messages(split, stats, baseline)
+            messages += drift_messages(split, stats, baseline, data.exclude)
     return messages

@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 import jsonschema
+import numpy as np
 import pytest
 import yaml
 
@@ -153,6 +154,17 @@ def test_duplicate_feature_is_rejected():
     data = _taxi_dict()
     data["data"]["features"].append(copy.deepcopy(data["data"]["features"][0]))
     with pytest.raises(ConfigError, match=r"duplicate feature 'fare'"):
+        from_dict(data)
+
+
+def test_vector_feature_on_csv_is_rejected_naming_the_feature():
+    data = _taxi_dict()
+    data["data"]["features"][0]["size"] = 100000
+    with pytest.raises(
+        ConfigError,
+        match=r"^data\.features\[0\]\.size: feature 'fare': a CSV cell holds one value, so a CSV feature has "
+        r"size 1, got 100000 \(vector features need format: tfrecord\)$",
+    ):
         from_dict(data)
 
 
@@ -497,3 +509,31 @@ def test_labeled_fraction_must_be_in_zero_one(fraction):
     data["data"]["labeled_fraction"] = fraction
     with pytest.raises(ConfigError, match=r"data\.labeled_fraction: expected a number in \(0, 1\]"):
         from_dict(data)
+
+
+def test_student_larger_than_teacher_is_refused_when_the_config_is_built():
+    data = _taxi_dict()
+    data["student"] = {"hidden_units": [1024, 512], "embedding_dim": 16}
+    with pytest.raises(
+        ConfigError,
+        match=r"^student: the student has at least \d+ trainable parameters, not fewer than the teacher's \d+ "
+        r"\(whatever the vocabulary sizes\), and distillation\.require_compression is true",
+    ):
+        from_dict(data)
+    data["distillation"]["require_compression"] = False
+    from_dict(data)
+
+
+@pytest.mark.parametrize("name", ["taxi", "fashion_mnist"])
+def test_parameter_lower_bound_counts_what_the_model_builder_builds(name):
+    from components.config.sections import min_ids, min_trainable_params
+    from components.models import build_classifier
+
+    config = from_dict(
+        _taxi_dict() if name == "taxi" else _fashion_dict()
+    )  # MLP with every categorical transform / conv tower with batch norm
+    ids = {f.name: min_ids(f) for f in config.data.features if f.is_categorical}
+    for model in (config.teacher, config.student):
+        built = build_classifier(config.data, model, ids, "m")
+        expected = sum(int(np.prod(w.shape)) for w in built.trainable_weights)
+        assert min_trainable_params(config.data, model) == expected

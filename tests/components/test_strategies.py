@@ -196,7 +196,6 @@ def test_explicit_kind_is_kept_and_explained():
 @pytest.mark.parametrize(
     "tf_config_text, config, field, hint",
     [
-        (None, {"kind": "bogus"}, "strategy.kind:", "unknown strategy kind 'bogus'"),
         (None, {"kind": "parameter_server"}, "strategy.kind:", "needs a cluster"),
         (
             tf_config({"worker": WORKERS}, "worker"),
@@ -293,12 +292,7 @@ def test_parameter_server_workers_and_ps_get_no_strategy():
     assert choice.role == "server" and choice.strategy is None and not choice.is_chief
 
 
-def test_unknown_kind_fails_in_the_factory_and_in_yaml():
-    with pytest.raises(
-        StrategyError,
-        match=r"^strategy\.kind: unknown strategy kind 'gpu_cluster'; expected one of",
-    ):
-        strategies.create_strategy(strategy_config(kind="gpu_cluster"), environ={})
+def test_unknown_kind_is_refused_when_the_config_is_built():
     with pytest.raises(ConfigError, match=r"^strategy\.kind: expected one of"):
         StrategyConfig(kind="gpu_cluster")
     with pytest.raises(ConfigError, match=r"^strategy\.kind: expected one of"):
@@ -355,6 +349,15 @@ def test_malformed_tf_config_from_the_environment_fails_before_any_strategy():
             "strategy.num_gpus: kind 'one_device' uses one device",
         ),
         ({"kind": "tpu", "communication": "nccl"}, "strategy.communication: 'nccl' is for GPUs"),
+        (
+            {"kind": "multi_worker_mirrored", "workers": 2, "num_gpus": 1},
+            "strategy.num_gpus: kind 'multi_worker_mirrored' uses every accelerator its task sees",
+        ),
+        (
+            {"kind": "parameter_server", "workers": 2, "parameter_servers": 1, "num_gpus": 2},
+            "strategy.num_gpus: kind 'parameter_server' uses every accelerator its task sees",
+        ),
+        ({"kind": "tpu", "num_gpus": 1}, "strategy.num_gpus: kind 'tpu' uses every accelerator"),
         ({"steps_per_execution": 0}, "strategy.steps_per_execution: expected an integer >= 1"),
     ],
 )
@@ -375,6 +378,19 @@ def test_accumulation_steps_below_one_are_rejected_when_the_config_loads():
     }
     with pytest.raises(ConfigError, match=r"^train\.grad_accum_steps: expected an integer >= 1"):
         from_dict(data)
+
+
+def test_num_gpus_is_refused_when_auto_resolves_to_a_whole_task_strategy():
+    # Pure resolution with the GPU count given, so it holds on any host.
+    with pytest.raises(StrategyError) as err:
+        resolve(
+            tf_config({"worker": WORKERS}, "worker"), 2, False, kind="auto", num_gpus=1, workers=2
+        )
+    assert str(err.value).startswith(
+        "strategy.num_gpus: strategy.kind is 'auto' and TF_CONFIG lists 2 workers, but kind "
+        "'multi_worker_mirrored' uses every accelerator its task sees, so num_gpus 1 would be ignored"
+    )
+    assert resolve(None, 2, False, kind="auto", num_gpus=1).kind == "mirrored"
 
 
 # --------------------------------------------------------------------------- #

@@ -165,6 +165,97 @@ def _config_case(path: str, value):
     return make
 
 
+def _bom_csv(work: str, base: PipelineConfig) -> PipelineConfig:
+    fields, rows = read_taxi_rows()
+    path = write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\ufeff" + text)  # as spreadsheet programs save "CSV UTF-8"
+    return with_data(base, path)
+
+
+def _readme_beside_csv(work: str, base: PipelineConfig) -> PipelineConfig:
+    fields, rows = read_taxi_rows()
+    directory = os.path.join(work, "data")
+    write_csv(os.path.join(directory, "taxi.csv"), fields, rows)
+    with open(os.path.join(directory, "README.txt"), "w") as f:
+        f.write("Chicago taxi trips, 2000 rows.\nSource: the tfx examples.\n")
+    return with_data(base, directory)
+
+
+def _semicolon_csv(work: str, base: PipelineConfig) -> PipelineConfig:
+    fields, rows = read_taxi_rows()
+    path = os.path.join(work, "data", "taxi.csv")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, delimiter=";")
+        writer.writeheader()
+        writer.writerows(rows)
+    return with_data(base, path)
+
+
+def _edit_config(edit: Callable[[dict], None]):
+    def make(work: str, base: PipelineConfig) -> PipelineConfig:
+        data = to_dict(base)
+        edit(data)
+        return from_dict(data)
+
+    return make
+
+
+def _duplicate_feature(data: dict) -> None:
+    data["data"]["features"].append(dict(data["data"]["features"][0]))
+
+
+def _vector_size(data: dict) -> None:
+    data["data"]["features"][0]["size"] = 100000
+
+
+def _large_student(data: dict) -> None:
+    data["distillation"]["enabled"] = True
+    data["student"] = {
+        **data["teacher"],
+        "hidden_units": [4 * w for w in data["teacher"]["hidden_units"]],
+    }
+
+
+def _eval_split(example: bytes, base: PipelineConfig) -> bool:
+    """Whether ExampleGen's hash split puts this serialized tf.Example in eval
+    (the bucket rule of TFX's ExampleGen: sha256 of the deterministic
+    serialization, train buckets first)."""
+    key = tf.train.Example.FromString(example).SerializeToString(deterministic=True)
+    total = base.data.train_buckets + base.data.eval_buckets
+    return int(hashlib.sha256(key).hexdigest(), 16) % total >= base.data.train_buckets
+
+
+def _kind_contradicted_on_eval(work: str, base: PipelineConfig) -> PipelineConfig:
+    # tf.Examples carry a type per record, so (unlike a CSV column) the eval
+    # split alone can disagree with the config: there, trip_start_hour holds
+    # fractional hours in a column configured int_categorical.
+    _, rows = read_taxi_rows()
+    kinds = {f.name: f.kind for f in base.data.features}
+    path = os.path.join(work, "data", "tfrecords", "part-0.tfrecord")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for row in rows:
+            for name, kind in kinds.items():
+                if row[name] == "":
+                    row[name] = "unknown" if kind == "string_categorical" else "0"
+            record = tf.train.Example.FromString(_example(row, base))
+            hour = record.features.feature["trip_start_hour"]
+            hour.float_list.value.append(float(row["trip_start_hour"]) + 0.5)  # replaces int64_list
+            fractional, whole = record.SerializeToString(), _example(row, base)
+            # The split is a hash of the record itself: the fractional version
+            # is written where it lands in eval, the whole one where it lands
+            # in train (else the row is left out), so each split has one type.
+            if _eval_split(fractional, base):
+                writer.write(fractional)
+            elif not _eval_split(whole, base):
+                writer.write(whole)
+    return with_data(base, os.path.dirname(path), fmt="tfrecord")
+
+
 CASES: tuple[Case, ...] = (
     Case(
         "malformed_csv_row",
@@ -217,11 +308,12 @@ CASES: tuple[Case, ...] = (
         ),
     ),
     Case(
-        "dropped_column",
-        "a column of the last validated run's schema is gone (trip_start_timestamp)",
-        "fails",
-        r"feature 'trip_start_timestamp': Column dropped .*schema drift against the last validated run",
-        "DataGate fails naming the dropped column (schema drift)",
+        "dropped_excluded_column",
+        "a column listed in data.exclude is absent from the data (trip_start_timestamp)",
+        "proceeds",
+        "",
+        "run succeeds: excluded columns are dropped at ExampleGen, so no component (statistics, schema, drift "
+        "check, Transform, serving signature, Evaluator) depends on them",
         _csv_case(lambda f, r: ([c for c in f if c != "trip_start_timestamp"], r)),
     ),
     Case(
@@ -256,6 +348,102 @@ CASES: tuple[Case, ...] = (
         r"beam_args\[\d\]: looks like a credential assignment; secrets must not be in the config",
         "refused before any component runs, pointing to Kubernetes secrets",
         _config_case("beam_args", ["--direct_num_workers=1", "--password=hunter2"]),
+    ),
+    Case(
+        "fractional_label",
+        "label values with fractions (big_tipper = 0.7, 1.9)",
+        "fails",
+        r"data\.label\.name: label 'big_tipper' has FLOAT values \(between 0 and 1\.9\) in split '\w+'; .*"
+        r"fractional labels are refused, not truncated",
+        "DataGate fails naming the label and the values found: fractional labels are refused, never truncated",
+        _csv_case(lambda f, r: (f, _every(_every(r, 13, big_tipper="0.7"), 17, big_tipper="1.9"))),
+    ),
+    Case(
+        "string_label",
+        "class names instead of ids in the label column (big_tipper = yes / no)",
+        "fails",
+        r"data\.label\.name: label 'big_tipper' has STRING values in split '\w+'; labels must be integer class ids",
+        "DataGate fails naming the label and the fix (map class names to ids)",
+        _csv_case(
+            lambda f, r: (
+                f,
+                [{**row, "big_tipper": "yes" if row["big_tipper"] == "1" else "no"} for row in r],
+            )
+        ),
+    ),
+    Case(
+        "empty_label_cells",
+        "empty cells in the label column",
+        "fails",
+        r"data\.label\.name: label 'big_tipper' is empty or missing in some examples of split '\w+'",
+        "DataGate fails naming the label (before Transform, not deep inside the Trainer)",
+        _csv_case(lambda f, r: (f, _every(r, 13, big_tipper=""))),
+    ),
+    Case(
+        "utf8_bom_csv",
+        "a CSV saved with a UTF-8 byte-order mark (as spreadsheets save 'CSV UTF-8')",
+        "proceeds",
+        "",
+        "run succeeds: the mark is stripped from the header, so the first column keeps its name",
+        _bom_csv,
+    ),
+    Case(
+        "readme_in_data_dir",
+        "a data directory holding the CSV and a README.txt",
+        "proceeds",
+        "",
+        "run succeeds reading only the .csv files; a warning names the files it ignores",
+        _readme_beside_csv,
+    ),
+    Case(
+        "semicolon_delimited_csv",
+        "a semicolon-delimited CSV (a spreadsheet export in many locales)",
+        "rejected",
+        r"data\.path: '.*taxi\.csv' looks semicolon-delimited: its header .* is a single comma-separated column",
+        "refused before any component runs, naming the file, the delimiter and the fix (re-save with ',')",
+        _semicolon_csv,
+    ),
+    Case(
+        "duplicate_feature_names",
+        "the same feature listed twice in data.features",
+        "rejected",
+        r"data\.features\[\d+\]\.name: duplicate feature 'fare'",
+        "refused before any component runs, naming the field",
+        _edit_config(_duplicate_feature),
+    ),
+    Case(
+        "vector_size_on_scalar_column",
+        "a feature declared size: 100000 on a scalar CSV column (fare)",
+        "rejected",
+        r"data\.features\[0\]\.size: feature 'fare': a CSV cell holds one value, so a CSV feature has size 1, got 100000",
+        "refused before any component runs, naming the feature (TFRecord input: the size is checked against the first records)",
+        _edit_config(_vector_size),
+    ),
+    Case(
+        "identity_ids_beyond_num_buckets",
+        "integer ids outside an identity categorical's [0, num_buckets) (trip_start_hour = 30 with 24 buckets)",
+        "fails",
+        r"data\.features\[\d+\]\.num_buckets: 'trip_start_hour' \(transform 'identity'\) takes values in \[\d+, 30\] "
+        r"in split '\w+', outside its ids \[0, 24\); set num_buckets: 31 or more",
+        "DataGate fails naming the feature, the largest value seen and the num_buckets that fits",
+        _csv_case(lambda f, r: (f, _every(r, 13, trip_start_hour="30"))),
+    ),
+    Case(
+        "student_larger_than_teacher",
+        "a distillation student larger than its teacher (4x the hidden units, same embeddings)",
+        "rejected",
+        r"student: the student has at least \d+ trainable parameters, not fewer than the teacher's \d+",
+        "refused when the config is built, before the teacher trains, with the fix (shrink the student or "
+        "set distillation.require_compression: false)",
+        _edit_config(_large_student),
+    ),
+    Case(
+        "kind_contradicted_on_eval_only",
+        "a feature whose type contradicts its configured kind in the eval split only (fractional trip_start_hour)",
+        "fails",
+        r"data\.features\[\d+\]: 'trip_start_hour' is configured as int_categorical but split 'eval' has FLOAT values",
+        "DataGate fails naming the feature, its kind and the split",
+        _kind_contradicted_on_eval,
     ),
 )
 

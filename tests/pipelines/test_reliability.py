@@ -13,12 +13,19 @@ import textwrap
 import time
 
 import pytest
+import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
 from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
 from tests.conftest import tiny
-from tests.pipelines.reliability_cases import CASES, baseline_config, run_case, serving_versions
+from tests.pipelines.reliability_cases import (
+    CASES,
+    baseline_config,
+    read_taxi_rows,
+    run_case,
+    serving_versions,
+)
 
 LOCK_WAIT_SECONDS = 120
 
@@ -201,3 +208,30 @@ def test_trainer_killed_after_a_backup_resumes_on_rerun(baseline, tmp_path):
     assert step > 0
     # The backup is removed once the model is exported.
     assert not any("checkpoint" in files for _, _, files in os.walk(backups))
+
+
+@pytest.mark.e2e
+def test_serving_input_types_follow_the_configured_kinds(baseline):
+    # trip_seconds is `kind: float` but every value in the CSV is a whole
+    # number, which CSV type inference alone reads as int64.
+    baseline_dir, config = baseline
+    _, rows = read_taxi_rows(1)
+    assert rows[0]["trip_seconds"].isdigit()
+    versions = serving_versions(local_runner.paths_for(config, baseline_dir).serving_dir)
+    model_dir = os.path.join(
+        local_runner.paths_for(config, baseline_dir).serving_dir, max(versions)
+    )
+    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    example = tf.train.Example()
+    for feature in config.data.features:
+        value = rows[0][feature.name] or "0"
+        slot = example.features.feature[feature.name]
+        if feature.kind == "float":
+            slot.float_list.value.append(float(value))
+        elif feature.kind == "int_categorical":
+            slot.int64_list.value.append(int(value))
+        else:
+            slot.bytes_list.value.append(value.encode())
+    # No excluded column (tips, trip_start_timestamp) is part of the serving contract either.
+    probabilities = serve(examples=tf.constant([example.SerializeToString()]))["probabilities"]
+    assert probabilities.shape == (1, config.data.label.num_classes)

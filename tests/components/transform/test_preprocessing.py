@@ -23,7 +23,11 @@ FEATURES = (
 CONFIG = PipelineConfig(
     name="unit",
     data=DataConfig(
-        builtin="taxi", label=LabelConfig(name="label", num_classes=2), features=FEATURES
+        # TFRecord input: a CSV cell cannot hold the two-value `pixels`.
+        builtin="digits",
+        format="tfrecord",
+        label=LabelConfig(name="label", num_classes=2),
+        features=FEATURES,
     ),
 )
 # Missing values arrive as empty lists (VarLenFeature -> SparseTensor), as

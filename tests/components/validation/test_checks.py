@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
+import tensorflow as tf
 import tensorflow_data_validation as tfdv
 
 from components.config import DataConfig, FeatureConfig, LabelConfig
@@ -62,13 +65,14 @@ def test_negative_label_is_rejected():
 
 def test_missing_label_values_are_rejected():
     messages = config_messages("train", _stats(_frame(label=[0.0, None, 1.0, 0.0])), DATA)
-    assert any("is missing in 1 examples of split 'train'" in m for m in messages)
+    assert any("is empty or missing in 1 examples of split 'train'" in m for m in messages)
 
 
 def test_string_label_is_rejected():
     messages = config_messages("train", _stats(_frame(label=["yes", "no", "no", "yes"])), DATA)
     assert messages == [
-        "data.label.name: label 'label' has STRING values in split 'train'; labels must be integers in [0, 2)"
+        "data.label.name: label 'label' has STRING values in split 'train'; labels must be integer class ids "
+        "in [0, 2): map the class names to ids 0, 1, ... in the data, or point data.label.name at the class-id column"
     ]
 
 
@@ -129,3 +133,77 @@ def test_example_validator_anomalies_are_reported():
 def test_all_empty_column_has_no_type_to_check():
     # pandas gives an all-None column object dtype, which TFDV records as STRING.
     assert config_messages("train", _stats(_frame(hour=[None, None, None, None])), DATA) == []
+
+
+def test_fractional_label_is_refused_not_truncated():
+    messages = config_messages("train", _stats(_frame(label=[0.7, 1.9, 0.0, 1.0])), DATA)
+    assert messages[0] == (
+        "data.label.name: label 'label' has FLOAT values (between 0 and 1.9) in split 'train'; labels must be "
+        "integer class ids in [0, 2), written without a decimal point: fractional labels are refused, not truncated"
+    )
+
+
+def _int_example(**values):
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                k: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+                for k, v in values.items()
+            }
+        )
+    ).SerializeToString()
+
+
+def test_empty_label_cells_are_refused(tmp_path):
+    # CsvExampleGen writes an empty cell as an empty value list (present, no
+    # value), which TFDV does not count as missing.
+    path = str(tmp_path / "data.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for label in ([0], [], [1], [1]):
+            writer.write(_int_example(label=label, hour=[3]))
+    data = DataConfig(
+        builtin="taxi",
+        label=LabelConfig(name="label", num_classes=2),
+        features=(FeatureConfig(name="hour", kind="int_categorical"),),
+    )
+    messages = config_messages("train", tfdv.generate_statistics_from_tfrecord(path), data)
+    assert messages == [
+        "data.label.name: label 'label' is empty or missing in some examples of split 'train'; "
+        "every example needs a class id: fill in or drop those rows"
+    ]
+
+
+IDENTITY = DataConfig(
+    builtin="taxi",
+    label=LabelConfig(name="label", num_classes=2),
+    features=(
+        FeatureConfig(name="hour", kind="int_categorical", transform="identity", num_buckets=4),
+    ),
+)
+
+
+def test_identity_ids_outside_num_buckets_name_feature_and_largest_value():
+    messages = config_messages("train", _stats(_frame(hour=[0, 3, 4, 9])), IDENTITY)
+    assert messages == [
+        "data.features[0].num_buckets: 'hour' (transform 'identity') takes values in [0, 9] in split 'train', "
+        "outside its ids [0, 4); set num_buckets: 10 or more, or use transform: vocabulary"
+    ]
+    assert config_messages("train", _stats(_frame(hour=[0, 1, 2, 3])), IDENTITY) == []
+
+
+def test_kind_contradicted_on_the_eval_split_only_names_that_split():
+    good, bad = _stats(_frame()), _stats(_frame(hour=[1.5, 2.0, 3.0, 4.0]))
+    messages = gate_messages({"train": good, "eval": bad}, {}, DATA, None)
+    assert len(messages) == 1
+    assert messages[0].startswith(
+        "data.features[2]: 'hour' is configured as int_categorical but split 'eval' has FLOAT values"
+    )
+
+
+def test_excluded_column_absent_from_the_data_is_not_drift():
+    # A baseline recorded before ExampleGen dropped excluded columns still lists them.
+    baseline = tfdv.infer_schema(_stats(_frame()))
+    stats = _stats(_frame(extra=None))
+    excluded = dataclasses.replace(DATA, exclude=("extra",))
+    assert gate_messages({"train": stats}, {}, excluded, baseline) == []
+    assert gate_messages({"train": stats}, {}, DATA, baseline)  # not excluded: drift

@@ -23,12 +23,19 @@ from components.trainer.component import Trainer
 
 
 def baseline_config(config: PipelineConfig) -> PipelineConfig:
-    """The Trainer config of the scratch baseline: the student's shape and steps."""
+    """The Trainer config of the scratch baseline: the student's shape and steps.
+
+    The result trains one model, so its distillation stage is off (the
+    student-smaller-than-teacher rule does not apply to it).
+    """
     steps = config.distillation.student_train_steps or config.train.train_steps
     return dataclasses.replace(
         config,
         teacher=config.student,
         train=dataclasses.replace(config.train, train_steps=steps),
+        distillation=dataclasses.replace(
+            config.distillation, enabled=False, scratch_baseline=False
+        ),
     )
 
 

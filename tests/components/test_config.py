@@ -513,6 +513,7 @@ def test_labeled_fraction_must_be_in_zero_one(fraction):
 
 def test_student_larger_than_teacher_is_refused_when_the_config_is_built():
     data = _taxi_dict()
+    data["distillation"] = {"enabled": True}
     data["student"] = {"hidden_units": [1024, 512], "embedding_dim": 16}
     with pytest.raises(
         ConfigError,

@@ -16,8 +16,8 @@ def _config(convs_per_block: int = 2, dropout: float = 0.0):
         {
             "name": "models-test",
             "data": {
-                "path": "unused.csv",
-                "format": "csv",
+                "path": "unused.tfrecord",
+                "format": "tfrecord",
                 "label": {"name": "y", "num_classes": 3},
                 "features": [
                     {"name": "img", "kind": "float", "size": 64, "shape": [8, 8, 1]},

@@ -50,6 +50,7 @@ def wheel(tmp_path_factory) -> str:
     return str(out / name)
 
 
+@pytest.mark.multiprocess
 def test_wheel_installs_and_imports_beside_the_locked_dependencies(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)

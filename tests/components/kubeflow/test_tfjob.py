@@ -19,10 +19,10 @@ from kubernetes import client as k8s_client
 
 from components.config import CONFIG_KEY, ConfigError, Placement, StrategyConfig, Toleration
 from components.kubeflow import env, tfjob
-from tests.conftest import SHARED_DATA
+from tests.conftest import shared_file
 from tests.fake_http import FakeJsonApi
 
-CRD_PATH = os.path.join(os.path.dirname(SHARED_DATA), "kubeflow", "tfjob-crd-v1.9.0.yaml")
+CRD_NAME = "tfjob-crd-v1.9.0.yaml"
 TFJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
 INVOCATION_URI = "gs://bucket/root/Trainer/model_run/7/tfjob_invocation.json"
 
@@ -128,7 +128,7 @@ def _api_client(host):
 
 @pytest.fixture(scope="module")
 def tfjob_schema():
-    with open(CRD_PATH) as f:
+    with open(shared_file("kubeflow", CRD_NAME)) as f:
         crd = yaml.safe_load(f)
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == tfjob.VERSION]
     assert crd["spec"]["group"] == tfjob.GROUP and crd["spec"]["names"]["plural"] == tfjob.PLURAL

@@ -53,6 +53,7 @@ def test_copy_is_complete_and_refuses_to_overwrite(tmp_path):
         atomic_copy_model(str(src), str(base), "100")
 
 
+@pytest.mark.multiprocess
 def test_kill_during_push_leaves_old_model_intact_and_next_push_recovers(tmp_path):
     base = tmp_path / "serving"
     old_src = tmp_path / "old"

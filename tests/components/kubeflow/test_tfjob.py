@@ -412,6 +412,21 @@ def test_failure_surfaces_replica_status_and_pod_reasons_and_keeps_the_job(mw_ma
     ]
 
 
+class _FakeClock:
+    """Monotonic seconds that advance only when the code under test sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
 def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
     states = [_status(_condition("Created"), Worker={"active": 0})]
     pods = [
@@ -421,21 +436,27 @@ def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
             unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
         )
     ]
+    clock = _FakeClock()
     with FakeKubernetes(states, pods) as fake:
         with pytest.raises(tfjob.TFJobTimeout) as err:
             tfjob.run(
                 mw_manifest,
                 _api_client(fake.host),
-                timeout_seconds=0.3,
-                poll_seconds=0.05,
+                timeout_seconds=30,
+                poll_seconds=5,
                 log=lambda _: None,
+                clock=clock,
+                sleep=clock.sleep,
             )
     message = str(err.value)
-    assert "did not finish within kubeflow.tfjob_timeout_seconds=0.3" in message
+    assert "did not finish within kubeflow.tfjob_timeout_seconds=30" in message
     assert "unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in message
     assert fake.calls()[-1] == ("DELETE", f"{JOB}/taxi-trainer-abc")
+    # Polled at t = 0, 5, ..., 30 of the injected clock, then gave up: the wait
+    # is bounded by the timeout, not by how fast this host answers.
+    assert clock.sleeps == [5] * 6
     gets = [c for c in fake.calls() if c[0] == "GET" and "tfjobs" in c[1]]
-    assert 2 <= len(gets) <= 20  # polled, and the wait was bounded
+    assert len(gets) == 7
 
 
 def test_transient_read_errors_are_retried(mw_manifest):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import jsonschema
+import pytest
 
 from pipelines import cli
 from pipelines.configs import SCHEMA_FILE
@@ -36,6 +37,7 @@ def test_shipped_configs_point_editors_at_the_schema():
         ), path
 
 
+@pytest.mark.multiprocess
 def test_help_does_not_import_tensorflow():
     # `tfxkit --help` must stay fast: the heavy imports happen after parsing.
     code = "import sys; from pipelines import cli; sys.argv = ['tfxkit', '--help']\n"
@@ -65,6 +67,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.multiprocess
 def test_argument_errors_do_not_import_tensorflow():
     result = _cli("run", "--runner", "spark")
     assert result.returncode == 2
@@ -72,6 +75,7 @@ def test_argument_errors_do_not_import_tensorflow():
     assert result.stderr.rstrip().endswith("no tensorflow")
 
 
+@pytest.mark.multiprocess
 def test_output_that_is_a_file_fails_clearly_without_a_traceback(tmp_path):
     target = tmp_path / "summary.json"
     target.write_text('{"status": "succeeded"}\n')
@@ -86,6 +90,7 @@ def test_output_that_is_a_file_fails_clearly_without_a_traceback(tmp_path):
     assert target.read_text() == '{"status": "succeeded"}\n'  # nothing lost
 
 
+@pytest.mark.multiprocess
 def test_output_under_a_file_fails_clearly_without_a_traceback(tmp_path):
     blocker = tmp_path / "runs"
     blocker.write_text("keep me")

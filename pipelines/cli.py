@@ -83,17 +83,36 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.command == "run":
-        from components.data import DataError
-        from pipelines import local_runner
+        return _run(config, args.output, args.runner)
+    return 0
 
-        try:
-            local_runner.run(config, args.output, runner=args.runner)
-        except DataError as e:
-            print(f"tfxkit: bad input data: {e}", file=sys.stderr)
-            return 2
-        except RuntimeError as e:
-            print(f"tfxkit: {e}", file=sys.stderr)
-            return 1
+
+def _run(config, output: str, runner: str) -> int:
+    """`run`: the output directory is checked, locked and logging to its file
+    before TensorFlow is imported, so library start-up lines land in the log."""
+    from pipelines import rundir
+
+    try:
+        output = rundir.check_output_dir(output)
+        with rundir.exclusive_run(output), rundir.log_to_file(output) as run_log:
+            from components.data import DataError
+            from pipelines import local_runner
+
+            try:
+                local_runner.run(config, output, runner=runner, stream=run_log.out)
+            except DataError as e:
+                print(f"tfxkit: bad input data: {e}", file=run_log.err)
+                return 2
+            except RuntimeError as e:
+                print(f"tfxkit: {e}", file=run_log.err)
+                print(f"tfxkit: the full log is {run_log.path}", file=run_log.err)
+                return 1
+    except rundir.OutputDirError as e:
+        print(f"tfxkit: {e}", file=sys.stderr)
+        return 2
+    except rundir.ConcurrentRunError as e:
+        print(f"tfxkit: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

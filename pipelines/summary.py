@@ -34,9 +34,13 @@ def open_store(metadata_path: str) -> metadata_store.MetadataStore:
 
 
 def latest_run_executions(
-    store: metadata_store.MetadataStore, pipeline_name: str
+    store: metadata_store.MetadataStore, pipeline_name: str, since_ms: int | None = None
 ) -> dict[str, Any]:
-    """Maps node id -> newest execution of the newest run of `pipeline_name`."""
+    """Maps node id -> newest execution of the newest run of `pipeline_name`.
+
+    With `since_ms` (milliseconds since the epoch), a newest run created
+    before then belongs to an earlier invocation and yields `{}`.
+    """
     runs = [
         c
         for c in store.get_contexts_by_type("pipeline_run")
@@ -45,6 +49,8 @@ def latest_run_executions(
     if not runs:
         return {}
     run = max(runs, key=lambda c: c.create_time_since_epoch)
+    if since_ms is not None and run.create_time_since_epoch < since_ms:
+        return {}
     by_node: dict[str, Any] = {}
     for execution in store.get_executions_by_context(run.id):
         node = next(
@@ -110,10 +116,17 @@ def read_metrics(evaluation_uri: str) -> dict[str, float]:
     return metrics
 
 
-def summarize_run(metadata_path: str, pipeline_name: str) -> dict[str, Any]:
-    """Builds the summary dict of the newest run (see module docstring)."""
-    store = open_store(metadata_path)
-    executions = latest_run_executions(store, pipeline_name)
+def summarize_run(
+    metadata_path: str, pipeline_name: str, since_ms: int | None = None
+) -> dict[str, Any]:
+    """Builds the summary dict of the newest run (see module docstring).
+
+    With `since_ms`, only a run started at or after then counts (see
+    `latest_run_executions`); an orchestrator that failed before its first
+    node yields no components, never an earlier run's.
+    """
+    store = open_store(metadata_path) if tf.io.gfile.exists(metadata_path) else None
+    executions = latest_run_executions(store, pipeline_name, since_ms) if store else {}
     components: dict[str, Any] = {}
     metrics: dict[str, float] = {}
     blessed = None
@@ -170,6 +183,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary.get("blessed") is not None:
         lines.append(f"Blessed: {summary['blessed']}")
     lines.append(f"Pushed model: {summary['pushed_model'] or 'none'}")
+    if summary.get("stage"):
+        lines.append(f"Failed at: {summary['stage']}")
     if summary.get("error"):
         lines.append(f"Error: {summary['error']}")
     return "\n".join(lines)

@@ -1,11 +1,14 @@
-"""Shared fixtures: shipped configs and small variants of them."""
+"""Shared fixtures: shipped configs and small variants of them; the shuffled-order option."""
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
 import os
+import random
 import struct
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -13,9 +16,69 @@ import pytest
 from components.config import PipelineConfig
 from pipelines.configs import load_config
 
-SHARED_DATA = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data"
+SHARED = os.path.normpath(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
 )
+SHARED_DATA = os.path.join(SHARED, "data")
+
+
+def shared_file(*parts: str) -> str:
+    """A file of the shared test data (`../shared/` beside the repository), or a
+    skip naming the missing file, for the tests that read it."""
+    path = os.path.join(SHARED, *parts)
+    if not os.path.exists(path):
+        pytest.skip(
+            f"shared test data missing: {path} (tests reading ../shared/ need the data set "
+            "described in the design notes, 'Data at hand', next to the repository)"
+        )
+    return path
+
+
+SHUFFLE_ENV = "TFXKIT_TEST_SHUFFLE_SEED"
+T = TypeVar("T")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shuffle-seed",
+        type=int,
+        default=None,
+        help=f"run the tests in a shuffled order, reproducible from this seed: modules in a "
+        f"random order, the tests of each module in a random order (module fixtures are built "
+        f"once). Default: ${SHUFFLE_ENV}, else the file order.",
+    )
+
+
+def shuffle_seed(config) -> int | None:
+    seed = config.getoption("--shuffle-seed")
+    if seed is None and os.environ.get(SHUFFLE_ENV, "").strip():
+        seed = int(os.environ[SHUFFLE_ENV])
+    return seed
+
+
+def shuffled_by_module(items: Sequence[T], seed: int, module_of: Callable[[T], str]) -> list[T]:
+    """`items` in a seeded random order that keeps each module's items together."""
+    rng = random.Random(seed)
+    by_module: dict[str, list[T]] = {}
+    for item in items:
+        by_module.setdefault(module_of(item), []).append(item)
+    modules = sorted(by_module)
+    rng.shuffle(modules)
+    for module in modules:
+        rng.shuffle(by_module[module])
+    return [item for module in modules for item in by_module[module]]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    seed = shuffle_seed(config)
+    if seed is not None:
+        items[:] = shuffled_by_module(items, seed, lambda item: item.nodeid.split("::", 1)[0])
+
+
+def pytest_report_header(config):
+    seed = shuffle_seed(config)
+    return None if seed is None else f"test order: shuffled, seed {seed} (--shuffle-seed {seed})"
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,7 @@ def wheel(tmp_path_factory) -> str:
     return str(out / name)
 
 
+@pytest.mark.multiprocess
 def test_wheel_installs_and_imports_beside_the_locked_dependencies(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
@@ -71,8 +72,16 @@ def test_wheel_installs_and_imports_beside_the_locked_dependencies(wheel, tmp_pa
         timeout=300,
     )
 
+    # Without the caller's PYTHONPATH (tests often run with the source tree on
+    # it), which would shadow the installed wheel.
+    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
-        [python, "-c", _CHECK], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        [python, "-c", _CHECK],
+        cwd=tmp_path,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = __import__("json").loads(result.stdout.strip().splitlines()[-1])
@@ -84,6 +93,7 @@ def test_wheel_installs_and_imports_beside_the_locked_dependencies(wheel, tmp_pa
     help_run = subprocess.run(
         [str(env_dir / "bin" / "tfxkit"), "--help"],
         cwd=tmp_path,
+        env=clean_env,
         capture_output=True,
         text=True,
         timeout=300,

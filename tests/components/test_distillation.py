@@ -318,6 +318,7 @@ _MIRRORED_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.multiprocess
 def test_mirrored_two_replicas_match_one_device_at_same_global_batch():
     """Losses are averaged over the global batch, so 2 replicas take the same steps."""
     proc = subprocess.run(

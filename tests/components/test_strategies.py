@@ -1,8 +1,9 @@
 """Strategy factory and TF_CONFIG handling.
 
 Pure rules (`parse_tf_config`, `resolve_kind`, `check_batch_sizes`) are tested
-directly for every cluster shape. Strategies that fit this test process (one
-CPU device, no cluster) are really created here; mirrored / central-storage
+directly for every cluster shape. Strategies that fit this test process (its
+visible devices, no cluster) are really created here, with expectations
+derived from the GPUs this host actually has; mirrored / central-storage
 over logical CPUs need a fresh process and are created in
 `tests/components/trainer/test_training.py`'s subprocess, multi-worker and
 parameter-server clusters in its multi-process tests.
@@ -22,6 +23,8 @@ from components import strategies
 from components.config import ConfigError, StrategyConfig, StrategyKind, from_dict
 from components.strategies import StrategyError, parse_tf_config, resolve_kind
 
+# What this host has decides what the factory may pick and refuse.
+VISIBLE_GPUS = len(tf.config.list_physical_devices("GPU"))
 WORKERS = ["localhost:2001", "localhost:2002"]
 PS_CLUSTER = {"chief": ["localhost:2000"], "worker": WORKERS, "ps": ["localhost:2003"]}
 
@@ -251,21 +254,27 @@ def test_communication_options_come_from_config():
 
 
 # --------------------------------------------------------------------------- #
-# Creating strategies in this process (one CPU, no cluster)
+# Creating strategies in this process (its visible devices, no cluster)
 # --------------------------------------------------------------------------- #
 
 
-def test_one_device_strategy_on_cpu():
+def test_one_device_strategy_on_the_first_local_device():
+    device = "/gpu:0" if VISIBLE_GPUS else "/cpu:0"
     choice = strategies.create_strategy(StrategyConfig(kind="one_device"), environ={})
     assert isinstance(choice.strategy, tf.distribute.OneDeviceStrategy)
-    assert choice.num_replicas == 1 and choice.is_chief and choice.devices == ("/cpu:0",)
-    assert choice.describe().startswith("Strategy: one_device (1 replica(s) on /cpu:0)")
+    assert choice.num_replicas == 1 and choice.is_chief and choice.devices == (device,)
+    assert choice.describe().startswith(f"Strategy: one_device (1 replica(s) on {device})")
 
 
-def test_auto_without_cluster_or_devices_is_one_device():
+def test_auto_without_cluster_picks_from_the_local_devices():
     choice = strategies.create_strategy(StrategyConfig(kind="auto"), environ={})
-    assert choice.kind == "one_device" and choice.role == "trainer"
-    assert "no TPU, no multi-worker TF_CONFIG" in choice.reason
+    assert choice.role == "trainer"
+    if VISIBLE_GPUS > 1:
+        assert choice.kind == "mirrored"
+        assert f"{VISIBLE_GPUS} GPUs are available" in choice.reason
+    else:
+        assert choice.kind == "one_device"
+        assert "no TPU, no multi-worker TF_CONFIG" in choice.reason
 
 
 def test_the_same_setup_reuses_the_process_strategy():
@@ -313,18 +322,24 @@ def test_tpu_requested_without_a_tpu_fails_with_the_fix():
 
 
 def test_more_gpus_than_visible_fails_with_the_fix():
+    requested = VISIBLE_GPUS + 2
     with pytest.raises(
         StrategyError,
-        match=r"^strategy\.num_gpus: 2 GPU\(s\) requested but 0 visible; lower strategy\.num_gpus",
+        match=rf"^strategy\.num_gpus: {requested} GPU\(s\) requested but {VISIBLE_GPUS} visible; "
+        rf"lower strategy\.num_gpus to at most {VISIBLE_GPUS}",
     ):
-        strategies.create_strategy(StrategyConfig(kind="mirrored", num_gpus=2), environ={})
+        strategies.create_strategy(StrategyConfig(kind="mirrored", num_gpus=requested), environ={})
 
 
+@pytest.mark.skipif(VISIBLE_GPUS > 0, reason="needs a host without GPUs: with GPUs 'nccl' is valid")
 def test_nccl_without_gpus_fails():
     with pytest.raises(StrategyError, match=r"^strategy\.communication: 'nccl' needs GPUs"):
         strategies.create_strategy(StrategyConfig(kind="auto", communication="nccl"), environ={})
 
 
+@pytest.mark.skipif(
+    VISIBLE_GPUS > 0, reason="needs a host without GPUs: with GPUs the replicas are the GPUs"
+)
 def test_logical_cpus_after_tensorflow_started_fail_with_the_fix():
     tf.constant(1.0)  # this process's runtime is initialised with one CPU device
     with pytest.raises(

@@ -8,7 +8,8 @@ runs the real pipeline again and checks the promise:
 - the run fails or proceeds exactly as documented (`outcome`), with a message
   matching `message` (the cause, named);
 - a failing run pushes nothing;
-- every previously pushed model is byte-identical afterwards.
+- every previously pushed model is byte-identical afterwards;
+- what the case's `check` adds (e.g. the run's own `summary.json`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,16 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import io
+import json
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from collections.abc import Callable
 
 import tensorflow as tf
@@ -26,6 +34,13 @@ import tensorflow as tf
 from components.config import ConfigError, PipelineConfig, from_dict, to_dict
 from components.data import DataError, taxi_csv_path
 from pipelines import local_runner
+from pipelines.rundir import OutputDirError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Bounds on waits for a run in a child process (a tiny run takes a few
+# minutes on two busy cores); they only stop a hung run.
+CHILD_RUN_TIMEOUT_SECONDS = 900
+CHILD_POLL_SECONDS = 0.2
 
 # Small enough for a fast run, large enough for every split and vocabulary.
 BASE_ROWS = 2000
@@ -39,10 +54,18 @@ class Case:
       name: Identifier (test id).
       what: The bad input, in words (README table).
       outcome: `rejected` (before any component runs), `fails` (a component
-        fails and the run stops) or `proceeds` (documented tolerance).
+        fails and the run stops), `proceeds` (documented tolerance) or
+        `killed` (the case kills the run part-way).
       message: Regex the error (or, for `proceeds`, nothing) must match.
       sees: What the user sees, in words (README table).
       make: Writes the bad input under a work dir and returns the config.
+      output: Given the copied output directory, the `--output` the run
+        gets (default: that directory).
+      execute: Runs the config into an output directory in its own way
+        (a child process) and returns `(outcome, detail)`; default: in
+        this process.
+      check: Given `(output dir, baseline dir)` after the run, what is
+        wrong with the output directory ('' when the promise holds).
     """
 
     name: str
@@ -51,6 +74,9 @@ class Case:
     message: str
     sees: str
     make: Callable[[str, PipelineConfig], PipelineConfig]
+    output: Callable[[str], str] | None = None
+    execute: Callable[[PipelineConfig, str], tuple[str, str]] | None = None
+    check: Callable[[str, str], str] | None = None
 
 
 @dataclasses.dataclass
@@ -62,10 +88,13 @@ class Result:
     detail: str
 
 
-def read_taxi_rows(n: int = BASE_ROWS) -> tuple[list[str], list[dict[str, str]]]:
+def read_taxi_rows(n: int | None = BASE_ROWS) -> tuple[list[str], list[dict[str, str]]]:
+    """The first `n` rows of the taxi CSV (all of them with `n=None`)."""
     with open(taxi_csv_path()) as f:
         reader = csv.DictReader(f)
-        rows = [row for _, row in zip(range(n), reader, strict=False)]
+        rows = (
+            list(reader) if n is None else [row for _, row in zip(range(n), reader, strict=False)]
+        )
         return list(reader.fieldnames), rows
 
 
@@ -254,6 +283,121 @@ def _kind_contradicted_on_eval(work: str, base: PipelineConfig) -> PipelineConfi
             elif not _eval_split(whole, base):
                 writer.write(whole)
     return with_data(base, os.path.dirname(path), fmt="tfrecord")
+
+
+def _summary(out: str) -> dict:
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f)
+
+
+def _own_failed_summary(message: str) -> Callable[[str, str], str]:
+    """The rejected run wrote its own summary.json: failed, nothing pushed, the cause named."""
+
+    def check(out: str, baseline_dir: str) -> str:
+        summary = _summary(out)
+        if summary["status"] != "failed" or summary["pushed_model"] is not None:
+            return f"summary.json still reads {summary['status']!r}, {summary['pushed_model']!r}"
+        if not re.search(message, summary.get("error", "")):
+            return f"summary.json error {summary.get('error')!r} does not match {message!r}"
+        if not os.path.isfile(summary.get("log", "")):
+            return f"summary.json names no log file: {summary.get('log')!r}"
+        return ""
+
+    return check
+
+
+def _untouched_summary(out: str, baseline_dir: str) -> str:
+    if _summary(out) != _summary(baseline_dir):
+        return "the previous run's summary.json was modified"
+    return ""
+
+
+def _not_succeeded(out: str, baseline_dir: str) -> str:
+    summary = _summary(out)
+    if summary["status"] == "succeeded" or summary["pushed_model"] is not None:
+        return f"summary.json claims {summary['status']!r} with {summary['pushed_model']!r}"
+    return ""
+
+
+def run_in_child(
+    config: PipelineConfig,
+    out: str,
+    *,
+    kill_in: tuple[str, str],
+) -> tuple[str, str]:
+    """Runs `config` into `out` in a child process and kills it part-way.
+
+    Args:
+      config: The config.
+      out: The output directory.
+      kill_in: `(node, output key)`: SIGKILL the child once `node` has
+        started and created its `output key` directory, i.e. while its
+        executor runs.
+
+    Returns:
+      `(outcome, detail)`: `killed`, or `proceeds` / `fails` when the run
+      ended before `node` started.
+    """
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from components.config import PipelineConfig
+        from pipelines import local_runner
+        try:
+            local_runner.run(PipelineConfig.from_json({config.to_json()!r}), {out!r})
+        except Exception as e:
+            print(f"RUN FAILED {{type(e).__name__}}: {{e}}", flush=True)
+            sys.exit(1)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        node, key = kill_in
+        outputs = os.path.join(out, "pipeline_root", node, key)
+        existing = set(os.listdir(outputs)) if os.path.isdir(outputs) else set()
+        deadline = time.monotonic() + CHILD_RUN_TIMEOUT_SECONDS
+        # The progress line comes first, then the launcher creates the
+        # execution's output directory and starts the executor.
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            if f"> {node} started" in line or time.monotonic() > deadline:
+                break
+        while proc.poll() is None and time.monotonic() < deadline:
+            if os.path.isdir(outputs) and set(os.listdir(outputs)) - existing:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=CHILD_RUN_TIMEOUT_SECONDS)
+                return "killed", f"killed while {node} ran (after: {lines[-1] if lines else ''})"
+            time.sleep(CHILD_POLL_SECONDS)
+        return "proceeds" if proc.returncode == 0 else "fails", (
+            f"{node} never started; exit {proc.returncode}; last: {lines[-3:]}"
+        )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=CHILD_RUN_TIMEOUT_SECONDS)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def _without_label(fields, rows):
+    return [c for c in fields if c != "big_tipper"], rows
+
+
+def _evaluator_reruns(work: str, base: PipelineConfig) -> PipelineConfig:
+    # Another threshold, so the Evaluator really executes (no cache hit).
+    fields, rows = read_taxi_rows()
+    config = with_data(base, write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows))
+    return dataclasses.replace(
+        config, evaluation=dataclasses.replace(config.evaluation, max_accuracy_drop=0.9)
+    )
 
 
 CASES: tuple[Case, ...] = (
@@ -445,6 +589,37 @@ CASES: tuple[Case, ...] = (
         "DataGate fails naming the feature, its kind and the split",
         _kind_contradicted_on_eval,
     ),
+    Case(
+        "output_not_writable",
+        "--output names a file (the pushed run's summary.json), so no run directory can be written there",
+        "rejected",
+        r"--output: '.*summary\.json' is a file, not a directory; pass --output a directory you can write to",
+        "refused before anything runs or is written, naming the path and the fix; exit 2, no traceback "
+        "(a path under a file or without write permission is refused the same way)",
+        lambda work, base: base,
+        output=lambda out: os.path.join(out, "summary.json"),
+        check=_untouched_summary,
+    ),
+    Case(
+        "rerun_rejected_summary",
+        "a re-run into a directory that holds a pushed run, rejected by the input check (no label column)",
+        "rejected",
+        r"data\.label\.name: label column 'big_tipper' is not in '.*taxi\.csv'",
+        "refused before any component runs; summary.json is this run's: status failed, the error, "
+        "no pushed_model (the previous run's result does not survive)",
+        _csv_case(_without_label),
+        check=_own_failed_summary(r"label column 'big_tipper' is not in"),
+    ),
+    Case(
+        "killed_mid_evaluator",
+        "the run is killed (SIGKILL) while the Evaluator runs",
+        "killed",
+        r"killed while Evaluator ran",
+        "nothing pushed, earlier versions intact; summary.json reads running, never succeeded",
+        _evaluator_reruns,
+        execute=lambda config, out: run_in_child(config, out, kill_in=("Evaluator", "evaluation")),
+        check=_not_succeeded,
+    ),
 )
 
 
@@ -478,9 +653,15 @@ def run_case(case: Case, baseline_dir: str, work: str, base: PipelineConfig) -> 
     outcome, detail = "proceeds", ""
     try:
         config = case.make(work, base)
-        summary = local_runner.run(config, out)
-        detail = f"status={summary['status']} pushed={summary['pushed_model']}"
-    except (ConfigError, DataError) as e:
+        if case.execute is not None:
+            outcome, detail = case.execute(config, out)
+        else:
+            # The console (progress, summary) is not the measurement here.
+            summary = local_runner.run(
+                config, case.output(out) if case.output else out, stream=io.StringIO()
+            )
+            detail = f"status={summary['status']} pushed={summary['pushed_model']}"
+    except (ConfigError, DataError, OutputDirError) as e:
         outcome, detail = "rejected", str(e)
     except RuntimeError as e:
         outcome, detail = "fails", str(e)
@@ -490,6 +671,9 @@ def run_case(case: Case, baseline_dir: str, work: str, base: PipelineConfig) -> 
     matched = outcome == case.outcome and (
         not case.message or re.search(case.message, detail) is not None
     )
+    problem = case.check(out, baseline_dir) if case.check else ""
+    if problem:
+        matched, detail = False, f"{detail} [{problem}]"
     if case.outcome == "proceeds":
         wrongly = 0
         matched = matched and len(new_versions) == 1

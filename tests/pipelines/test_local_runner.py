@@ -12,12 +12,17 @@ import dataclasses
 import io
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 from ml_metadata.proto import metadata_store_pb2
 
+from components.config import to_dict
 from components.data import taxi_csv_path
 from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
@@ -73,19 +78,74 @@ def _raw_examples_from_csv(path, raw_spec, n):
     return examples
 
 
+def _served_eval_split(output, pushed_dir, label="big_tipper", batch=512):
+    """Labels of ExampleGen's eval split and the classes the pushed model serves for them."""
+    (split,) = tf.io.gfile.glob(
+        os.path.join(output, "pipeline_root", "CsvExampleGen", "examples", "*", "Split-eval")
+    )
+    files = tf.io.gfile.glob(os.path.join(split, "*"))
+    records = [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    labels = np.array(
+        [
+            tf.train.Example.FromString(r).features.feature[label].int64_list.value[0]
+            for r in records
+        ]
+    )
+    model = tf.saved_model.load(pushed_dir)
+    serve = model.signatures["serving_default"]
+    classes = np.concatenate(
+        [
+            serve(examples=tf.constant(records[i : i + batch]))["classes"].numpy().reshape(-1)
+            for i in range(0, len(records), batch)
+        ]
+    )
+    return labels, classes
+
+
 def _serve(pushed_dir, examples):
     model = tf.saved_model.load(pushed_dir)
     outputs = model.signatures["serving_default"](examples=tf.constant(examples))
     return {k: v.numpy() for k, v in outputs.items()}
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Bound on the console script's tiny run (minutes on two busy cores); it only
+# stops a hung run.
+CLI_RUN_TIMEOUT_SECONDS = 2400
+
+
 @pytest.fixture(scope="module")
-def taxi_run(tmp_path_factory, taxi_config):
-    output = str(tmp_path_factory.mktemp("taxi_run"))
-    summary = local_runner.run(tiny(taxi_config), output, runner="beam")
+def taxi_cli_run(tmp_path_factory, taxi_config):
+    """The tiny taxi run through the console script, as a user starts it.
+
+    Returns:
+      `(output_dir, summary, completed process)`.
+    """
+    work = tmp_path_factory.mktemp("taxi_run")
+    config_path = work / "tiny_taxi.yaml"
+    config_path.write_text(yaml.safe_dump(to_dict(tiny(taxi_config))))
+    output = str(work / "out")
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "run", "--config", str(config_path)]
+        + ["--output", output],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
+        timeout=CLI_RUN_TIMEOUT_SECONDS,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    with open(os.path.join(output, "summary.json")) as f:
+        return output, json.load(f), result
+
+
+@pytest.fixture(scope="module")
+def taxi_run(taxi_cli_run):
+    output, summary, _ = taxi_cli_run
     return output, summary
 
 
+@pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_taxi_every_component_ran_and_model_was_pushed(taxi_run, taxi_config):
     output, summary = taxi_run
@@ -98,8 +158,11 @@ def test_taxi_every_component_ran_and_model_was_pushed(taxi_run, taxi_config):
     assert summary["pushed_model"] and summary["pushed_model"].startswith(
         os.path.join(output, "serving", "taxi")
     )
-    assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0
-    assert summary["metrics"]["example_count"] > 0
+    # Checked against the pushed model served on ExampleGen's eval split here,
+    # independently of TFMA.
+    labels, classes = _served_eval_split(output, summary["pushed_model"])
+    assert summary["metrics"]["example_count"] == len(labels) > 0
+    assert summary["metrics"]["accuracy"] == pytest.approx(np.mean(classes == labels), abs=1e-6)
     on_disk = json.load(open(os.path.join(output, "summary.json")))
     assert on_disk["status"] == "succeeded"
     assert set(on_disk["components"]) == set(states)
@@ -111,6 +174,35 @@ def test_taxi_every_component_ran_and_model_was_pushed(taxi_run, taxi_config):
     )
 
 
+# Console lines a successful run may print besides progress and the summary
+# (which lists every component): headroom, far below the ~180 lines of
+# library start-up noise the log file takes instead.
+MAX_CONSOLE_LINES = 60
+
+
+@pytest.mark.multiprocess
+@pytest.mark.e2e
+def test_taxi_console_shows_progress_and_summary_and_the_log_keeps_the_rest(taxi_cli_run):
+    output, summary, result = taxi_cli_run
+    out = result.stdout.splitlines()
+    for node in summary["components"]:
+        assert any(line.endswith(f"> {node} started") for line in out), (node, out)
+        assert any(f"< {node} finished (" in line for line in out), (node, out)
+    assert "Pipeline succeeded" in out
+    log = os.path.join(output, "tfxkit.log")
+    assert out[-1] == f"Full log: {log}"
+    assert summary["log"] == log
+    # No traceback (the first run's empty drift baseline included) and no
+    # library start-up noise on the console.
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    assert len(out) + len(result.stderr.splitlines()) <= MAX_CONSOLE_LINES, result
+    with open(log) as f:
+        text = f.read()
+    assert "node Transform is finished." in text
+    assert "Input resolution error" in text  # kept in the log, with its traceback
+
+
+@pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_taxi_pushed_model_serves_raw_examples(taxi_run):
     output, summary = taxi_run
@@ -128,6 +220,7 @@ def test_taxi_pushed_model_serves_raw_examples(taxi_run):
     assert set(outputs["classes"]) <= {0, 1}
 
 
+@pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_taxi_transform_wrote_the_configured_shards_and_compression(taxi_run, taxi_config):
     from components import layout as transform_layout
@@ -149,9 +242,12 @@ def test_taxi_transform_wrote_the_configured_shards_and_compression(taxi_run, ta
         assert layout.split_files(split) == files
 
 
+@pytest.mark.multiprocess
 @pytest.mark.e2e
-def test_taxi_rerun_is_served_from_cache(taxi_run, taxi_config):
-    output, first = taxi_run
+def test_taxi_rerun_is_served_from_cache(taxi_run, taxi_config, tmp_path):
+    # A copy: the shared run stays as the other tests expect it.
+    output = str(tmp_path / "out")
+    shutil.copytree(taxi_run[0], output)
     second = local_runner.run(tiny(taxi_config), output, runner="beam")
     states = _node_states(output, taxi_config.name)
     cached = {n for n, s in states.items() if s == metadata_store_pb2.Execution.CACHED}

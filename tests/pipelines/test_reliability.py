@@ -24,6 +24,7 @@ from tests.pipelines.reliability_cases import (
     baseline_config,
     read_taxi_rows,
     run_case,
+    run_in_child,
     serving_versions,
 )
 
@@ -42,7 +43,12 @@ def baseline(tmp_path_factory, taxi_config):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize(
+    "case",
+    # A case run in a child process starts processes.
+    [pytest.param(c, marks=[pytest.mark.multiprocess] if c.execute else []) for c in CASES],
+    ids=[c.name for c in CASES],
+)
 def test_bad_input_behaves_as_documented(case, baseline, tmp_path):
     baseline_dir, config = baseline
     result = run_case(case, baseline_dir, str(tmp_path), config)
@@ -52,6 +58,7 @@ def test_bad_input_behaves_as_documented(case, baseline, tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.multiprocess
 def test_concurrent_run_on_same_root_is_refused_and_metadata_stays_intact(baseline, tmp_path):
     baseline_dir, config = baseline
     out = str(tmp_path / "out")
@@ -92,6 +99,7 @@ def test_concurrent_run_on_same_root_is_refused_and_metadata_stays_intact(baseli
 
 
 @pytest.mark.e2e
+@pytest.mark.multiprocess
 def test_transform_killed_mid_run_then_rerun_consumes_no_partial_artifact(
     baseline, tmp_path, taxi_config
 ):
@@ -101,29 +109,10 @@ def test_transform_killed_mid_run_then_rerun_consumes_no_partial_artifact(
         config, transform=dataclasses.replace(config.transform, compression="none")
     )
     out = str(tmp_path / "out")
-    script = textwrap.dedent(
-        f"""
-        from components.config import PipelineConfig
-        from pipelines import local_runner
-        local_runner.run(PipelineConfig.from_json({config.to_json()!r}), {out!r})
-        """
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line or "> Transform started" in line:
-                break
-        assert proc.poll() is None, "the run ended before Transform started"
-        time.sleep(3)  # inside Transform's Beam job
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=60)
+    # Killed once Transform's execution has created its output directory,
+    # i.e. while its executor (the Beam job) runs.
+    outcome, detail = run_in_child(config, out, kill_in=("Transform", "transformed_examples"))
+    assert outcome == "killed", detail
 
     store = open_store(os.path.join(out, "metadata.sqlite"))
     killed = latest_run_executions(store, config.name)["Transform"]
@@ -160,6 +149,7 @@ class _Capture(logging.Handler):
 
 
 @pytest.mark.e2e
+@pytest.mark.multiprocess
 def test_trainer_killed_after_a_backup_resumes_on_rerun(baseline, tmp_path):
     _, config = baseline
     # Enough steps that the Trainer is still running after its first backup.

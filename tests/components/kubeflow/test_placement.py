@@ -193,6 +193,7 @@ def test_kubernetes_executor_config_has_the_node_selector_and_tolerations():
     assert kube.kubernetes_executor_config(Placement()).ByteSize() == 0
 
 
+@pytest.mark.multiprocess
 def test_the_module_is_pure():
     """`components.config` imports it to validate: no config, TFX, kfp, kubernetes or TF at import time."""
     heavy = [

@@ -27,9 +27,9 @@ from tests.components.kubeflow.kube_api import (
     tfjob_status,
     unknown_fields,
 )
-from tests.conftest import SHARED_DATA
+from tests.conftest import shared_file
 
-CRD_PATH = os.path.join(os.path.dirname(SHARED_DATA), "kubeflow", "tfjob-crd-v1.9.0.yaml")
+CRD_NAME = "tfjob-crd-v1.9.0.yaml"
 TFJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
 INVOCATION_URI = "gs://bucket/root/Trainer/model_run/7/tfjob_invocation.json"
 
@@ -41,9 +41,7 @@ INVOCATION_URI = "gs://bucket/root/Trainer/model_run/7/tfjob_invocation.json"
 
 @pytest.fixture(scope="module")
 def tfjob_schema():
-    if not os.path.exists(CRD_PATH):
-        pytest.skip(f"the TFJob CRD is missing at {CRD_PATH} (../shared/kubeflow/ beside the repo)")
-    return crd_schema(CRD_PATH, tfjob.GROUP, tfjob.VERSION, tfjob.PLURAL)
+    return crd_schema(shared_file("kubeflow", CRD_NAME), tfjob.GROUP, tfjob.VERSION, tfjob.PLURAL)
 
 
 GPU_PLACEMENT = Placement(
@@ -309,6 +307,21 @@ def test_failure_surfaces_replica_status_and_pod_reasons_and_keeps_the_job(mw_ma
     ]
 
 
+class _FakeClock:
+    """Monotonic seconds that advance only when the code under test sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
 def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
     states = [tfjob_status(condition("Created"), Worker={"active": 0})]
     pods = [
@@ -318,21 +331,27 @@ def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
             unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
         )
     ]
+    clock = _FakeClock()
     with FakeKubernetes(states, pods) as fake:
         with pytest.raises(tfjob.TFJobTimeout) as err:
             tfjob.run(
                 mw_manifest,
                 api_client(fake.host),
-                timeout_seconds=0.3,
-                poll_seconds=0.05,
+                timeout_seconds=30,
+                poll_seconds=5,
                 log=lambda _: None,
+                clock=clock,
+                sleep=clock.sleep,
             )
     message = str(err.value)
-    assert "did not finish within kubeflow.tfjob_timeout_seconds=0.3" in message
+    assert "did not finish within kubeflow.tfjob_timeout_seconds=30" in message
     assert "unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in message
     assert fake.calls()[-1] == ("DELETE", f"{JOB}/taxi-trainer-abc")
+    # Polled at t = 0, 5, ..., 30 of the injected clock, then gave up: the wait
+    # is bounded by the timeout, not by how fast this host answers.
+    assert clock.sleeps == [5] * 6
     gets = [c for c in fake.calls() if c[0] == "GET" and "tfjobs" in c[1]]
-    assert 2 <= len(gets) <= 20  # polled, and the wait was bounded
+    assert len(gets) == 7
 
 
 def test_transient_read_errors_are_retried(mw_manifest):

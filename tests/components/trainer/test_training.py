@@ -32,10 +32,15 @@ from components.config import CONFIG_KEY, ConfigError
 from components.models import accumulate_gradients
 from components.trainer import run_fn, training
 from tests.components.trainer import penguins
+from tests.conftest import shared_file
 
 ATOL = 1e-5
 # Bound on every wait for a subprocess (import + train + export on 2 busy cores).
 PROCESS_TIMEOUT_S = 300
+# Worker processes see no GPU: the strategies under test here place replicas
+# on logical CPU devices, and the expectations (devices, equal weights) are
+# the CPU's on every host.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
 REPO_ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 )
@@ -48,6 +53,7 @@ REPO_ROOT = os.path.dirname(
 
 @pytest.fixture(scope="module")
 def penguin_data(tmp_path_factory):
+    shared_file("data", os.path.basename(penguins.PENGUINS_CSV))
     root = str(tmp_path_factory.mktemp("penguins"))
     config = penguins.penguins_config()
     return config, penguins.materialize(config, os.path.join(root, "data")), root
@@ -59,7 +65,17 @@ def inputs_for(penguin_data, name, config) -> training.TrainingInputs:
 
 
 def one_device():
-    return strategies.create_strategy(penguins.penguins_config().strategy, environ={})
+    """One device, pinned to the CPU.
+
+    The equivalence tests compare against subprocesses that train on logical
+    CPU devices (`CPU_ONLY`); on a host with a GPU the default device would
+    be the GPU, whose float math (TF32 matmuls among it) differs by more
+    than `ATOL`.
+    """
+    choice = strategies.create_strategy(penguins.penguins_config().strategy, environ={})
+    return dataclasses.replace(
+        choice, strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), devices=("/cpu:0",)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +121,7 @@ def start_worker(jobs, root, name, env=None, log=None, unset=()) -> tuple[subpro
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.components.trainer.worker", spec],
         cwd=REPO_ROOT,
-        env={**inherited, **(env or {})},
+        env={**inherited, **CPU_ONLY, **(env or {})},
         stdout=log or subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )

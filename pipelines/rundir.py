@@ -1,0 +1,180 @@
+"""The output directory of a local run: checked, locked, and its full log kept.
+
+Nothing here imports TensorFlow: the console script checks `--output`, takes
+the lock and starts the log before the heavy imports, so that TensorFlow's
+start-up lines land in the log file rather than on the console.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import io
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+
+LOG_NAME = "tfxkit.log"
+
+
+class OutputDirError(ValueError):
+    """`--output` cannot be used as a run's output directory."""
+
+
+class ConcurrentRunError(RuntimeError):
+    """Another run holds the output directory (pipeline root + ML Metadata)."""
+
+
+def check_output_dir(path: str) -> str:
+    """Creates `path` if needed and proves it is a directory this process can write.
+
+    Args:
+      path: The `--output` directory.
+
+    Returns:
+      The absolute path.
+
+    Raises:
+      OutputDirError: naming the path, what is wrong and the fix.
+    """
+    path = os.path.abspath(path)
+    fix = "pass --output a directory you can write to (it is created if missing)"
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputDirError(f"--output: {path!r} is a file, not a directory; {fix}")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise OutputDirError(
+            f"--output: cannot create {path!r}: {existing!r} is a file, not a directory; {fix}"
+        )
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".tfxkit-write-check-{uuid.uuid4().hex}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        reason = {
+            errno.EACCES: "permission denied",
+            errno.EPERM: "permission denied",
+            errno.EROFS: "read-only file system",
+            errno.ENOSPC: "no space left on device",
+            errno.EDQUOT: "disk quota exceeded",
+        }.get(e.errno, e.strerror or type(e).__name__)
+        where = e.filename if isinstance(e.filename, str) else path
+        raise OutputDirError(
+            f"--output: cannot write to {path!r} ({reason}: {where!r}); {fix}"
+        ) from None
+    return path
+
+
+_HELD: set[str] = set()
+
+
+@contextlib.contextmanager
+def exclusive_run(output_dir: str) -> Iterator[None]:
+    """Holds an exclusive lock on `output_dir` for the duration of a run.
+
+    Two orchestrators writing one SQLite ML Metadata store and one pipeline
+    root at once can interleave executions and fail with "database is
+    locked" half-way; the second run is refused up front instead. The lock is
+    an `flock`, so the kernel releases it when a killed run's process dies.
+    Re-entrant within a process: the console script takes it before its
+    imports, and `local_runner.run` takes it again.
+
+    Raises:
+      ConcurrentRunError: naming the process that holds the lock.
+    """
+    output_dir = os.path.abspath(output_dir)
+    if output_dir in _HELD:
+        yield
+        return
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, ".tfxkit.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise ConcurrentRunError(
+                f"another tfxkit run (pid {holder}) is using {output_dir}; "
+                "wait for it to finish or pass a different --output"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        _HELD.add(output_dir)
+        try:
+            yield
+        finally:
+            _HELD.discard(output_dir)
+    finally:
+        os.close(fd)
+
+
+class RunLog:
+    """Where a run's output goes.
+
+    Attributes:
+      path: The log file.
+      file: A text stream appending to it (for log records).
+      out: The console's standard output (progress, summary).
+      err: The console's standard error (warnings that matter, errors).
+    """
+
+    def __init__(self, path: str, file: io.TextIOBase, out: io.TextIOBase, err: io.TextIOBase):
+        self.path, self.file, self.out, self.err = path, file, out, err
+
+
+_ACTIVE: list[RunLog] = []
+
+
+def _console(fd: int) -> io.TextIOBase:
+    return io.TextIOWrapper(
+        os.fdopen(os.dup(fd), "wb", buffering=0), encoding="utf-8", line_buffering=True
+    )
+
+
+@contextlib.contextmanager
+def log_to_file(output_dir: str) -> Iterator[RunLog]:
+    """Sends everything the process writes to file descriptors 1 and 2 into
+    `<output_dir>/tfxkit.log` (library start-up lines, TensorFlow's C++ log,
+    Python warnings, Keras progress) and yields the console streams, which
+    the run uses for progress, warnings that matter and the summary.
+
+    Re-entrant: an inner call yields the outer call's `RunLog`. File
+    descriptors are restored on exit.
+    """
+    if _ACTIVE:
+        yield _ACTIVE[-1]
+        return
+    path = os.path.join(os.path.abspath(output_dir), LOG_NAME)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    out, err = _console(1), _console(2)
+    run_log = RunLog(path, _console(log_fd), out, err)
+    try:
+        for fd in (1, 2):
+            os.dup2(log_fd, fd)
+        _ACTIVE.append(run_log)
+        yield run_log
+    finally:
+        if run_log in _ACTIVE:
+            _ACTIVE.remove(run_log)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(log_fd)
+        for stream in (run_log.file, out, err):
+            with contextlib.suppress(Exception):
+                stream.flush()
+                stream.close()

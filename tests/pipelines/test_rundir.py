@@ -1,0 +1,120 @@
+"""The output directory of a run: checked before use, locked, and logging to its file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+from pipelines import rundir
+
+# Root writes through directory permissions; the check then runs as this user.
+NOBODY = 65534
+
+
+def test_output_that_is_a_file_is_refused_naming_it(tmp_path):
+    path = tmp_path / "results.txt"
+    path.write_text("keep me")
+    with pytest.raises(
+        rundir.OutputDirError,
+        match=rf"--output: '{path}' is a file, not a directory; pass --output a directory",
+    ):
+        rundir.check_output_dir(str(path))
+    assert path.read_text() == "keep me"
+
+
+def test_output_under_a_file_is_refused_naming_the_file(tmp_path):
+    blocker = tmp_path / "runs"
+    blocker.write_text("keep me")
+    with pytest.raises(
+        rundir.OutputDirError,
+        match=rf"--output: cannot create '{blocker}/taxi/today': '{blocker}' is a file",
+    ):
+        rundir.check_output_dir(str(blocker / "taxi" / "today"))
+    assert blocker.read_text() == "keep me"
+
+
+def test_missing_output_is_created(tmp_path):
+    path = tmp_path / "a" / "b"
+    assert rundir.check_output_dir(str(path)) == str(path)
+    assert path.is_dir() and list(path.iterdir()) == []
+
+
+def _check_as_unprivileged(path: str) -> str:
+    """`check_output_dir(path)`'s error in a forked child that cannot bypass
+    permissions (it drops to `nobody` when the tests run as root)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: plain system calls only, then _exit
+        os.close(read)
+        try:
+            if os.geteuid() == 0:
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            rundir.check_output_dir(path)
+            message = "no error"
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            message = f"{type(e).__name__}: {e}"
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as f:
+            return f.read().decode()
+    finally:
+        os.waitpid(pid, 0)
+
+
+@pytest.mark.multiprocess
+def test_unwritable_output_is_refused_naming_it_and_the_reason(tmp_path):
+    # Reachable by the unprivileged child: pytest's base temp dir is 0700.
+    top = tempfile.mkdtemp(prefix="tfxkit-ro-")
+    readonly = os.path.join(top, "out")
+    try:
+        os.chmod(top, 0o755)
+        os.mkdir(readonly)
+        os.chmod(readonly, 0o555)
+        message = _check_as_unprivileged(os.path.join(readonly, "run"))
+    finally:
+        os.chmod(readonly, 0o755)
+        os.rmdir(readonly)
+        os.rmdir(top)
+    assert message.startswith(
+        f"OutputDirError: --output: cannot write to '{readonly}/run' (permission denied"
+    ), message
+    assert message.endswith("pass --output a directory you can write to (it is created if missing)")
+
+
+def test_log_to_file_takes_file_descriptors_and_gives_them_back(tmp_path, capfd):
+    with rundir.log_to_file(str(tmp_path)) as run_log:
+        os.write(1, b"library noise on stdout\n")
+        os.write(2, b"library noise on stderr\n")
+        print("progress line", file=run_log.out)
+        print("a warning that matters", file=run_log.err)
+        with rundir.log_to_file(str(tmp_path / "inner")) as inner:
+            assert inner is run_log  # nested runs share the outer log
+    os.write(1, b"after\n")
+    captured = capfd.readouterr()
+    assert captured.out == "progress line\nafter\n"
+    assert captured.err == "a warning that matters\n"
+    log = (tmp_path / rundir.LOG_NAME).read_text()
+    assert "library noise on stdout\n" in log and "library noise on stderr\n" in log
+    assert "progress line" not in log
+    assert run_log.path == str(tmp_path / rundir.LOG_NAME)
+
+
+def test_log_to_file_starts_a_new_log_each_run(tmp_path):
+    for text in (b"first run\n", b"second run\n"):
+        with rundir.log_to_file(str(tmp_path)):
+            os.write(2, text)
+    assert (tmp_path / rundir.LOG_NAME).read_text() == "second run\n"
+
+
+def test_exclusive_run_is_reentrant_in_one_process(tmp_path):
+    with rundir.exclusive_run(str(tmp_path)):
+        with rundir.exclusive_run(str(tmp_path)):
+            pass
+        # Still held by the outer context after the inner one ended.
+        assert str(tmp_path) in rundir._HELD
+    assert str(tmp_path) not in rundir._HELD

@@ -1,5 +1,12 @@
 """Trainer executor: validates the config first, then runs TFX's GenericExecutor.
 
+With a user module (drop-in, see `components.dropin`), the user's `run_fn`
+runs inside the configured strategy's scope and Keras precision policy, with
+`fn_args.data_accessor.tf_dataset_factory` backed by tfxkit's input pipeline
+(`components.trainer.data_accessor`); on a multi-worker job only the chief's
+`serving_model_dir` is the model artifact (the others save to scratch), and a
+`backup_and_restore(fn_args)` backup is removed after the chief's export.
+
 On Kubeflow, a multi-worker strategy trains through a TFJob instead (see
 `components.kubeflow.tfjob`): the step submits and watches the job, and each
 replica runs this module (`python -m components.trainer.executor`) on the
@@ -12,14 +19,19 @@ import json
 import os
 import tempfile
 
+import tensorflow as tf
 from absl import logging
 from tfx.components.trainer import executor as tfx_trainer_executor
+from tfx.components.util import udf_utils
 from tfx.dsl.components.base import base_executor
+from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 
+from components import dropin, legacy_keras, models, strategies
 from components.config import from_custom_config
 from components.kubeflow import env as tfxkit_env
 from components.kubeflow import tfjob
+from components.trainer import data_accessor
 
 
 class Executor(tfx_trainer_executor.GenericExecutor):
@@ -38,7 +50,56 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             )
             tfjob.launch(config, invocation, model_run, os.environ, log=logging.info)
             return
+        settings = dropin.settings_from_custom_config(
+            exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
+        )
+        if settings is not None:
+            self._run_user_module(settings, input_dict, output_dict, exec_properties)
+            return
         super().Do(input_dict, output_dict, exec_properties)
+
+    def _run_user_module(self, settings, input_dict, output_dict, exec_properties) -> None:
+        """Runs the user's `run_fn` under the configured strategy, with the fast data accessor."""
+        self._log_startup(input_dict, output_dict, exec_properties)
+        # Before the user module is imported: it must see tf_keras as tf.keras.
+        legacy_keras.ensure_legacy_keras()
+        choice = strategies.create_strategy(settings.strategy)
+        if choice.role == strategies.ROLE_SERVER:
+            logging.info("Trainer: serving as %s:%d", choice.task_type, choice.task_id)
+            strategies.start_server(choice.tf_config).join()
+            return
+        if choice.role == strategies.ROLE_EVALUATOR:
+            logging.info("Trainer: evaluator task; the Evaluator component evaluates the export")
+            return
+        fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
+        fn_args.data_accessor = data_accessor.tfxkit_data_accessor(
+            fn_args,
+            input_dict[standard_component_specs.EXAMPLES_KEY],
+            settings,
+            num_workers=choice.tf_config.num_workers if choice.tf_config else 1,
+        )
+        serving_dir = fn_args.serving_model_dir
+        if not choice.is_chief:
+            # Every worker must save (a collective), only the chief into the artifact.
+            fn_args.serving_model_dir = os.path.join(
+                fn_args.model_run_dir, f"export-{choice.task_type}-{choice.task_id}"
+            )
+        run_fn = udf_utils.get_fn(exec_properties, "run_fn")
+        logging.info("Trainer: running the user run_fn under %s", choice.describe())
+        with models.precision_policy(settings.mixed_precision), choice.strategy.scope():
+            run_fn(fn_args)
+        if not choice.is_chief:
+            if tf.io.gfile.exists(fn_args.serving_model_dir):
+                tf.io.gfile.rmtree(fn_args.serving_model_dir)
+            return
+        if not fileio.exists(serving_dir):
+            raise RuntimeError(
+                f"run_fn: the user run_fn wrote no model to fn_args.serving_model_dir ({serving_dir})"
+            )
+        backup = dropin.backup_dir(fn_args)
+        if tf.io.gfile.exists(backup):
+            tf.io.gfile.rmtree(backup)
+            logging.info("Trainer: removed the training backup %s after export", backup)
 
 
 def main() -> None:

@@ -96,9 +96,17 @@ def make_tf_dataset_factory(
         # The reader always splits off a label; without one it is put back.
         split_key = label_key or sorted(produced)[0]
         tuned = settings.ingestion
-        deterministic = tuned.deterministic or (
-            not options.sloppy_ordering
-            and (not options.shuffle or options.shuffle_seed is not None)
+        epochs = options.num_epochs
+        # A finite number of passes must be exact: the reader's non-deterministic
+        # mode has been seen to cross a pass boundary early, so it reads
+        # deterministically then (as stock does unless `sloppy_ordering`).
+        deterministic = (
+            tuned.deterministic
+            or epochs is not None
+            or (
+                not options.sloppy_ordering
+                and (not options.shuffle or options.shuffle_seed is not None)
+            )
         )
         config = dataclasses.replace(
             tuned,
@@ -110,7 +118,6 @@ def make_tf_dataset_factory(
             prefetch=tuned.prefetch or max(0, options.prefetch_buffer_size),
             deterministic=deterministic,
         )
-        epochs = options.num_epochs
         # One unshuffled pass is the reader's evaluation mode; anything else
         # its training mode (shuffled if asked, repeated forever, full batches).
         single_pass = epochs == 1 and not options.shuffle

@@ -15,6 +15,7 @@ step's invocation, with the `TF_CONFIG` the training operator gives it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -85,9 +86,22 @@ class Executor(tfx_trainer_executor.GenericExecutor):
                 fn_args.model_run_dir, f"export-{choice.task_type}-{choice.task_id}"
             )
         run_fn = udf_utils.get_fn(exec_properties, "run_fn")
-        logging.info("Trainer: running the user run_fn under %s", choice.describe())
-        with models.precision_policy(settings.mixed_precision), choice.strategy.scope():
-            run_fn(fn_args)
+        scope = strategy_scope(settings, choice)
+        logging.info(
+            "Trainer: running the user run_fn %s",
+            f"under {choice.describe()}" if scope else "as stock TFX does (one device, no scope)",
+        )
+        with models.precision_policy(settings.mixed_precision), scope or contextlib.nullcontext():
+            try:
+                run_fn(fn_args)
+            except RuntimeError as e:
+                if scope and "Mixing different tf.distribute.Strategy" in str(e):
+                    raise RuntimeError(
+                        f"strategy.kind: the user run_fn enters its own tf.distribute strategy inside the "
+                        f"configured one ({choice.kind}); remove the run_fn's strategy, or leave "
+                        f"strategy.kind 'auto' on one device to keep it: {e}"
+                    ) from e
+                raise
         if not choice.is_chief:
             if tf.io.gfile.exists(fn_args.serving_model_dir):
                 tf.io.gfile.rmtree(fn_args.serving_model_dir)
@@ -100,6 +114,20 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         if tf.io.gfile.exists(backup):
             tf.io.gfile.rmtree(backup)
             logging.info("Trainer: removed the training backup %s after export", backup)
+
+
+def strategy_scope(settings, choice: strategies.StrategyChoice):
+    """The scope a user run_fn runs in, or None to run it as stock TFX does.
+
+    `auto` resolving to a single replica (one device, no cluster) is what
+    stock TFX gives a run_fn, so no scope is entered: a run_fn that creates
+    and enters its own strategy (TFX's penguin example does) keeps working.
+    Any configured kind, or `auto` finding several devices or a cluster,
+    runs the run_fn inside that strategy's scope.
+    """
+    if settings.strategy.kind == "auto" and choice.num_replicas == 1 and choice.tf_config is None:
+        return None
+    return choice.strategy.scope()
 
 
 def main() -> None:

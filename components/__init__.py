@@ -1,10 +1,10 @@
 """tfxkit components: config-driven Transform, distributed Trainer, distillation.
 
-TFX 1.16 runs on tf_keras (Keras 2): importing tensorflow_transform sets
-TF_USE_LEGACY_KERAS=1. Setting it here too keeps one Keras in every process
-that imports this package, whatever it imported first.
+TFX 1.16 runs on tf_keras (Keras 2). Importing this package makes `tf.keras`
+tf_keras in this process, whatever was imported first (see
+`components.legacy_keras`).
 """
 
-import os
+from components.legacy_keras import ensure_legacy_keras
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+ensure_legacy_keras()

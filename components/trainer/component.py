@@ -1,47 +1,115 @@
-"""The Trainer component: stock TFX Trainer spec, tfxkit executor and run_fn."""
+"""The Trainer component: TFX 1.16's Trainer, argument for argument, plus tfxkit settings.
+
+Every argument of `tfx.components.Trainer` is accepted with its stock meaning,
+so a stock pipeline swaps the import and keeps its module file. Without a
+module the Trainer trains the configured model (`config` must then be a full
+`PipelineConfig`); with one (`module_file`, or a `run_fn` path) the user's
+`run_fn` runs under the configured strategy and gets tfxkit's input pipeline
+through `fn_args.data_accessor` (see `components.dropin`).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 from tfx.types import BaseChannel
 
-from components.config import CONFIG_KEY, PipelineConfig
+from components import dropin
+from components.config import CONFIG_KEY, ConfigError, PipelineConfig
 from components.trainer import executor
 
 DEFAULT_RUN_FN = "components.trainer.run_fn.run_fn"
 
 
 class Trainer(tfx.components.Trainer):
-    """Trains the configured model; a user `module_file` / `run_fn` still works.
+    """Trains the configured model, or the user's `run_fn` under tfxkit's strategy and input pipeline.
 
-    The validated `PipelineConfig` travels as JSON under one `custom_config`
-    key; user-supplied `custom_config` entries are kept beside it.
+    Args:
+      examples, transformed_examples, transform_graph, schema, base_model,
+        hyperparameters, module_file, run_fn, train_args, eval_args,
+        custom_config, custom_executor_spec: As for `tfx.components.Trainer`.
+      config: tfxkit settings. Without a user module: the `PipelineConfig`
+        whose model is trained (required). With one: None (every default),
+        `components.dropin.DropInSettings`, a mapping of its fields, or a
+        `PipelineConfig` (its data section is not used).
+
+    Raises:
+      ConfigError: at construction, naming the argument: a missing module
+        file or one without `run_fn`, an unknown `run_fn` path, zero
+        `train_args` steps, settings contradicting `train_args`, or the
+        generated model asked for without a full config.
     """
 
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
     def __init__(
         self,
-        config: PipelineConfig,
-        examples: BaseChannel,
+        examples: BaseChannel | None = None,
+        transformed_examples: BaseChannel | None = None,
         transform_graph: BaseChannel | None = None,
         schema: BaseChannel | None = None,
         base_model: BaseChannel | None = None,
-        module_file: str | None = None,
-        run_fn: str | None = None,
-        custom_config: dict | None = None,
+        hyperparameters: BaseChannel | None = None,
+        module_file: Any = None,
+        run_fn: Any = None,
+        train_args: Any = None,
+        eval_args: Any = None,
+        custom_config: Any = None,
+        custom_executor_spec: Any = None,
+        *,
+        config: Any = None,
     ):
-        if module_file is None and run_fn is None:
+        user_module = module_file is not None or run_fn is not None
+        if module_file is not None and run_fn is not None:
+            raise ConfigError("run_fn: give either module_file or run_fn, not both")
+        if custom_executor_spec is not None:
+            raise ConfigError(
+                "custom_executor_spec: the tfxkit Trainer runs its own executor; use "
+                "tfx.components.Trainer for another one"
+            )
+        if user_module:
+            full, settings = dropin.resolve_settings(config)
+            dropin.check_module_file(module_file, {"run_fn": "module_file"})
+            dropin.check_function_path(run_fn, "run_fn")
+            if full is not None and full.train.grad_accum_steps > 1:
+                raise ConfigError(
+                    "config.train.grad_accum_steps: gradient accumulation needs the tfxkit model "
+                    "(a user run_fn compiles and fits its own); set it to 1"
+                )
+            dropin.check_steps(train_args, eval_args, full)
+            custom_config = dropin.with_settings(custom_config, settings, full)
+        else:
+            if not isinstance(config, PipelineConfig):
+                raise ConfigError(
+                    "config: without module_file or run_fn the Trainer trains the configured model and "
+                    f"needs a PipelineConfig with a data section, got {type(config).__name__}; give "
+                    "module_file or run_fn to train your own model"
+                )
+            dropin.check_steps(train_args, eval_args, config)
+            if custom_config is not None and not isinstance(custom_config, dict):
+                raise ConfigError(
+                    f"custom_config: expected a dict, got {type(custom_config).__name__}"
+                )
+            custom_config = {**(custom_config or {}), CONFIG_KEY: config.to_json()}
             run_fn = DEFAULT_RUN_FN
+            train_args = train_args or tfx.proto.TrainArgs(
+                splits=["train"], num_steps=config.train.train_steps
+            )
+            eval_args = eval_args or tfx.proto.EvalArgs(
+                splits=["eval"], num_steps=config.train.eval_steps
+            )
         super().__init__(
             examples=examples,
+            transformed_examples=transformed_examples,
             transform_graph=transform_graph,
             schema=schema,
             base_model=base_model,
+            hyperparameters=hyperparameters,
             module_file=module_file,
             run_fn=run_fn,
-            train_args=tfx.proto.TrainArgs(splits=["train"], num_steps=config.train.train_steps),
-            eval_args=tfx.proto.EvalArgs(splits=["eval"], num_steps=config.train.eval_steps),
-            custom_config={**(custom_config or {}), CONFIG_KEY: config.to_json()},
+            train_args=train_args,
+            eval_args=eval_args,
+            custom_config=custom_config,
         )

@@ -1,5 +1,12 @@
 """Trainer executor: validates the config first, then runs TFX's GenericExecutor.
 
+With a user module (drop-in, see `components.dropin`), the user's `run_fn`
+runs inside the configured strategy's scope and Keras precision policy, with
+`fn_args.data_accessor.tf_dataset_factory` backed by tfxkit's input pipeline
+(`components.trainer.data_accessor`); on a multi-worker job only the chief's
+`serving_model_dir` is the model artifact (the others save to scratch), and a
+`backup_and_restore(fn_args)` backup is removed after the chief's export.
+
 On Kubeflow, a multi-worker strategy trains through a training job instead
 (a TrainJob or a TFJob, see `components.kubeflow.jobs`): the step submits and
 watches the job, and each replica runs this module (`python -m
@@ -10,18 +17,24 @@ the training operator gives it or, on a TrainJob, the one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 
+import tensorflow as tf
 from absl import logging
 from tfx.components.trainer import executor as tfx_trainer_executor
+from tfx.components.util import udf_utils
 from tfx.dsl.components.base import base_executor
+from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 
+from components import dropin, legacy_keras, models, strategies
 from components.config import from_custom_config
 from components.kubeflow import env as tfxkit_env
 from components.kubeflow import jobs
+from components.trainer import data_accessor
 
 
 class Executor(tfx_trainer_executor.GenericExecutor):
@@ -40,7 +53,83 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             )
             jobs.launch(config, invocation, model_run, os.environ, log=logging.info)
             return
+        settings = dropin.settings_from_custom_config(
+            exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
+        )
+        if settings is not None:
+            self._run_user_module(settings, input_dict, output_dict, exec_properties)
+            return
         super().Do(input_dict, output_dict, exec_properties)
+
+    def _run_user_module(self, settings, input_dict, output_dict, exec_properties) -> None:
+        """Runs the user's `run_fn` under the configured strategy, with the fast data accessor."""
+        self._log_startup(input_dict, output_dict, exec_properties)
+        # Before the user module is imported: it must see tf_keras as tf.keras.
+        legacy_keras.ensure_legacy_keras()
+        choice = strategies.create_strategy(settings.strategy)
+        if choice.role == strategies.ROLE_SERVER:
+            logging.info("Trainer: serving as %s:%d", choice.task_type, choice.task_id)
+            strategies.start_server(choice.tf_config).join()
+            return
+        if choice.role == strategies.ROLE_EVALUATOR:
+            logging.info("Trainer: evaluator task; the Evaluator component evaluates the export")
+            return
+        fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
+        fn_args.data_accessor = data_accessor.tfxkit_data_accessor(
+            fn_args,
+            input_dict[standard_component_specs.EXAMPLES_KEY],
+            settings,
+            num_workers=choice.tf_config.num_workers if choice.tf_config else 1,
+        )
+        serving_dir = fn_args.serving_model_dir
+        if not choice.is_chief:
+            # Every worker must save (a collective), only the chief into the artifact.
+            fn_args.serving_model_dir = os.path.join(
+                fn_args.model_run_dir, f"export-{choice.task_type}-{choice.task_id}"
+            )
+        run_fn = udf_utils.get_fn(exec_properties, "run_fn")
+        scope = strategy_scope(settings, choice)
+        logging.info(
+            "Trainer: running the user run_fn %s",
+            f"under {choice.describe()}" if scope else "as stock TFX does (one device, no scope)",
+        )
+        with models.precision_policy(settings.mixed_precision), scope or contextlib.nullcontext():
+            try:
+                run_fn(fn_args)
+            except RuntimeError as e:
+                if scope and "Mixing different tf.distribute.Strategy" in str(e):
+                    raise RuntimeError(
+                        f"strategy.kind: the user run_fn enters its own tf.distribute strategy inside the "
+                        f"configured one ({choice.kind}); remove the run_fn's strategy, or leave "
+                        f"strategy.kind 'auto' on one device to keep it: {e}"
+                    ) from e
+                raise
+        if not choice.is_chief:
+            if tf.io.gfile.exists(fn_args.serving_model_dir):
+                tf.io.gfile.rmtree(fn_args.serving_model_dir)
+            return
+        if not fileio.exists(serving_dir):
+            raise RuntimeError(
+                f"run_fn: the user run_fn wrote no model to fn_args.serving_model_dir ({serving_dir})"
+            )
+        backup = dropin.backup_dir(fn_args)
+        if tf.io.gfile.exists(backup):
+            tf.io.gfile.rmtree(backup)
+            logging.info("Trainer: removed the training backup %s after export", backup)
+
+
+def strategy_scope(settings, choice: strategies.StrategyChoice):
+    """The scope a user run_fn runs in, or None to run it as stock TFX does.
+
+    `auto` resolving to a single replica (one device, no cluster) is what
+    stock TFX gives a run_fn, so no scope is entered: a run_fn that creates
+    and enters its own strategy (TFX's penguin example does) keeps working.
+    Any configured kind, or `auto` finding several devices or a cluster,
+    runs the run_fn inside that strategy's scope.
+    """
+    if settings.strategy.kind == "auto" and choice.num_replicas == 1 and choice.tf_config is None:
+        return None
+    return choice.strategy.scope()
 
 
 def main() -> None:

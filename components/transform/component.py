@@ -1,39 +1,92 @@
-"""The Transform component: stock TFX Transform spec driven by the feature config."""
+"""The Transform component: TFX 1.16's Transform, argument for argument, plus tfxkit output.
+
+Every argument of `tfx.components.Transform` is accepted with its stock
+meaning, so a stock pipeline swaps the import and keeps its module file.
+Without a module the `preprocessing_fn` is generated from the feature config
+(`config` must then be a full `PipelineConfig`); either way the transformed
+examples are written ingestion-ready (shards, compression, optional packing,
+`tfxkit_layout.json`) unless `stock_output` is set in the drop-in settings.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 from tfx.types import BaseChannel
 
-from components.config import CONFIG_KEY, PipelineConfig
+from components import dropin
+from components.config import CONFIG_KEY, ConfigError, PipelineConfig
 from components.transform import executor
 
 DEFAULT_PREPROCESSING_FN = "components.transform.preprocessing.preprocessing_fn"
 
 
 class Transform(tfx.components.Transform):
-    """Transform whose `preprocessing_fn` is generated from the feature config.
+    """Transform whose output is ingestion-ready; a user module works unchanged.
 
-    A user `module_file` or `preprocessing_fn` still works (stock behaviour);
-    splits config and the analyzer cache are passed through unchanged.
+    Args:
+      examples, schema, module_file, preprocessing_fn, splits_config,
+        analyzer_cache, materialize, disable_analyzer_cache,
+        force_tf_compat_v1, custom_config, disable_statistics,
+        stats_options_updater_fn: As for `tfx.components.Transform`.
+      config: tfxkit settings. Without a user module: the `PipelineConfig`
+        whose features generate the `preprocessing_fn` (required). With one:
+        None (every default), `components.dropin.DropInSettings`, a mapping of
+        its fields, or a `PipelineConfig` (its data section is not used).
+
+    Raises:
+      ConfigError: at construction, naming the argument: a missing module
+        file, one without `preprocessing_fn` (or the named
+        `stats_options_updater_fn`), an unknown function path, or the
+        generated `preprocessing_fn` asked for without a full config.
     """
 
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(
         self,
-        config: PipelineConfig,
         examples: BaseChannel,
         schema: BaseChannel,
-        module_file: str | None = None,
-        preprocessing_fn: str | None = None,
-        splits_config=None,
+        module_file: Any = None,
+        preprocessing_fn: Any = None,
+        splits_config: Any = None,
         analyzer_cache: BaseChannel | None = None,
+        materialize: bool = True,
         disable_analyzer_cache: bool = False,
-        custom_config: dict | None = None,
+        force_tf_compat_v1: bool = False,
+        custom_config: Any = None,
+        disable_statistics: bool = False,
+        stats_options_updater_fn: Any = None,
+        *,
+        config: Any = None,
     ):
-        if module_file is None and preprocessing_fn is None:
+        if module_file is not None and preprocessing_fn is not None:
+            raise ConfigError(
+                "preprocessing_fn: give either module_file or preprocessing_fn, not both"
+            )
+        if module_file is not None or preprocessing_fn is not None:
+            full, settings = dropin.resolve_settings(config)
+            functions = {"preprocessing_fn": "module_file"}
+            if isinstance(stats_options_updater_fn, str) and "." not in stats_options_updater_fn:
+                functions[stats_options_updater_fn] = "stats_options_updater_fn"
+            dropin.check_module_file(module_file, functions)
+            dropin.check_function_path(preprocessing_fn, "preprocessing_fn")
+            custom_config = dropin.with_settings(custom_config, settings, full)
+        else:
+            if not isinstance(config, PipelineConfig):
+                raise ConfigError(
+                    "config: without module_file or preprocessing_fn the Transform generates the "
+                    "preprocessing_fn from the feature config and needs a PipelineConfig with a data "
+                    f"section, got {type(config).__name__}; give module_file or preprocessing_fn to use "
+                    "your own"
+                )
+            if custom_config is not None and not isinstance(custom_config, dict):
+                raise ConfigError(
+                    f"custom_config: expected a dict, got {type(custom_config).__name__}"
+                )
+            custom_config = {**(custom_config or {}), CONFIG_KEY: config.to_json()}
             preprocessing_fn = DEFAULT_PREPROCESSING_FN
         super().__init__(
             examples=examples,
@@ -42,6 +95,10 @@ class Transform(tfx.components.Transform):
             preprocessing_fn=preprocessing_fn,
             splits_config=splits_config,
             analyzer_cache=analyzer_cache,
+            materialize=materialize,
             disable_analyzer_cache=disable_analyzer_cache,
-            custom_config={**(custom_config or {}), CONFIG_KEY: config.to_json()},
+            force_tf_compat_v1=force_tf_compat_v1,
+            custom_config=custom_config,
+            disable_statistics=disable_statistics,
+            stats_options_updater_fn=stats_options_updater_fn,
         )

@@ -5,8 +5,9 @@ With a tfxkit config, the transformed examples are written as the
 `components.transform.writer`) and what was written is recorded in
 `tfxkit_layout.json` in the transform graph directory (see
 `components.layout`). Every other Transform option (splits, analyzer cache,
-a user `module_file` / `preprocessing_fn`) is untouched; without a tfxkit
-config the executor behaves exactly as TFX's.
+a user `module_file` / `preprocessing_fn`) is untouched; a user module gets
+the same writer from its drop-in settings (`components.dropin`); without
+tfxkit settings, or with `stock_output`, the executor behaves exactly as TFX's.
 
 This module only unpacks artifacts, validates the config and delegates: the
 writer is `writer`, every patch of TFX / TFT internals is `tfx_compat`.
@@ -19,6 +20,7 @@ import os
 from tfx.components.transform import executor as tfx_transform_executor
 from tfx.types import artifact_utils, standard_component_specs
 
+from components import dropin
 from components.config import from_custom_config
 from components.transform import tfx_compat, writer
 
@@ -43,8 +45,12 @@ class Executor(tfx_transform_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):
         # Before anything runs: the patches below are only right for the TFX / TFT they were written for.
         tfx_compat.check()
-        config = from_custom_config(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY))
-        if config is None:
+        custom_config = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
+        # A user module carries drop-in settings (with or without a full config).
+        config = dropin.settings_from_custom_config(custom_config) or from_custom_config(
+            custom_config
+        )
+        if config is None or getattr(config, "stock_output", False):
             with tfx_compat.without_deep_copy():
                 super().Do(input_dict, output_dict, exec_properties)
             return

@@ -1,0 +1,141 @@
+"""TFX's taxi native-Keras example, stock and with the two-import swap, side by side.
+
+    .venv/bin/python benchmarks/drop_in.py [--train-steps 1000] [--workdir DIR]
+
+One run executes the pipeline file from the tfx wheel
+(`tfx/examples/chicago_taxi_pipeline/taxi_pipeline_native_keras.py`, its
+module file `taxi_utils_native_keras.py` and the taxi CSV that ships with
+it) twice through `BeamDagRunner`, each in a fresh process: once as it is,
+once with only its `Transform` / `Trainer` imports changed to tfxkit's
+(defaults everywhere: one device on a CPU machine, tfxkit's input pipeline
+behind `data_accessor.tf_dataset_factory`, ingestion-ready Transform output).
+Both use the example's own step counts unless `--train-steps` is given.
+
+Prints one JSON line per side (wall time of the whole pipeline, Transform
+and Trainer execution times from ML Metadata, the Evaluator's binary
+accuracy, whether a model was pushed), then the headline: swapped / stock
+ratios of wall time and Trainer time, both accuracies and whether the
+pushed models' serving signatures are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+
+def _execution_seconds(metadata_path: str) -> dict[str, float]:
+    """Seconds each component's execution took (MLMD create -> last update), by class name."""
+    from ml_metadata.metadata_store import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = metadata_path
+    store = metadata_store.MetadataStore(config)
+    types = {t.id: t.name for t in store.get_execution_types()}
+    out = {}
+    for execution in store.get_executions():
+        name = types[execution.type_id].rsplit(".", 1)[-1]
+        out[name] = (
+            execution.last_update_time_since_epoch - execution.create_time_since_epoch
+        ) / 1000.0
+    return out
+
+
+def _accuracy(pipeline_root: str) -> float | None:
+    import tensorflow_model_analysis as tfma
+
+    base = os.path.join(pipeline_root, "Evaluator", "evaluation")
+    for run in sorted(os.listdir(base)):
+        for metrics in tfma.load_metrics(os.path.join(base, run)):
+            if metrics.slice_key.single_slice_keys:
+                continue
+            for entry in metrics.metric_keys_and_values:
+                if entry.key.name == "binary_accuracy":
+                    return round(entry.value.double_value.value, 4)
+    return None
+
+
+def run_side(side: str, root: str, train_steps: int | None) -> dict:
+    """Runs one side in this process and returns its figures."""
+    from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+
+    from tests.components.dropin import tfx_examples
+
+    example = tfx_examples.TAXI
+    module = tfx_examples.load_pipeline(
+        example, os.path.join(root, "code"), swapped=side == "swapped", train_steps=train_steps
+    )
+    pipeline = tfx_examples.create_pipeline(example, module, root, tfx_examples.TAXI_DATA)
+    start = time.perf_counter()
+    BeamDagRunner().run(pipeline)
+    wall = time.perf_counter() - start
+    seconds = _execution_seconds(os.path.join(root, "metadata.db"))
+    pushed = tfx_examples.pushed_models(root)
+    return {
+        "side": side,
+        "wall_s": round(wall, 1),
+        "transform_s": round(seconds.get("Transform", float("nan")), 1),
+        "trainer_s": round(seconds.get("Trainer", float("nan")), 1),
+        "binary_accuracy": _accuracy(os.path.join(root, "pipeline_root")),
+        "pushed": bool(pushed),
+        "signatures": json.dumps(tfx_examples.signatures(pushed[-1])) if pushed else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train-steps", type=int, default=None, help="default: the example's 1000")
+    parser.add_argument("--workdir", default="")
+    parser.add_argument("--side", choices=["stock", "swapped"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    workdir = args.workdir or tempfile.mkdtemp(prefix="tfxkit-dropin-bench-")
+    if args.side:
+        result = run_side(args.side, os.path.join(workdir, args.side), args.train_steps)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+    results = {}
+    for side in ("stock", "swapped"):
+        command = [sys.executable, os.path.abspath(__file__), "--side", side, "--workdir", workdir]
+        if args.train_steps is not None:
+            command += ["--train-steps", str(args.train_steps)]
+        env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        if done.returncode != 0 or not lines:
+            sys.stderr.write(done.stderr[-5000:])
+            raise SystemExit(f"{side} run failed (exit {done.returncode})")
+        results[side] = json.loads(lines[-1][len("RESULT ") :])
+        signatures = results[side].pop("signatures")
+        results[side]["_signatures"] = signatures
+        print(
+            json.dumps({k: v for k, v in results[side].items() if not k.startswith("_")}),
+            flush=True,
+        )
+    stock, swapped = results["stock"], results["swapped"]
+    print(
+        json.dumps(
+            {
+                "train_steps": args.train_steps or 1000,
+                "wall_ratio_swapped_over_stock": round(swapped["wall_s"] / stock["wall_s"], 3),
+                "trainer_ratio_swapped_over_stock": round(
+                    swapped["trainer_s"] / stock["trainer_s"], 3
+                ),
+                "binary_accuracy_stock": stock["binary_accuracy"],
+                "binary_accuracy_swapped": swapped["binary_accuracy"],
+                "same_serving_signatures": stock["_signatures"] == swapped["_signatures"],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""`fn_args.data_accessor.tf_dataset_factory` backed by tfxkit's input pipeline.
+
+A user's `run_fn` calls `data_accessor.tf_dataset_factory(file_pattern,
+TensorFlowDatasetOptions(...), schema)` exactly as under stock TFX and gets
+the same batches: the same examples, the same `(features, label)` structure,
+shapes and dtypes (the label popped when `label_key` is set), the same epoch,
+shuffling and final-batch semantics. They come from `components.ingestion`
+(parallel interleave, batch-then-parse, parallel map, prefetch), reading the
+tfxkit Transform's layout record when the files are the ones it wrote (so
+packed and uncompressed shards work, and corrupt shards fail naming the file).
+
+What differs from stock: element *order* (stock reads files one record at a
+time in turn; this reads blocks of records per file), so compare batches as
+multisets. Inputs this reader does not handle (no schema, a payload other
+than tf.Example, a data view) go to TFX's own factory unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from collections.abc import Callable
+
+import tensorflow as tf
+from absl import logging
+from tensorflow_transform.tf_metadata import schema_utils
+from tfx.components.trainer import fn_args_utils
+from tfx.components.util import tfxio_utils
+from tfx.proto import example_gen_pb2
+from tfx_bsl.public.tfxio import TensorFlowDatasetOptions
+
+from components import ingestion, layout
+from components.config import IngestionConfig
+from components.dropin import DropInSettings
+
+DatasetFactory = Callable[..., tf.data.Dataset]
+
+
+def _files(file_pattern) -> list[str]:
+    patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
+    files = sorted({f for p in patterns for f in tf.io.gfile.glob(p)})
+    if not files:
+        raise ValueError(f"tf_dataset_factory: no files match {patterns}")
+    return files
+
+
+def _count_records(files: list[str], compression: str, stats) -> int:
+    if stats is not None:
+        return sum(stats[f].records for f in files)
+    ds = tf.data.TFRecordDataset(files, compression_type=layout.compression_type(compression))
+    return int(ds.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+
+
+def make_tf_dataset_factory(
+    settings: DropInSettings,
+    transform_output: str | None,
+    scratch_dir: str,
+    num_workers: int = 1,
+) -> DatasetFactory:
+    """A `tf_dataset_factory(file_pattern, options, schema)` with stock semantics.
+
+    Args:
+      settings: The drop-in settings (`ingestion` tunes parallelism, prefetch,
+        determinism and caching).
+      transform_output: The transform graph directory (its layout record, if
+        any, describes the transformed examples), or None.
+      scratch_dir: Where a file cache lives (`ingestion.cache: file`).
+      num_workers: Workers of a multi-worker strategy: above 1 the dataset
+        lets tf.distribute shard it by data, as stock TFX datasets are.
+    """
+    record = layout.read_layout(transform_output) if transform_output else None
+
+    def factory(file_pattern, options: TensorFlowDatasetOptions, schema=None) -> tf.data.Dataset:
+        files = _files(file_pattern)
+        feature_spec = schema_utils.schema_as_feature_spec(schema).feature_spec
+        packing, stats = None, None
+        if record is not None and set(files) <= set(record.shard_stats()):
+            record.check_listed(files)
+            spec = record.feature_spec(feature_spec)
+            packing, stats, compression = record.packing, record.shard_stats(), record.compression
+        else:
+            spec = feature_spec
+            # As tfx_bsl detects it: GZIP when the files are named `.gz`.
+            compression = "gzip" if all(f.endswith(".gz") for f in files) else "none"
+        label_key = options.label_key
+        produced = (
+            set(spec)
+            if packing is None
+            else set(spec) - {packing.feature} | {m.name for m in packing.members}
+        )
+        if label_key is not None and label_key not in produced:
+            raise ValueError(
+                f"tf_dataset_factory: label_key {label_key!r} is not in the schema ({sorted(produced)})"
+            )
+        # The reader always splits off a label; without one it is put back.
+        split_key = label_key or sorted(produced)[0]
+        tuned = settings.ingestion
+        epochs = options.num_epochs
+        # A finite number of passes must be exact: the reader's non-deterministic
+        # mode has been seen to cross a pass boundary early, so it reads
+        # deterministically then (as stock does unless `sloppy_ordering`).
+        deterministic = (
+            tuned.deterministic
+            or epochs is not None
+            or (
+                not options.sloppy_ordering
+                and (not options.shuffle or options.shuffle_seed is not None)
+            )
+        )
+        config = dataclasses.replace(
+            tuned,
+            batch_size=options.batch_size,
+            eval_batch_size=options.batch_size,
+            shuffle_buffer=options.shuffle_buffer_size if options.shuffle else 0,
+            num_parallel_reads=tuned.num_parallel_reads or max(0, options.reader_num_threads),
+            num_parallel_calls=tuned.num_parallel_calls or max(0, options.parser_num_threads),
+            prefetch=tuned.prefetch or max(0, options.prefetch_buffer_size),
+            deterministic=deterministic,
+        )
+        # One unshuffled pass is the reader's evaluation mode; anything else
+        # its training mode (shuffled if asked, repeated forever, full batches).
+        single_pass = epochs == 1 and not options.shuffle
+        cache_path = ""
+        if config.cache == "file" and not single_pass:
+            key = hashlib.sha256("\n".join(files).encode()).hexdigest()[:16]
+            cache_dir = os.path.join(scratch_dir, "ingestion_cache")
+            tf.io.gfile.makedirs(cache_dir)
+            cache_path = os.path.join(cache_dir, key)
+        ds = ingestion.make_dataset(
+            files,
+            spec,
+            split_key,
+            _plain_config(config, single_pass),
+            batch_size=options.batch_size,
+            compression=compression,
+            training=not single_pass,
+            packing=packing,
+            shard_stats=stats,
+            cache_path=cache_path,
+            seed=options.shuffle_seed,
+        )
+        if single_pass:
+            if options.drop_final_batch:
+                ds = ds.rebatch(options.batch_size, drop_remainder=True)
+        elif epochs is not None:
+            # Exactly `epochs` passes, batched across pass boundaries as stock does.
+            total = epochs * _count_records(files, compression, stats)
+            ds = (
+                ds.unbatch()
+                .take(total)
+                .batch(options.batch_size, drop_remainder=options.drop_final_batch)
+            )
+        if label_key is None:
+            ds = ds.map(lambda features, value: {**features, split_key: value})
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+        if num_workers > 1:
+            distribute = tf.data.Options()
+            distribute.experimental_distribute.auto_shard_policy = (
+                tf.data.experimental.AutoShardPolicy.DATA
+            )
+            ds = ds.with_options(distribute)
+        return ds
+
+    return factory
+
+
+def _plain_config(config: IngestionConfig, single_pass: bool) -> IngestionConfig:
+    # Caching only pays (and is only allowed) for repeated reads.
+    return dataclasses.replace(config, cache="none") if single_pass else config
+
+
+def tfxkit_data_accessor(
+    fn_args,
+    examples,
+    settings: DropInSettings,
+    num_workers: int = 1,
+) -> fn_args_utils.DataAccessor:
+    """`fn_args.data_accessor` with the tfxkit `tf_dataset_factory`.
+
+    Examples whose payload is not tf.Example, or that carry a data view, keep
+    TFX's factory (as do calls without a schema); the record-batch factory and
+    the data view decoder stay TFX's.
+    """
+    stock = fn_args.data_accessor
+    payload, data_view = tfxio_utils.resolve_payload_format_and_data_view_uri(examples)
+    if payload != example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE or data_view:
+        logging.info(
+            "Trainer: examples are not plain tf.Examples; keeping TFX's tf_dataset_factory"
+        )
+        return stock
+    fast = make_tf_dataset_factory(
+        settings, fn_args.transform_output, fn_args.model_run_dir, num_workers
+    )
+
+    def tf_dataset_factory(file_pattern, options, schema=None):
+        if schema is None:
+            return stock.tf_dataset_factory(file_pattern, options, schema)
+        return fast(file_pattern, options, schema)
+
+    return stock._replace(tf_dataset_factory=tf_dataset_factory)

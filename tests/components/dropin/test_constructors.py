@@ -1,0 +1,254 @@
+"""The tfxkit Transform and Trainer take every stock TFX 1.16 argument; misuse fails at construction."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+
+import pytest
+from tfx import v1 as tfx
+from tfx.types import Channel, standard_artifacts
+
+from components import dropin
+from components.config import CONFIG_KEY, ConfigError
+from components.trainer.component import Trainer
+from components.transform.component import Transform
+
+TFX_EXAMPLES = os.path.dirname(tfx.__file__).replace("/v1", "") + "/examples"
+PENGUIN_MODULE = os.path.join(TFX_EXAMPLES, "penguin", "penguin_utils_keras.py")
+TAXI_MODULE = os.path.join(TFX_EXAMPLES, "chicago_taxi_pipeline", "taxi_utils_native_keras.py")
+
+
+def _channel(kind):
+    return Channel(type=kind)
+
+
+@pytest.fixture
+def channels():
+    return {
+        "examples": _channel(standard_artifacts.Examples),
+        "schema": _channel(standard_artifacts.Schema),
+        "graph": _channel(standard_artifacts.TransformGraph),
+        "cache": _channel(standard_artifacts.TransformCache),
+        "hyperparameters": _channel(standard_artifacts.HyperParameters),
+        "model": _channel(standard_artifacts.Model),
+    }
+
+
+@pytest.mark.parametrize(
+    "ours, stock", [(Transform, tfx.components.Transform), (Trainer, tfx.components.Trainer)]
+)
+def test_every_stock_argument_is_accepted_in_stock_order(ours, stock):
+    stock_params = list(inspect.signature(stock.__init__).parameters)
+    our_params = list(inspect.signature(ours.__init__).parameters)
+    assert our_params[: len(stock_params)] == stock_params
+    # The only addition is keyword-only: stock positional calls keep their meaning.
+    extra = inspect.signature(ours.__init__).parameters["config"]
+    assert extra.kind is inspect.Parameter.KEYWORD_ONLY and extra.default is None
+
+
+def test_stock_transform_call_with_every_argument_keeps_the_exec_properties(channels):
+    kwargs = dict(
+        examples=channels["examples"],
+        schema=channels["schema"],
+        module_file=TAXI_MODULE,
+        splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
+        analyzer_cache=channels["cache"],
+        materialize=False,
+        disable_analyzer_cache=False,
+        force_tf_compat_v1=True,
+        custom_config={"mine": 1},
+        disable_statistics=True,
+    )
+    ours, stock = Transform(**kwargs), tfx.components.Transform(**kwargs)
+    user_keys = set(stock.exec_properties) - {"custom_config"}
+    assert {k: ours.exec_properties[k] for k in user_keys} == {
+        k: stock.exec_properties[k] for k in user_keys
+    }
+    custom = json.loads(ours.exec_properties["custom_config"])
+    assert custom["mine"] == 1
+    assert dropin.DropInSettings.from_json(custom[dropin.DROPIN_KEY]) == dropin.DropInSettings()
+    assert set(ours.outputs) == set(stock.outputs)
+    assert set(ours.inputs) == set(stock.inputs)
+
+
+def test_stock_trainer_call_with_every_argument_keeps_the_exec_properties(channels):
+    kwargs = dict(
+        examples=channels["examples"],
+        transform_graph=channels["graph"],
+        schema=channels["schema"],
+        base_model=channels["model"],
+        hyperparameters=channels["hyperparameters"],
+        module_file=PENGUIN_MODULE,
+        train_args=tfx.proto.TrainArgs(num_steps=7, splits=["train"]),
+        eval_args=tfx.proto.EvalArgs(num_steps=3),
+        custom_config={"epochs": 2},
+    )
+    ours, stock = Trainer(**kwargs), tfx.components.Trainer(**kwargs)
+    for key in ("train_args", "eval_args", "module_file", "run_fn"):
+        assert ours.exec_properties[key] == stock.exec_properties[key], key
+    custom = json.loads(ours.exec_properties["custom_config"])
+    assert custom["epochs"] == 2 and dropin.DROPIN_KEY in custom and CONFIG_KEY not in custom
+    assert set(ours.inputs) == set(stock.inputs)
+
+
+def test_trainer_accepts_transformed_examples_and_a_run_fn_path(channels):
+    trainer = Trainer(
+        transformed_examples=channels["examples"],
+        transform_graph=channels["graph"],
+        run_fn="tests.components.trainer.stock_user_module.run_fn",
+        config={"strategy": {"kind": "one_device"}},
+    )
+    settings = dropin.settings_from_custom_config(trainer.exec_properties["custom_config"])
+    assert settings.strategy.kind == "one_device"
+
+
+def test_product_settings_are_optional_and_need_no_data_section(channels):
+    transform = Transform(
+        examples=channels["examples"],
+        schema=channels["schema"],
+        module_file=TAXI_MODULE,
+        config=dropin.DropInSettings(transform=dropin.TransformConfig(num_shards=3)),
+    )
+    settings = dropin.settings_from_custom_config(transform.exec_properties["custom_config"])
+    assert settings.transform.num_shards == 3
+
+
+def test_a_full_config_travels_beside_the_settings(channels, taxi_config):
+    trainer = Trainer(
+        examples=channels["examples"],
+        transform_graph=channels["graph"],
+        module_file=PENGUIN_MODULE,
+        config=taxi_config,
+    )
+    custom = json.loads(trainer.exec_properties["custom_config"])
+    assert json.loads(custom[CONFIG_KEY])["name"] == taxi_config.name
+    assert (
+        dropin.DropInSettings.from_json(custom[dropin.DROPIN_KEY]).strategy == taxi_config.strategy
+    )
+
+
+# --------------------------------------------------------------------------- #
+# Misuse, named at construction
+# --------------------------------------------------------------------------- #
+
+
+def test_missing_module_file_is_named(channels, tmp_path):
+    with pytest.raises(ConfigError, match=r"^module_file: .*nowhere\.py' does not exist"):
+        Trainer(examples=channels["examples"], module_file=str(tmp_path / "nowhere.py"))
+
+
+def test_module_without_run_fn_is_named(channels, tmp_path):
+    module = tmp_path / "no_run_fn.py"
+    module.write_text("def trainer_fn(args):\n    return None\n")
+    with pytest.raises(ConfigError, match=r"^module_file: .* defines no top-level 'run_fn'"):
+        Trainer(examples=channels["examples"], module_file=str(module))
+
+
+def test_module_without_preprocessing_fn_is_named(channels, tmp_path):
+    module = tmp_path / "no_pre.py"
+    module.write_text("def run_fn(fn_args):\n    return None\n")
+    with pytest.raises(
+        ConfigError, match=r"^module_file: .* defines no top-level 'preprocessing_fn'"
+    ):
+        Transform(examples=channels["examples"], schema=channels["schema"], module_file=str(module))
+
+
+def test_missing_stats_options_updater_fn_is_named(channels):
+    with pytest.raises(
+        ConfigError, match=r"^stats_options_updater_fn: .* defines no top-level 'nope'"
+    ):
+        Transform(
+            examples=channels["examples"],
+            schema=channels["schema"],
+            module_file=TAXI_MODULE,
+            stats_options_updater_fn="nope",
+        )
+
+
+def test_unknown_run_fn_path_is_named(channels):
+    with pytest.raises(
+        ConfigError, match=r"^run_fn: module 'components\.trainer\.run_fn' .* no top-level 'nope'"
+    ):
+        Trainer(examples=channels["examples"], run_fn="components.trainer.run_fn.nope")
+    with pytest.raises(ConfigError, match=r"^preprocessing_fn: cannot find module"):
+        Transform(
+            examples=channels["examples"],
+            schema=channels["schema"],
+            preprocessing_fn="no_such_package_xyz.mod.fn",
+        )
+
+
+def test_zero_train_steps_are_named(channels):
+    with pytest.raises(ConfigError, match=r"^train_args\.num_steps: expected an integer >= 1"):
+        Trainer(
+            examples=channels["examples"],
+            module_file=PENGUIN_MODULE,
+            train_args=tfx.proto.TrainArgs(num_steps=0),
+        )
+
+
+def test_settings_contradicting_train_args_are_named(channels, taxi_config):
+    with pytest.raises(
+        ConfigError, match=r"^train_args\.num_steps: 5 contradicts config train\.train_steps"
+    ):
+        Trainer(
+            examples=channels["examples"],
+            module_file=PENGUIN_MODULE,
+            train_args=tfx.proto.TrainArgs(num_steps=5),
+            config=taxi_config,
+        )
+    with pytest.raises(ConfigError, match=r"^train_args\.num_steps: 5 contradicts"):
+        Trainer(
+            config=taxi_config,
+            examples=channels["examples"],
+            transform_graph=channels["graph"],
+            train_args=tfx.proto.TrainArgs(num_steps=5),
+        )
+
+
+def test_accumulation_with_a_user_run_fn_is_named(channels, taxi_config):
+    import dataclasses
+
+    config = dataclasses.replace(
+        taxi_config, train=dataclasses.replace(taxi_config.train, grad_accum_steps=2)
+    )
+    with pytest.raises(ConfigError, match=r"^config\.train\.grad_accum_steps: "):
+        Trainer(examples=channels["examples"], module_file=PENGUIN_MODULE, config=config)
+
+
+def test_generated_functions_need_a_full_config(channels):
+    with pytest.raises(ConfigError, match=r"^config: without module_file or preprocessing_fn"):
+        Transform(examples=channels["examples"], schema=channels["schema"])
+    with pytest.raises(ConfigError, match=r"^config: without module_file or run_fn"):
+        Trainer(examples=channels["examples"], config={"strategy": {"kind": "mirrored"}})
+
+
+def test_invalid_settings_are_named(channels):
+    with pytest.raises(ConfigError, match=r"^config\.strategy\.kind: expected one of"):
+        Trainer(
+            examples=channels["examples"],
+            module_file=PENGUIN_MODULE,
+            config={"strategy": {"kind": "everywhere"}},
+        )
+    with pytest.raises(ConfigError, match=r"^config: expected a PipelineConfig, DropInSettings"):
+        Trainer(examples=channels["examples"], module_file=PENGUIN_MODULE, config=42)
+
+
+def test_reserved_custom_config_keys_are_named(channels):
+    with pytest.raises(ConfigError, match=r"^custom_config: keys \['tfxkit_dropin'\] are reserved"):
+        Trainer(
+            examples=channels["examples"],
+            module_file=PENGUIN_MODULE,
+            custom_config={dropin.DROPIN_KEY: "x"},
+        )
+
+
+def test_module_file_and_run_fn_together_are_named(channels):
+    with pytest.raises(ConfigError, match=r"^run_fn: give either module_file or run_fn"):
+        Trainer(
+            examples=channels["examples"],
+            module_file=PENGUIN_MODULE,
+            run_fn="components.trainer.run_fn.run_fn",
+        )

@@ -1,0 +1,175 @@
+"""TFX's own example pipelines, stock or with the two-import swap to tfxkit.
+
+The pipeline files come from the installed tfx wheel. `load_pipeline` copies
+one into a work directory, changing only what the drop-in promise allows: the
+`Transform` / `Trainer` imports (the swap) and, for tests, the step counts.
+Used by the drop-in end-to-end tests and `benchmarks/drop_in.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import shutil
+import sys
+
+import tensorflow as tf
+import tfx
+
+EXAMPLES = os.path.join(os.path.dirname(tfx.__file__), "examples")
+REPO_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
+PENGUIN_CSV = os.path.join(REPO_ROOT, "..", "shared", "data", "penguins_processed.csv")
+
+OUR_IMPORTS = (
+    "from components.trainer.component import Trainer\n"
+    "from components.transform.component import Transform\n"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One TFX example pipeline.
+
+    Attributes:
+      name: Short name.
+      pipeline_file: The pipeline definition in the tfx wheel.
+      module_file: Its user module (preprocessing_fn and run_fn).
+      swap: (old, new) source edits that make it use the tfxkit components.
+      steps: (old, new) templates of its train / eval step arguments.
+    """
+
+    name: str
+    pipeline_file: str
+    module_file: str
+    swap: tuple[tuple[str, str], ...]
+    steps: tuple[str, str]
+
+
+TAXI = Example(
+    name="taxi_native_keras",
+    pipeline_file=os.path.join(EXAMPLES, "chicago_taxi_pipeline", "taxi_pipeline_native_keras.py"),
+    module_file=os.path.join(EXAMPLES, "chicago_taxi_pipeline", "taxi_utils_native_keras.py"),
+    swap=(
+        (
+            "from tfx.components import Trainer\n",
+            "from components.trainer.component import Trainer\n",
+        ),
+        (
+            "from tfx.components import Transform\n",
+            "from components.transform.component import Transform\n",
+        ),
+    ),
+    steps=(
+        "trainer_pb2.TrainArgs(num_steps=1000)",
+        "trainer_pb2.TrainArgs(num_steps={train})",
+    ),
+)
+TAXI_DATA = os.path.join(EXAMPLES, "chicago_taxi_pipeline", "data", "simple")
+
+PENGUIN = Example(
+    name="penguin_keras",
+    pipeline_file=os.path.join(EXAMPLES, "penguin", "penguin_pipeline_local.py"),
+    module_file=os.path.join(EXAMPLES, "penguin", "penguin_utils_keras.py"),
+    swap=(
+        ("from tfx import v1 as tfx\n", "from tfx import v1 as tfx\n" + OUR_IMPORTS),
+        ("tfx.components.Transform(", "Transform("),
+        ("tfx.components.Trainer(", "Trainer("),
+    ),
+    steps=(
+        "train_args=tfx.proto.TrainArgs(num_steps=100)",
+        "train_args=tfx.proto.TrainArgs(num_steps={train})",
+    ),
+)
+
+
+def load_pipeline(example: Example, workdir: str, *, swapped: bool, train_steps: int | None = None):
+    """Imports a copy of the example's pipeline file (swapped or stock) from `workdir`.
+
+    Raises:
+      AssertionError: if the wheel's file no longer holds a line the edit expects.
+    """
+    with open(example.pipeline_file, encoding="utf-8") as f:
+        source = f.read()
+    edits = list(example.swap) if swapped else []
+    if train_steps is not None:
+        edits.append((example.steps[0], example.steps[1].format(train=train_steps)))
+    for old, new in edits:
+        assert source.count(old) == 1, f"{example.pipeline_file} no longer has {old!r}"
+        source = source.replace(old, new)
+    if example is PENGUIN:
+        # Its flags are defined at import; a second copy in one process would clash.
+        from absl import flags
+
+        for name in ("runner", "model_framework"):
+            if name in flags.FLAGS:
+                delattr(flags.FLAGS, name)
+    name = f"{example.name}_{'swapped' if swapped else 'stock'}"
+    path = os.path.join(workdir, f"{name}.py")
+    os.makedirs(workdir, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    # TFX's function components look their module up by name.
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def penguin_data_root(workdir: str) -> str:
+    """A penguin data root (`<root>/labelled/*.csv`) holding the shared penguin CSV."""
+    labelled = os.path.join(workdir, "penguin_data", "labelled")
+    os.makedirs(labelled, exist_ok=True)
+    shutil.copy(PENGUIN_CSV, os.path.join(labelled, "penguins_processed.csv"))
+    return os.path.dirname(labelled)
+
+
+def create_pipeline(example: Example, module, root: str, data_root: str):
+    """The example's pipeline under `root` (pipeline root, metadata, push destination)."""
+    common = dict(
+        pipeline_name=f"{module.__name__}",
+        pipeline_root=os.path.join(root, "pipeline_root"),
+        data_root=data_root,
+        module_file=example.module_file,
+        serving_model_dir=os.path.join(root, "serving_model"),
+        metadata_path=os.path.join(root, "metadata.db"),
+        beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+    )
+    if example is TAXI:
+        return module._create_pipeline(**common)
+    return module.create_pipeline(
+        **common,
+        accuracy_threshold=0.0,
+        user_provided_schema_path=None,
+        enable_tuning=False,
+        enable_bulk_inferrer=False,
+        enable_example_diff=False,
+        examplegen_input_config=None,
+        examplegen_range_config_date=None,
+        resolver_range_config=None,
+        enable_transform_input_cache=False,
+    )
+
+
+def pushed_models(root: str) -> list[str]:
+    """The pushed model versions under `root`'s push destination."""
+    base = os.path.join(root, "serving_model")
+    if not tf.io.gfile.isdir(base):
+        return []
+    return sorted(os.path.join(base, v) for v in tf.io.gfile.listdir(base))
+
+
+def signatures(model_dir: str) -> dict[str, tuple]:
+    """Every serving signature's input and output specs (name, dtype, shape)."""
+    loaded = tf.saved_model.load(model_dir)
+    out = {}
+    for key, fn in loaded.signatures.items():
+        inputs = {
+            k: (v.dtype.name, tuple(v.shape)) for k, v in fn.structured_input_signature[1].items()
+        }
+        outputs = {k: (v.dtype.name, tuple(v.shape)) for k, v in fn.structured_outputs.items()}
+        out[key] = (tuple(sorted(inputs.items())), tuple(sorted(outputs.items())))
+    return out

@@ -473,7 +473,9 @@ def test_existing_tf_config_wins_and_no_jobset_env_means_no_cluster():
 def test_derived_tf_config_is_read_and_logged(caplog):
     import logging
 
-    with caplog.at_level(logging.INFO):
+    # On absl's logger itself: a SavedModel export elsewhere in the process
+    # leaves that logger at WARNING (TensorFlow restores absl's verbosity flag).
+    with caplog.at_level(logging.INFO, logger="absl"):
         parsed = strategies.read_tf_config(jobset_env("node", 1, "node=2"))
     assert parsed.task_type == "worker" and parsed.task_id == 1 and parsed.num_workers == 2
     assert "TF_CONFIG derived from the JobSet environment" in caplog.text

@@ -221,6 +221,21 @@ def container(
     return out
 
 
+def scheduling(placement: Placement) -> dict[str, Any]:
+    """The pod-spec fields that put a pod on the placement's nodes.
+
+    `nodeSelector` and `tolerations`, each only when the placement sets it.
+    """
+    out: dict[str, Any] = {}
+    selector = node_selector(placement)
+    if selector:
+        out["nodeSelector"] = selector
+    tolerated = tolerations(placement)
+    if tolerated:
+        out["tolerations"] = tolerated
+    return out
+
+
 def pod_spec(
     placement: Placement, containers: Sequence[Mapping[str, Any]], *, service_account: str = ""
 ) -> dict[str, Any]:
@@ -231,13 +246,7 @@ def pod_spec(
       containers: The pod's containers (see `container`).
       service_account: The pod's service account ('' = the namespace default).
     """
-    spec: dict[str, Any] = {"containers": [dict(c) for c in containers]}
-    selector = node_selector(placement)
-    if selector:
-        spec["nodeSelector"] = selector
-    tolerated = tolerations(placement)
-    if tolerated:
-        spec["tolerations"] = tolerated
+    spec: dict[str, Any] = {"containers": [dict(c) for c in containers], **scheduling(placement)}
     if service_account:
         spec["serviceAccountName"] = service_account
     return spec

@@ -40,9 +40,8 @@ from components.kubeflow.jobs import JobStatus
 from components.kubeflow.placement import (
     REPLICA_DEFAULT_REQUESTS,
     container,
-    node_selector,
     resources,
-    tolerations,
+    scheduling,
 )
 
 GROUP = "trainer.kubeflow.org"
@@ -166,7 +165,7 @@ def runtime_manifest(
         node["env"] = tfxkit_env.jobset_env() + node["env"]
         pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [node]}
         if job == PS_JOB:
-            pod_spec.update(_placement_patch(ps_placement))
+            pod_spec.update(scheduling(ps_placement))
         replicated.append(_replicated_job(job, pods, pod_spec))
     spec: dict[str, Any] = {
         "failurePolicy": {"maxRestarts": kf.tfjob_backoff_limit},
@@ -188,17 +187,6 @@ def runtime_manifest(
         },
         "spec": {"mlPolicy": {"numNodes": shape[TRAINER_JOB]}, "template": {"spec": spec}},
     }
-
-
-def _placement_patch(placement: Placement) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    selector = node_selector(placement)
-    if selector:
-        out["nodeSelector"] = selector
-    tolerated = tolerations(placement)
-    if tolerated:
-        out["tolerations"] = tolerated
-    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -259,12 +247,12 @@ def build_manifest(
     for job in shape:
         pod: dict[str, Any] = {}
         if job == TRAINER_JOB:
-            pod.update(_placement_patch(placement))
+            pod.update(scheduling(placement))
         else:
             # `spec.trainer.env` reaches the trainer's container only.
             pod["containers"] = [{"name": CONTAINER_NAME, "env": env_list}]
             if job == PS_JOB:
-                pod.update(_placement_patch(kf.tfjob_ps_placement or Placement()))
+                pod.update(scheduling(kf.tfjob_ps_placement or Placement()))
         if kf.tfjob_service_account:
             pod["serviceAccountName"] = kf.tfjob_service_account
         pod_template: dict[str, Any] = {"metadata": {"labels": labels}}

@@ -8,11 +8,13 @@ and its serving signatures must be those the stock Trainer's model has.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
-from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
 from components.layout import read_layout
 from tests.components.dropin import tfx_examples
@@ -27,17 +29,37 @@ def _executed(root: str) -> set[str]:
 
 
 def _run(example, workdir, data_root, swapped):
-    module = tfx_examples.load_pipeline(
-        example, str(workdir / "code"), swapped=swapped, train_steps=TRAIN_STEPS
-    )
+    """Runs the example in a child process (`run_example`); returns `(root, signatures)`."""
     root = str(workdir / ("swapped" if swapped else "stock"))
-    pipeline = tfx_examples.create_pipeline(example, module, root, data_root)
-    BeamDagRunner().run(pipeline)
+    spec = {
+        "example": example.name,
+        "code_dir": str(workdir / "code"),
+        "root": root,
+        "data_root": data_root,
+        "swapped": swapped,
+        "train_steps": TRAIN_STEPS,
+        "result": str(workdir / f"{'swapped' if swapped else 'stock'}.result.json"),
+    }
+    spec_path = str(workdir / f"{'swapped' if swapped else 'stock'}.spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.components.dropin.run_example", spec_path],
+        cwd=tfx_examples.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert run.returncode == 0, (
+        f"the example run failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    )
+    with open(spec["result"]) as f:
+        result = json.load(f)
     # Resolvers write no outputs; every other node of the example's own DAG must have run.
-    nodes = {c.id for c in pipeline.components if "resolver" not in c.id}
+    nodes = {n for n in result["nodes"] if "resolver" not in n}
     assert {"Transform", "Trainer", "Pusher"} <= nodes
     assert nodes <= _executed(root), f"not executed: {sorted(nodes - _executed(root))}"
-    return root
+    return root, result["signatures"]
 
 
 @pytest.fixture
@@ -65,28 +87,29 @@ def _check_swapped_run(root: str) -> None:
     reason="the penguin run_fn builds its own MirroredStrategy; with several GPUs auto picks "
     "mirrored, which the drop-in Trainer refuses to nest (run with CUDA_VISIBLE_DEVICES=0)",
 )
+@pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_penguin_keras_example_swapped_pushes_a_model_with_the_stock_signature(
     tmp_path, penguin_data
 ):
-    stock = _run(tfx_examples.PENGUIN, tmp_path, penguin_data, swapped=False)
-    swapped = _run(tfx_examples.PENGUIN, tmp_path, penguin_data, swapped=True)
+    _, stock_signatures = _run(tfx_examples.PENGUIN, tmp_path, penguin_data, swapped=False)
+    swapped, swapped_signatures = _run(tfx_examples.PENGUIN, tmp_path, penguin_data, swapped=True)
     _check_swapped_run(swapped)
-    (stock_model,) = tfx_examples.pushed_models(stock)
-    (swapped_model,) = tfx_examples.pushed_models(swapped)
-    assert tfx_examples.signatures(swapped_model) == tfx_examples.signatures(stock_model)
+    (stock_sigs,) = stock_signatures.values()
+    (swapped_sigs,) = swapped_signatures.values()
+    assert swapped_sigs == stock_sigs
 
 
+@pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_taxi_native_keras_example_swapped_pushes_a_model_with_the_stock_signature(tmp_path):
-    swapped = _run(tfx_examples.TAXI, tmp_path, tfx_examples.TAXI_DATA, swapped=True)
+    swapped, signatures = _run(tfx_examples.TAXI, tmp_path, tfx_examples.TAXI_DATA, swapped=True)
     _check_swapped_run(swapped)
-    (model,) = tfx_examples.pushed_models(swapped)
+    (sigs,) = signatures.values()
     # The stock module's signatures (taxi_utils_native_keras.run_fn): raw tf.Examples in,
-    # the probability out, and the transform signature for TFMA.
-    sigs = tfx_examples.signatures(model)
-    assert sigs["serving_default"] == (
-        (("examples", ("string", (None,))),),
-        (("outputs", ("float32", (None, 1))),),
-    )
+    # the probability out, and the transform signature for TFMA (as JSON lists).
+    assert sigs["serving_default"] == [
+        [["examples", ["string", [None]]]],
+        [["outputs", ["float32", [None, 1]]]],
+    ]
     assert "transform_features" in sigs

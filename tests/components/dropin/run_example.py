@@ -1,0 +1,45 @@
+"""Runs one TFX example pipeline in a process of its own (see `test_tfx_examples_e2e`).
+
+    python -m tests.components.dropin.run_example SPEC_JSON
+
+The spec names the example (`tfx_examples.TAXI.name` or `PENGUIN.name`),
+the work directory, the data root, whether the imports are swapped and the
+step count. The run happens here, not in the test process: a Transform run
+leaves its vocabulary tables in the process's TensorFlow resource manager
+under names derived from the graph, so a later, different Transform in the
+same process (the product's own, in the next test module) would collide
+with them. Writes `<root>/result.json`: the node ids of the example's DAG
+and the signatures of every pushed model.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+
+from tests.components.dropin import tfx_examples
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    example = {e.name: e for e in (tfx_examples.TAXI, tfx_examples.PENGUIN)}[spec["example"]]
+    module = tfx_examples.load_pipeline(
+        example, spec["code_dir"], swapped=spec["swapped"], train_steps=spec["train_steps"]
+    )
+    pipeline = tfx_examples.create_pipeline(example, module, spec["root"], spec["data_root"])
+    BeamDagRunner().run(pipeline)
+    result = {
+        "nodes": sorted(c.id for c in pipeline.components),
+        "signatures": {
+            m: tfx_examples.signatures(m) for m in tfx_examples.pushed_models(spec["root"])
+        },
+    }
+    with open(spec["result"], "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -27,6 +27,7 @@ from pipelines.rundir import (  # noqa: F401 - ConcurrentRunError and exclusive_
     OutputDirError,
     RunLog,
     check_output_dir,
+    disk_full_error,
     exclusive_run,
     log_to_file,
 )
@@ -130,6 +131,14 @@ def _run_locked(
         summary["status"] = "failed"
         summary["error"] = f"{type(error).__name__}: {error}"
         summary["pushed_model"] = None
+        failed = next(
+            (node for node, c in summary["components"].items() if c["status"] == "failed"), None
+        )
+        node_dir = os.path.join(paths.pipeline_root, failed or "")
+        full = disk_full_error(error, failed, node_dir)
+        if full is not None:
+            # The cause in words; what the library raised stays beside it.
+            summary["error"], summary["cause"] = full, summary["error"]
     elif config.distillation.enabled:
         summary["distillation"] = report.distillation_report(
             paths.metadata_path, config, output_dir

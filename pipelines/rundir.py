@@ -12,6 +12,7 @@ import errno
 import fcntl
 import io
 import os
+import re
 import sys
 import uuid
 from collections.abc import Iterator
@@ -69,6 +70,79 @@ def check_output_dir(path: str) -> str:
             f"--output: cannot write to {path!r} ({reason}: {where!r}); {fix}"
         ) from None
     return path
+
+
+# How a full disk reads once Beam, TensorFlow or Python have wrapped it.
+_NO_SPACE = re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]")
+_NO_SPACE_PATH = (
+    re.compile(r"(/[^\s;'\"]+); No space left on device"),  # TensorFlow file systems
+    re.compile(r"No space left on device: '([^']+)'"),  # Python's OSError
+)
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def _free_bytes(path: str) -> int | None:
+    existing = path
+    while existing and not os.path.exists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            return None
+        existing = parent
+    try:
+        stat = os.statvfs(existing)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def disk_full_error(error: BaseException, node: str | None, node_dir: str) -> str | None:
+    """The message for a run that failed because a file system was full, else None.
+
+    Args:
+      error: What the orchestrator raised (causes are followed).
+      node: The component that failed (None when no component is known to have).
+      node_dir: Where that component writes its outputs, named when the error
+        carries no path.
+
+    Returns:
+      One line naming the component, the full disk, the path and the fix.
+    """
+    texts: list[str] = []
+    path = None
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        texts.append(str(current))
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            texts.append("No space left on device")
+            if path is None and isinstance(current.filename, str):
+                path = current.filename
+        current = current.__cause__ or current.__context__
+    text = "\n".join(texts)
+    if not _NO_SPACE.search(text):
+        return None
+    for pattern in _NO_SPACE_PATH:
+        match = path is None and pattern.search(text)
+        if match:
+            path = match.group(1)
+    who = node or "the run"
+    where = f" writing {path!r}" if path else f" (its outputs go under {node_dir!r})"
+    free = _free_bytes(path or node_dir)
+    room = f"; {_human_bytes(free)} free on that file system now" if free is not None else ""
+    return (
+        f"{who} ran out of disk space (No space left on device){where}{room}. "
+        "Free space on that file system, or pass --output a directory on a file system "
+        "with room, and run again"
+    )
 
 
 _HELD: set[str] = set()

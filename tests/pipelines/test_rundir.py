@@ -118,3 +118,46 @@ def test_exclusive_run_is_reentrant_in_one_process(tmp_path):
         # Still held by the outer context after the inner one ended.
         assert str(tmp_path) in rundir._HELD
     assert str(tmp_path) not in rundir._HELD
+
+
+def test_a_full_disk_is_named_with_the_component_the_path_and_the_fix(tmp_path):
+    # As the Beam runner re-raises TensorFlow's error from a Transform worker.
+    path = tmp_path / "pipeline_root" / "Transform" / "transform_graph" / "7" / "saved_model.pb"
+    error = RuntimeError(
+        f"tensorflow.python.framework.errors_impl.ResourceExhaustedError: {path}; "
+        "No space left on device [while running 'Analyze/CreateSavedModel']"
+    )
+    message = rundir.disk_full_error(error, "Transform", str(tmp_path / "Transform"))
+    assert message.startswith(
+        f"Transform ran out of disk space (No space left on device) writing '{path}'; "
+    )
+    assert " free on that file system now. " in message
+    assert message.endswith(
+        "Free space on that file system, or pass --output a directory on a file system with "
+        "room, and run again"
+    )
+
+
+def test_a_full_disk_from_python_os_error_in_the_cause_chain_is_named(tmp_path):
+    try:
+        try:
+            raise OSError(28, "No space left on device", str(tmp_path / "part-0"))
+        except OSError as e:
+            raise RuntimeError("pipeline step failed") from e
+    except RuntimeError as e:
+        error = e
+    message = rundir.disk_full_error(error, "Trainer", str(tmp_path))
+    assert (
+        f"Trainer ran out of disk space (No space left on device) writing '{tmp_path / 'part-0'}'"
+        in message
+    )
+    # Without a path in the error, the component's output root is named.
+    message = rundir.disk_full_error(OSError(28, "No space left on device"), None, str(tmp_path))
+    assert message.startswith(
+        f"the run ran out of disk space (No space left on device) (its outputs go under '{tmp_path}')"
+    )
+
+
+def test_other_failures_are_not_called_a_full_disk(tmp_path):
+    error = RuntimeError("ValueError: label 'big_tipper' takes values in [0, 2]")
+    assert rundir.disk_full_error(error, "DataGate", str(tmp_path)) is None

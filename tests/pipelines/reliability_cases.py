@@ -10,6 +10,9 @@ runs the real pipeline again and checks the promise:
 - a failing run pushes nothing;
 - every previously pushed model is byte-identical afterwards;
 - what the case's `check` adds (e.g. the run's own `summary.json`).
+
+A case this host cannot set up (the full disk needs `unshare` and `mount`)
+comes back `skipped`, with the reason, rather than passing or failing.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from components.config import ConfigError, PipelineConfig, from_dict, to_dict
 from components.data import DataError, taxi_csv_path
 from pipelines import local_runner
 from pipelines.rundir import OutputDirError
+from tests.pipelines.full_disk import FullDiskUnavailable, full_disk
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Bounds on waits for a run in a child process (a tiny run takes a few
@@ -44,6 +48,14 @@ CHILD_POLL_SECONDS = 0.2
 
 # Small enough for a fast run, large enough for every split and vocabulary.
 BASE_ROWS = 2000
+# Free space Transform's output root keeps on the full disk: room for the
+# launcher's bookkeeping, far less than one Transform writes (about 600 KiB
+# for the tiny run), so Transform's own executor hits the full disk.
+FULL_DISK_MARGIN_KIB = 128
+
+
+class CaseUnavailable(Exception):
+    """This host cannot set up the case (the message says what failed); reported as skipped."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +74,9 @@ class Case:
       output: Given the copied output directory, the `--output` the run
         gets (default: that directory).
       execute: Runs the config into an output directory in its own way
-        (a child process) and returns `(outcome, detail)`; default: in
-        this process.
+        (a child process, a full disk) and returns `(outcome, detail)`, or
+        raises `CaseUnavailable` when this host cannot set the case up (the
+        case is then skipped); default: in this process.
       check: Given `(output dir, baseline dir)` after the run, what is
         wrong with the output directory ('' when the promise holds).
     """
@@ -86,6 +99,8 @@ class Result:
     wrongly_pushed: int
     lost_models: int
     detail: str
+    # Why the case could not run on this host ('' when it ran).
+    skipped: str = ""
 
 
 def read_taxi_rows(n: int | None = BASE_ROWS) -> tuple[list[str], list[dict[str, str]]]:
@@ -387,6 +402,55 @@ def run_in_child(
             proc.stdout.close()
 
 
+def _transform_reruns(work: str, base: PipelineConfig) -> PipelineConfig:
+    # The baseline's own data (same input path), with another compression so
+    # Transform really executes (no cache hit): ExampleGen, StatisticsGen,
+    # SchemaGen and ExampleValidator stay cached (DataGate is never cached).
+    return dataclasses.replace(
+        base, transform=dataclasses.replace(base.transform, compression="none")
+    )
+
+
+def transform_output_root(config: PipelineConfig, out: str) -> str:
+    return os.path.join(local_runner.paths_for(config, out).pipeline_root, "Transform")
+
+
+def run_on_full_disk(config: PipelineConfig, out: str) -> tuple[str, str]:
+    """Runs `config` into `out` (in this process) with Transform's output root
+    on a file system that has `FULL_DISK_MARGIN_KIB` KiB left.
+
+    Raises:
+      CaseUnavailable: this host cannot make the file system.
+    """
+    try:
+        with full_disk(
+            transform_output_root(config, out), FULL_DISK_MARGIN_KIB, os.path.dirname(out)
+        ):
+            try:
+                summary = local_runner.run(config, out, stream=io.StringIO())
+            except RuntimeError as e:
+                return "fails", str(e)
+    except FullDiskUnavailable as e:
+        raise CaseUnavailable(f"needs a size-limited file system: {e}") from None
+    return "proceeds", f"status={summary['status']} pushed={summary['pushed_model']}"
+
+
+def _failed_at_transform_for_space(out: str, baseline_dir: str) -> str:
+    summary = _summary(out)
+    if summary["status"] != "failed" or summary["pushed_model"] is not None:
+        return f"summary.json reads {summary['status']!r}, {summary['pushed_model']!r}"
+    if summary["components"].get("Transform", {}).get("status") != "failed":
+        return f"Transform is not the failed component: {summary['components']}"
+    ran = [n for n in ("Trainer", "Evaluator", "Pusher") if n in summary["components"]]
+    if ran:
+        return f"{ran} ran after Transform failed"
+    if not re.search(r"Transform ran out of disk space", summary.get("error", "")):
+        return f"summary.json error {summary.get('error')!r} does not name the full disk"
+    if "No space left on device" not in summary.get("cause", ""):
+        return f"summary.json cause {summary.get('cause')!r} is not the library's error"
+    return ""
+
+
 def _without_label(fields, rows):
     return [c for c in fields if c != "big_tipper"], rows
 
@@ -620,6 +684,20 @@ CASES: tuple[Case, ...] = (
         execute=lambda config, out: run_in_child(config, out, kill_in=("Evaluator", "evaluation")),
         check=_not_succeeded,
     ),
+    Case(
+        "disk_full_during_transform",
+        "the disk fills up while Transform writes (its output root on a tmpfs with 128 KiB free)",
+        "fails",
+        r"pipeline 'taxi' failed: Transform ran out of disk space \(No space left on device\) "
+        r"writing '[^']*/pipeline_root/Transform/[^']+'; [\d.]+ \w+ free on that file system now\. "
+        r"Free space on that file system, or pass --output a directory on a file system with room",
+        "Transform fails naming the full disk, the path and the fix (free space or another "
+        "--output); nothing pushed, earlier versions intact; summary.json: failed, that error, "
+        "the library's own in `cause`",
+        _transform_reruns,
+        execute=run_on_full_disk,
+        check=_failed_at_transform_for_space,
+    ),
 )
 
 
@@ -654,7 +732,10 @@ def run_case(case: Case, baseline_dir: str, work: str, base: PipelineConfig) -> 
     try:
         config = case.make(work, base)
         if case.execute is not None:
-            outcome, detail = case.execute(config, out)
+            try:
+                outcome, detail = case.execute(config, out)
+            except CaseUnavailable as e:
+                return Result(case.name, False, 0, 0, f"skipped: {e}", skipped=str(e))
         else:
             # The console (progress, summary) is not the measurement here.
             summary = local_runner.run(

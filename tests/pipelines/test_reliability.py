@@ -19,13 +19,19 @@ from ml_metadata.proto import metadata_store_pb2
 from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
 from tests.conftest import tiny
+from tests.pipelines import full_disk as full_disk_module
+from tests.pipelines.full_disk import FullDiskUnavailable, full_disk
 from tests.pipelines.reliability_cases import (
     CASES,
+    Case,
+    CaseUnavailable,
     baseline_config,
     read_taxi_rows,
     run_case,
     run_in_child,
+    run_on_full_disk,
     serving_versions,
+    transform_output_root,
 )
 
 LOCK_WAIT_SECONDS = 120
@@ -45,13 +51,15 @@ def baseline(tmp_path_factory, taxi_config):
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     "case",
-    # A case run in a child process starts processes.
+    # A case with its own `execute` starts processes (a child run, the full disk's helper).
     [pytest.param(c, marks=[pytest.mark.multiprocess] if c.execute else []) for c in CASES],
     ids=[c.name for c in CASES],
 )
 def test_bad_input_behaves_as_documented(case, baseline, tmp_path):
     baseline_dir, config = baseline
     result = run_case(case, baseline_dir, str(tmp_path), config)
+    if result.skipped:
+        pytest.skip(f"{case.name}: {result.skipped}")
     assert result.wrongly_pushed == 0, result
     assert result.lost_models == 0, result
     assert result.as_documented, result
@@ -119,15 +127,19 @@ def test_transform_killed_mid_run_then_rerun_consumes_no_partial_artifact(
     assert killed.last_known_state == metadata_store_pb2.Execution.RUNNING
     assert not (tmp_path / "out" / "serving").exists()
 
+    _assert_rerun_recomputes_transform(config, out, killed.id)
+
+
+def _assert_rerun_recomputes_transform(config, out, broken_id):
+    """A re-run succeeds, and its Trainer reads only what a new, completed
+    Transform execution published, never execution `broken_id`'s output."""
     summary = local_runner.run(config, out)
     assert summary["status"] == "succeeded" and summary["pushed_model"]
     store = open_store(os.path.join(out, "metadata.sqlite"))
     executions = latest_run_executions(store, config.name)
     transform, trainer = executions["Transform"], executions["Trainer"]
-    assert transform.id != killed.id
+    assert transform.id != broken_id
     assert transform.last_known_state == metadata_store_pb2.Execution.COMPLETE
-    # The Trainer's transformed examples were published by the completed
-    # Transform execution, never by the killed one.
     events = store.get_events_by_execution_ids([trainer.id])
     inputs = {e.artifact_id for e in events if e.type == metadata_store_pb2.Event.INPUT}
     producers = {
@@ -135,8 +147,38 @@ def test_transform_killed_mid_run_then_rerun_consumes_no_partial_artifact(
         for e in store.get_events_by_artifact_ids(list(inputs))
         if e.type == metadata_store_pb2.Event.OUTPUT
     }
-    assert killed.id not in producers
+    assert broken_id not in producers
     assert transform.id in producers
+
+
+@pytest.mark.e2e
+@pytest.mark.multiprocess
+def test_transform_on_a_full_disk_then_rerun_with_room_consumes_no_partial_artifact(
+    baseline, tmp_path
+):
+    baseline_dir, config = baseline
+    case = next(c for c in CASES if c.name == "disk_full_during_transform")
+    config = case.make(str(tmp_path), config)
+    out = str(tmp_path / "out")
+    shutil.copytree(baseline_dir, out)
+    try:
+        outcome, detail = run_on_full_disk(config, out)
+    except CaseUnavailable as e:
+        pytest.skip(str(e))
+    assert outcome == "fails", detail
+    store = open_store(os.path.join(out, "metadata.sqlite"))
+    failed = latest_run_executions(store, config.name)["Transform"]
+    assert failed.last_known_state == metadata_store_pb2.Execution.FAILED
+    # The failed execution published no artifact, and TFX's launcher removed
+    # the output directories it had started (what else it left on the full
+    # disk was copied back to the host's disk).
+    events = store.get_events_by_execution_ids([failed.id])
+    assert not [e for e in events if e.type == metadata_store_pb2.Event.OUTPUT]
+    for key in ("transform_graph", "transformed_examples"):
+        root = os.path.join(transform_output_root(config, out), key)
+        assert str(failed.id) not in os.listdir(root), key
+    # The disk has room again (Transform's output root is back on the host's disk).
+    _assert_rerun_recomputes_transform(config, out, failed.id)
 
 
 class _Capture(logging.Handler):
@@ -225,3 +267,68 @@ def test_serving_input_types_follow_the_configured_kinds(baseline):
     # No excluded column (tips, trip_start_timestamp) is part of the serving contract either.
     probabilities = serve(examples=tf.constant([example.SerializeToString()]))["probabilities"]
     assert probabilities.shape == (1, config.data.label.num_classes)
+
+
+def test_full_disk_refuses_writes_past_its_margin_and_leaves_nothing_mounted(tmp_path):
+    directory = tmp_path / "root"
+    directory.mkdir()
+    (directory / "kept.txt").write_text("before")
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        with full_disk(str(directory), 64, str(work)) as size_kib:
+            assert (directory / "kept.txt").read_text() == "before"
+            with pytest.raises(OSError, match="No space left on device"):
+                with open(directory / "big", "wb") as f:
+                    f.write(b"x" * (size_kib + 64) * 1024)
+    except FullDiskUnavailable as e:
+        pytest.skip(str(e))
+    # Back on the host's disk, with what the writer left; nothing mounted here.
+    assert directory.is_dir() and not directory.is_symlink()
+    assert (directory / "kept.txt").read_text() == "before"
+    assert 0 < (directory / "big").stat().st_size < (size_kib + 64) * 1024
+    with open("/proc/self/mounts") as f:
+        assert str(work) not in f.read()
+    assert os.listdir(work) == []
+
+
+@pytest.mark.parametrize(
+    "command, fstype, reason",
+    [
+        (["/nonexistent/unshare"], "tmpfs", r"cannot start '/nonexistent/unshare'"),
+        # Mounting refused (as without user namespaces): an unknown file system type.
+        (
+            None,
+            "tfxkit-no-such-fs",
+            r"`unshare[^`]*` then `mount -t tfxkit-no-such-fs` \(a private mount namespace\) "
+            r"failed \(exit \d+\): .+",
+        ),
+    ],
+    ids=["no_unshare", "mount_refused"],
+)
+def test_full_disk_unavailable_names_what_failed_and_changes_nothing(
+    tmp_path, monkeypatch, command, fstype, reason
+):
+    if command is not None:
+        monkeypatch.setattr(full_disk_module, "namespace_command", lambda: command)
+    monkeypatch.setattr(full_disk_module, "FSTYPE", fstype)
+    directory = tmp_path / "root"
+    directory.mkdir()
+    (directory / "kept.txt").write_text("before")
+    with pytest.raises(FullDiskUnavailable, match=reason):
+        with full_disk(str(directory), 64, str(tmp_path)):
+            pytest.fail("the body ran without a file system")
+    assert (directory / "kept.txt").read_text() == "before"
+
+
+def test_a_case_this_host_cannot_set_up_is_reported_skipped(tmp_path, taxi_config):
+    def cannot(config, out):
+        raise CaseUnavailable("needs a size-limited file system: mount refused")
+
+    baseline_dir = tmp_path / "baseline"
+    baseline_dir.mkdir()
+    case = Case("x", "x", "fails", "x", "x", lambda work, base: base, execute=cannot)
+    result = run_case(case, str(baseline_dir), str(tmp_path / "work"), taxi_config)
+    assert result.skipped == "needs a size-limited file system: mount refused"
+    assert not result.as_documented
+    assert (result.wrongly_pushed, result.lost_models) == (0, 0)

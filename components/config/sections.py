@@ -1069,6 +1069,21 @@ class PipelineConfig:
                 "student.hidden_units / student.embedding_dim or set distillation.require_compression: false",
             )
 
+    def transform_view(self) -> PipelineConfig:
+        """This config with only what Transform reads; every other section at its default.
+
+        Transform reads `data`, `transform` and `strategy` (the worker count
+        sets the shard count). The rest is reset so that it does not enter
+        Transform's execution properties: changing, say, `train.train_steps`
+        re-runs the Trainer and reuses the cached Transform output.
+        """
+        return type(self)(
+            name=self.name,
+            data=self.data,
+            transform=self.transform,
+            strategy=self.strategy,
+        )
+
     def to_json(self) -> str:
         """The config as JSON (sorted keys), as it travels in `custom_config`."""
         return json.dumps(_loading().to_dict(self), sort_keys=True)

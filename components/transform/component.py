@@ -86,7 +86,8 @@ class Transform(tfx.components.Transform):
                 raise ConfigError(
                     f"custom_config: expected a dict, got {type(custom_config).__name__}"
                 )
-            custom_config = {**(custom_config or {}), CONFIG_KEY: config.to_json()}
+            # Only what Transform reads, so other settings do not invalidate its cache.
+            custom_config = {**(custom_config or {}), CONFIG_KEY: config.transform_view().to_json()}
             preprocessing_fn = DEFAULT_PREPROCESSING_FN
         super().__init__(
             examples=examples,

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 TIMEOUT_S = 300
 
 
-def _train(workdir, strategy: dict) -> dict:
+def _run(workdir, strategy: dict, *flags: str) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "PYTHONPATH": ROOT,
@@ -30,6 +30,7 @@ def _train(workdir, strategy: dict) -> dict:
             "tests.components.dropin.run_trainer",
             str(workdir),
             json.dumps(strategy),
+            *flags,
         ],
         cwd=ROOT,
         env=env,
@@ -37,6 +38,11 @@ def _train(workdir, strategy: dict) -> dict:
         text=True,
         timeout=TIMEOUT_S,
     )
+    return result
+
+
+def _train(workdir, strategy: dict) -> dict:
+    result = _run(workdir, strategy)
     assert result.returncode == 0, result.stderr[-4000:]
     assert os.path.isdir(os.path.join(workdir, "model", "Format-Serving"))
     with open(os.path.join(workdir, "model_run", "ran_under.json")) as f:
@@ -55,3 +61,18 @@ def test_mirrored_user_run_fn_matches_one_device_at_the_same_global_batch(tmp_pa
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-5, atol=1e-6)
     # Training moved the weights: the comparison is not of two initialisations.
     assert not np.allclose(np.array(one["weights"][1]), 0.0)
+
+
+def test_user_run_fn_without_step_counts_fails_naming_train_args(tmp_path):
+    # No train_args: fn_args.train_steps is None and the run_fn's
+    # fit(steps_per_epoch=fn_args.train_steps) gets the repeating dataset with
+    # no step count. Stock TFX fails at once (Keras refuses an INFINITE dataset
+    # without steps); this used to train forever. The subprocess timeout bounds it.
+    result = _run(tmp_path, {"kind": "one_device"}, "--no-steps")
+    assert result.returncode != 0
+    assert (
+        "train_args.num_steps / eval_args.num_steps: not set, so fn_args.train_steps"
+        in result.stderr
+    ), result.stderr[-4000:]
+    assert "infinite" in result.stderr
+    assert not os.path.isdir(os.path.join(tmp_path, "model", "Format-Serving"))

@@ -33,7 +33,9 @@ class Trainer(tfx.components.Trainer):
       config: tfxkit settings. Without a user module: the `PipelineConfig`
         whose model is trained (required). With one: None (every default),
         `components.dropin.DropInSettings`, a mapping of its fields, or a
-        `PipelineConfig` (its data section is not used).
+        `PipelineConfig` (its data section is not used; its
+        `train.train_steps` / `train.eval_steps` are the step counts of an
+        omitted `train_args` / `eval_args`).
 
     Raises:
       ConfigError: at construction, naming the argument: a missing module
@@ -80,6 +82,17 @@ class Trainer(tfx.components.Trainer):
                 )
             dropin.check_steps(train_args, eval_args, full)
             custom_config = dropin.with_settings(custom_config, settings, full)
+            if full is not None:
+                # A full config's step counts are the run's (`check_steps` holds
+                # given args to them), as before user modules got the drop-in
+                # path: an omitted `train_args` would otherwise leave
+                # `fn_args.train_steps` None, and a stock run_fn's
+                # `fit(steps_per_epoch=fn_args.train_steps)` no step count for
+                # the repeating `tf_dataset_factory` dataset.
+                if train_args is None:
+                    train_args = tfx.proto.TrainArgs(num_steps=full.train.train_steps)
+                if eval_args is None:
+                    eval_args = tfx.proto.EvalArgs(num_steps=full.train.eval_steps)
         else:
             if not isinstance(config, PipelineConfig):
                 raise ConfigError(

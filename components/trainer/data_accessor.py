@@ -151,6 +151,13 @@ def make_tf_dataset_factory(
                 .take(total)
                 .batch(options.batch_size, drop_remainder=options.drop_final_batch)
             )
+        else:
+            # The reader repeats forever already, but its re-batching hides that
+            # from tf.data (cardinality UNKNOWN). Stock's dataset is a `repeat()`
+            # (INFINITE), and that is what makes Keras refuse `fit` / `evaluate`
+            # without a step count (fn_args.train_steps / eval_steps None)
+            # instead of running forever; the outer repeat restores it.
+            ds = ds.repeat()
         if label_key is None:
             ds = ds.map(lambda features, value: {**features, split_key: value})
         ds = ds.prefetch(tf.data.AUTOTUNE)

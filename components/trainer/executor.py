@@ -5,7 +5,10 @@ runs inside the configured strategy's scope and Keras precision policy, with
 `fn_args.data_accessor.tf_dataset_factory` backed by tfxkit's input pipeline
 (`components.trainer.data_accessor`); on a multi-worker job only the chief's
 `serving_model_dir` is the model artifact (the others save to scratch), and a
-`backup_and_restore(fn_args)` backup is removed after the chief's export.
+`backup_and_restore(fn_args)` backup is removed after the chief's export. A
+run_fn whose Keras fit / evaluate gets the repeating dataset and no step count
+(`train_args` / `eval_args` without `num_steps`) fails at once, as under stock
+TFX, naming the argument.
 
 On Kubeflow, a multi-worker strategy trains through a training job instead
 (a TrainJob or a TFJob, see `components.kubeflow.jobs`): the step submits and
@@ -104,6 +107,20 @@ class Executor(tfx_trainer_executor.GenericExecutor):
                         f"strategy.kind 'auto' on one device to keep it: {e}"
                     ) from e
                 raise
+            except ValueError as e:
+                unset = _unset_step_args(e, fn_args)
+                if not unset:
+                    raise
+                args, fields = (" / ".join(names) for names in zip(*unset, strict=True))
+                raise ValueError(
+                    f"{args}: not set, so {fields} {'is' if len(unset) == 1 else 'are'} None and "
+                    "the user run_fn's Keras fit or evaluate got no step count for the repeating "
+                    "dataset of fn_args.data_accessor.tf_dataset_factory "
+                    "(TensorFlowDatasetOptions.num_epochs None repeats forever, as in stock TFX); "
+                    "give the Trainer train_args=tfx.proto.TrainArgs(num_steps=N) / "
+                    "eval_args=tfx.proto.EvalArgs(num_steps=N) (or a full config with "
+                    f"train.train_steps / train.eval_steps), or a finite num_epochs: {e}"
+                ) from e
         if not choice.is_chief:
             if tf.io.gfile.exists(fn_args.serving_model_dir):
                 tf.io.gfile.rmtree(fn_args.serving_model_dir)
@@ -116,6 +133,27 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         if tf.io.gfile.exists(backup):
             tf.io.gfile.rmtree(backup)
             logging.info("Trainer: removed the training backup %s after export", backup)
+
+
+# What Keras (tf_keras) raises for fit / evaluate on an infinite dataset without steps.
+_NO_STEPS_MESSAGES = (
+    "infinitely repeating dataset, please specify",
+    "infinite dataset, you must specify the number of steps",
+)
+
+
+def _unset_step_args(error: ValueError, fn_args) -> list[tuple[str, str]]:
+    """`(Trainer argument, fn_args field)` to name when Keras refused an infinite dataset without steps."""
+    if not any(m in str(error) for m in _NO_STEPS_MESSAGES):
+        return []
+    return [
+        (arg, f"fn_args.{field}")
+        for arg, field in (
+            ("train_args.num_steps", "train_steps"),
+            ("eval_args.num_steps", "eval_steps"),
+        )
+        if getattr(fn_args, field) is None
+    ]
 
 
 def strategy_scope(settings, choice: strategies.StrategyChoice):

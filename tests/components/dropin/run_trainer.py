@@ -1,6 +1,8 @@
 """Runs the tfxkit Trainer executor once on a user module, in its own process.
 
-Usage: python -m tests.components.dropin.run_trainer WORKDIR STRATEGY_JSON
+Usage: python -m tests.components.dropin.run_trainer WORKDIR STRATEGY_JSON [--no-steps]
+
+`--no-steps` leaves `train_args` / `eval_args` out, as a stock pipeline may.
 
 A separate process because logical CPU devices (mirrored over two CPUs) can
 only be created before TensorFlow initialises.
@@ -23,7 +25,7 @@ MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "user_module.p
 STEPS = 6
 
 
-def main(workdir: str, strategy: dict) -> None:
+def main(workdir: str, strategy: dict, steps: bool = True) -> None:
     import tensorflow as tf
     from google.protobuf import text_format
 
@@ -45,8 +47,8 @@ def main(workdir: str, strategy: dict) -> None:
         examples=Channel(type=standard_artifacts.Examples),
         schema=Channel(type=standard_artifacts.Schema),
         module_file=MODULE,
-        train_args=tfx.proto.TrainArgs(num_steps=STEPS),
-        eval_args=tfx.proto.EvalArgs(num_steps=1),
+        train_args=tfx.proto.TrainArgs(num_steps=STEPS) if steps else None,
+        eval_args=tfx.proto.EvalArgs(num_steps=1) if steps else None,
         config={"strategy": strategy},
     )
     model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
@@ -64,4 +66,4 @@ def main(workdir: str, strategy: dict) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], json.loads(sys.argv[2]))
+    main(sys.argv[1], json.loads(sys.argv[2]), steps="--no-steps" not in sys.argv[3:])

@@ -9,6 +9,7 @@ import os
 import pytest
 from tfx import v1 as tfx
 from tfx.types import Channel, standard_artifacts
+from tfx.utils import proto_utils
 
 from components import dropin
 from components.config import CONFIG_KEY, ConfigError
@@ -178,6 +179,36 @@ def test_unknown_run_fn_path_is_named(channels):
             schema=channels["schema"],
             preprocessing_fn="no_such_package_xyz.mod.fn",
         )
+
+
+def test_a_full_config_gives_omitted_train_and_eval_args_its_step_counts(channels, taxi_config):
+    # Without them fn_args.train_steps / eval_steps would be None and a stock
+    # run_fn's fit(steps_per_epoch=fn_args.train_steps) would get no step count.
+    trainer = Trainer(
+        examples=channels["examples"],
+        transform_graph=channels["graph"],
+        module_file=PENGUIN_MODULE,
+        config=taxi_config,
+    )
+    train_args = proto_utils.json_to_proto(
+        trainer.exec_properties["train_args"], tfx.proto.TrainArgs()
+    )
+    eval_args = proto_utils.json_to_proto(
+        trainer.exec_properties["eval_args"], tfx.proto.EvalArgs()
+    )
+    assert train_args.num_steps == taxi_config.train.train_steps
+    assert eval_args.num_steps == taxi_config.train.eval_steps
+    # Given args are kept as given; without a full config there is nothing to fill in.
+    given = Trainer(
+        examples=channels["examples"],
+        module_file=PENGUIN_MODULE,
+        eval_args=tfx.proto.EvalArgs(num_steps=0, splits=["eval"]),
+        config=taxi_config,
+    )
+    eval_args = proto_utils.json_to_proto(given.exec_properties["eval_args"], tfx.proto.EvalArgs())
+    assert (eval_args.num_steps, list(eval_args.splits)) == (0, ["eval"])
+    plain = Trainer(examples=channels["examples"], module_file=PENGUIN_MODULE)
+    assert plain.exec_properties["train_args"] == "{}"
 
 
 def test_zero_train_steps_are_named(channels):

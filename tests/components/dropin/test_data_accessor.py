@@ -13,6 +13,7 @@ import gzip  # noqa: F401  (the stock reader detects GZIP from the `.gz` name)
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.util import tfxio_utils
 from tfx.types import artifact_utils, standard_artifacts
@@ -151,3 +152,59 @@ def test_unknown_label_key_is_named(examples, tmp_path):
     _, ours, pattern = _factories(examples, tmp_path)
     with pytest.raises(ValueError, match=r"label_key 'nope' is not in the schema"):
         ours(pattern, TensorFlowDatasetOptions(batch_size=4, label_key="nope"), _schema())
+
+
+def _dense_schema() -> schema_pb2.Schema:
+    # Fixed-length features only: the reader's re-batching path (the sparse
+    # path batches example by example).
+    schema = _schema()
+    del schema.feature[-1]
+    return schema
+
+
+@pytest.mark.parametrize("schema", [_schema, _dense_schema], ids=["sparse", "dense"])
+def test_repeating_dataset_is_infinite_to_tf_data_as_stock(examples, tmp_path, schema):
+    stock, ours, pattern = _factories(examples, tmp_path)
+    for options in (
+        TensorFlowDatasetOptions(batch_size=5, label_key=LABEL),
+        TensorFlowDatasetOptions(batch_size=5, label_key=LABEL, shuffle=False),
+        TensorFlowDatasetOptions(batch_size=5),
+    ):
+        assert (
+            int(ours(pattern, options, schema()).cardinality())
+            == int(stock(pattern, options, schema()).cardinality())
+            == tf.data.INFINITE_CARDINALITY
+        )
+
+
+class _StopAfter(tf_keras.callbacks.Callback):
+    """Bounds a fit that should have been refused: it stops instead of running forever."""
+
+    def __init__(self, batches: int):
+        super().__init__()
+        self.batches, self.seen = batches, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen >= self.batches:
+            self.model.stop_training = True
+
+
+@pytest.mark.parametrize("schema", [_schema, _dense_schema], ids=["sparse", "dense"])
+def test_fit_without_steps_on_the_repeating_dataset_is_refused_as_stock(examples, tmp_path, schema):
+    # A run_fn's fit(steps_per_epoch=fn_args.train_steps) with train_steps None:
+    # stock's INFINITE dataset makes Keras refuse it at once; so must ours (the
+    # dense path's used to train forever). The callback bounds the test if not.
+    _, ours, pattern = _factories(examples, tmp_path)
+    ds = ours(pattern, TensorFlowDatasetOptions(batch_size=5, label_key=LABEL), schema()).map(
+        lambda features, label: (features["x"], label)
+    )
+    model = tf_keras.Sequential([tf_keras.Input(shape=(2,)), tf_keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    stop = _StopAfter(50)
+    with pytest.raises(ValueError, match=r"infinite"):
+        model.fit(ds, steps_per_epoch=None, epochs=1, verbose=0, callbacks=[stop])
+    assert stop.seen == 0
+    # Reached only when fit was refused, so the dataset is INFINITE to Keras.
+    with pytest.raises(ValueError, match=r"infinite"):
+        model.evaluate(ds, steps=None, verbose=0)

@@ -310,10 +310,6 @@ def test_analyzer_cache_still_written(packed):
     assert tf.io.gfile.listdir(cache_uri)
 
 
-@pytest.mark.skip(
-    reason="hangs since the drop-in Trainer path (user run_fn under the configured strategy "
-    "with the fast tf_dataset_factory) took over user modules; open in issue 13"
-)
 def test_stock_user_run_fn_trains_through_the_tfxkit_trainer(stock_format, tmp_path):
     config, (graph_uri, transformed, _) = stock_format
     transformed.split_names = artifact_utils.encode_split_names(["train", "eval"])

@@ -116,13 +116,17 @@ def test_product_settings_are_optional_and_need_no_data_section(channels):
     assert settings.transform.num_shards == 3
 
 
-def test_a_full_config_travels_beside_the_settings(channels, taxi_config):
-    trainer = Trainer(
+def _user_module_trainer(channels, config):
+    return Trainer(
         examples=channels["examples"],
         transform_graph=channels["graph"],
         module_file=PENGUIN_MODULE,
-        config=taxi_config,
+        config=config,
     )
+
+
+def test_a_full_config_travels_beside_the_settings(channels, taxi_config):
+    trainer = _user_module_trainer(channels, taxi_config)
     custom = json.loads(trainer.exec_properties["custom_config"])
     assert json.loads(custom[CONFIG_KEY])["name"] == taxi_config.name
     assert (
@@ -184,12 +188,7 @@ def test_unknown_run_fn_path_is_named(channels):
 def test_a_full_config_gives_omitted_train_and_eval_args_its_step_counts(channels, taxi_config):
     # Without them fn_args.train_steps / eval_steps would be None and a stock
     # run_fn's fit(steps_per_epoch=fn_args.train_steps) would get no step count.
-    trainer = Trainer(
-        examples=channels["examples"],
-        transform_graph=channels["graph"],
-        module_file=PENGUIN_MODULE,
-        config=taxi_config,
-    )
+    trainer = _user_module_trainer(channels, taxi_config)
     train_args = proto_utils.json_to_proto(
         trainer.exec_properties["train_args"], tfx.proto.TrainArgs()
     )

@@ -1,6 +1,6 @@
 """TFX's taxi native-Keras example, stock and with the two-import swap, side by side.
 
-    .venv/bin/python benchmarks/drop_in.py [--train-steps 1000] [--workdir DIR]
+    .venv/bin/python benchmarks/drop_in.py [--train-steps 1000] [--repeats 3] [--workdir DIR]
 
 One run executes the pipeline file from the tfx wheel
 (`tfx/examples/chicago_taxi_pipeline/taxi_pipeline_native_keras.py`, its
@@ -11,18 +11,23 @@ once with only its `Transform` / `Trainer` imports changed to tfxkit's
 behind `data_accessor.tf_dataset_factory`, ingestion-ready Transform output).
 Both use the example's own step counts unless `--train-steps` is given.
 
-Prints one JSON line per side (wall time of the whole pipeline, Transform
+Prints one JSON line per run (wall time of the whole pipeline, Transform
 and Trainer execution times from ML Metadata, the Evaluator's binary
 accuracy, whether a model was pushed), then the headline: swapped / stock
-ratios of wall time and Trainer time, both accuracies and whether the
-pushed models' serving signatures are identical.
+ratios of mean wall time and mean Trainer time, each side's accuracy (mean
+and standard deviation over `--repeats` runs: the example seeds nothing, so
+run-to-run spread is its seed noise), the difference with its standard
+error, and whether the pushed models' serving signatures are identical.
+Runs alternate stock / swapped so that both sides see the same machine load.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,47 +99,64 @@ def run_side(side: str, root: str, train_steps: int | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-steps", type=int, default=None, help="default: the example's 1000")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per side (accuracy spread needs 2 or more)"
+    )
     parser.add_argument("--workdir", default="")
     parser.add_argument("--side", choices=["stock", "swapped"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="tfxkit-dropin-bench-")
     if args.side:
-        result = run_side(args.side, os.path.join(workdir, args.side), args.train_steps)
+        result = run_side(args.side, workdir, args.train_steps)
         print("RESULT " + json.dumps(result), flush=True)
         return
-    results = {}
-    for side in ("stock", "swapped"):
-        command = [sys.executable, os.path.abspath(__file__), "--side", side, "--workdir", workdir]
-        if args.train_steps is not None:
-            command += ["--train-steps", str(args.train_steps)]
-        env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-        done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-        if done.returncode != 0 or not lines:
-            sys.stderr.write(done.stderr[-5000:])
-            raise SystemExit(f"{side} run failed (exit {done.returncode})")
-        results[side] = json.loads(lines[-1][len("RESULT ") :])
-        signatures = results[side].pop("signatures")
-        results[side]["_signatures"] = signatures
-        print(
-            json.dumps({k: v for k, v in results[side].items() if not k.startswith("_")}),
-            flush=True,
-        )
-    stock, swapped = results["stock"], results["swapped"]
-    print(
-        json.dumps(
-            {
-                "train_steps": args.train_steps or 1000,
-                "wall_ratio_swapped_over_stock": round(swapped["wall_s"] / stock["wall_s"], 3),
-                "trainer_ratio_swapped_over_stock": round(
-                    swapped["trainer_s"] / stock["trainer_s"], 3
-                ),
-                "binary_accuracy_stock": stock["binary_accuracy"],
-                "binary_accuracy_swapped": swapped["binary_accuracy"],
-                "same_serving_signatures": stock["_signatures"] == swapped["_signatures"],
-            }
-        )
-    )
+    runs: dict[str, list[dict]] = {"stock": [], "swapped": []}
+    for repeat in range(args.repeats):
+        for side in ("stock", "swapped"):
+            root = os.path.join(workdir, f"{side}-{repeat}")
+            command = [sys.executable, os.path.abspath(__file__), "--side", side]
+            command += ["--workdir", root]
+            if args.train_steps is not None:
+                command += ["--train-steps", str(args.train_steps)]
+            env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+            done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+            if done.returncode != 0 or not lines:
+                sys.stderr.write(done.stderr[-5000:])
+                raise SystemExit(f"{side} run {repeat} failed (exit {done.returncode})")
+            result = json.loads(lines[-1][len("RESULT ") :])
+            runs[side].append(result)
+            shown = {k: v for k, v in result.items() if k != "signatures"}
+            print(json.dumps({"repeat": repeat, **shown}), flush=True)
+    print(json.dumps(headline(runs, args.train_steps or 1000)))
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    mean = statistics.fmean(values)
+    return mean, statistics.stdev(values) if len(values) > 1 else float("nan")
+
+
+def headline(runs: dict[str, list[dict]], train_steps: int) -> dict:
+    """Swapped / stock ratios, both accuracies and their difference over the repeats."""
+    stock, swapped = runs["stock"], runs["swapped"]
+    out: dict = {"train_steps": train_steps, "repeats": len(stock)}
+    for key in ("wall_s", "trainer_s"):
+        ratio = statistics.fmean(r[key] for r in swapped) / statistics.fmean(r[key] for r in stock)
+        out[f"{key[:-2]}_ratio_swapped_over_stock"] = round(ratio, 3)
+    acc = {}
+    for side, side_runs in runs.items():
+        mean, std = _mean_std([r["binary_accuracy"] for r in side_runs])
+        acc[side] = (mean, std, len(side_runs))
+        out[f"binary_accuracy_{side}"] = round(mean, 4)
+        out[f"binary_accuracy_{side}_std"] = round(std, 4)
+    diff = acc["swapped"][0] - acc["stock"][0]
+    se = math.sqrt(sum(std**2 / n for _, std, n in acc.values()))
+    out["accuracy_diff"] = round(diff, 4)
+    out["accuracy_diff_se"] = round(se, 4)
+    out["within_seed_noise"] = bool(abs(diff) <= 2 * se) if not math.isnan(se) else None
+    signatures = {r["signatures"] for side_runs in runs.values() for r in side_runs}
+    out["same_serving_signatures"] = len(signatures) == 1
+    return out
 
 
 if __name__ == "__main__":

@@ -5,14 +5,17 @@ mnist_1000.tfrecord`, `taxi`, `fashion_mnist`: the 70,000 real images of the
 Debian package `dataset-fashion-mnist`, `make fashion-mnist`):
 
 1. ExampleGen -> StatisticsGen -> SchemaGen -> tfxkit Transform run once
-   through TFX (BeamDagRunner) into `--workdir` (reused when it is there);
+   through TFX (BeamDagRunner) into `--workdir` (reused when it is there,
+   whatever the step, label and mixup options);
 2. for each of `--seeds` seeds, on that Transform output and with the
    config's `train` settings (same steps, batch and learning rate for all):
    the teacher (`teacher` shape, hard labels), the student from scratch
    (`student` shape, hard labels only) and the distilled student (`student`
    shape, `distillation` settings, taught by that seed's teacher), each
    trained with the Trainer's `training.fit` and exported with the Trainer's
-   serving export;
+   serving export; with `--mixup 0,0.2` the two students are trained once
+   per listed `train.augmentation.mixup` alpha, all taught by the same
+   teachers (trained with the config's own setting);
 3. every exported model is measured through its `serving_default`
    signature on the raw eval split (`pipelines.report.measure_model`):
    accuracy, trainable parameters, median latency at batch 1 and 256;
@@ -22,7 +25,8 @@ Debian package `dataset-fashion-mnist`, `make fashion-mnist`):
 5. on `--sweep-dataset` (digits), distilled accuracy for T in {1, 2, 5, 10,
    20} x alpha in {0.1, 0.5, 0.9} over the first `--sweep-seeds` teachers.
 
-Output: one JSON line per dataset with `dataset`, `teacher_acc`,
+Output: one JSON line per dataset (and `--mixup` value) with `dataset`,
+`mixup` (the students'), `labeled_fraction`, the step counts, `teacher_acc`,
 `scratch_acc`, `distilled_acc` (means over seeds, with `_std`),
 `gap_recovered` = (distilled - scratch) / (teacher - scratch),
 `param_ratio` and `latency_ratio_b1` / `latency_ratio_b256` (student /
@@ -244,6 +248,22 @@ class Bench:
         return {"accuracy": float(np.mean(np.argmax(probs[known], axis=1) == self.labels[known]))}
 
 
+def with_mixup(config: PipelineConfig, alpha: float) -> PipelineConfig:
+    """The config with `train.augmentation.mixup` = `alpha` (and, with mixup, no
+    soft-target cache: mixed examples are never seen twice)."""
+    train = config.train
+    return dataclasses.replace(
+        config,
+        train=dataclasses.replace(
+            train, augmentation=dataclasses.replace(train.augmentation, mixup=alpha)
+        ),
+        distillation=dataclasses.replace(
+            config.distillation,
+            cache_teacher_logits=config.distillation.cache_teacher_logits and not alpha,
+        ),
+    )
+
+
 def with_seed(config: PipelineConfig, seed: int, **distillation) -> PipelineConfig:
     return dataclasses.replace(
         config,
@@ -264,7 +284,14 @@ def _timed(seconds: dict, stage: str, fn, *args, **kwargs):
 
 
 def bench_dataset(
-    bench: Bench, seeds: list[int], ensemble_size: int = 0, ensemble_students: int = 0
+    bench: Bench,
+    seeds: list[int],
+    ensemble_size: int = 0,
+    ensemble_students: int = 0,
+    *,
+    mixup: float | None = None,
+    teachers: dict[int, str] | None = None,
+    cache_timing: bool = True,
 ) -> tuple[dict, list[str]]:
     """Teacher, scratch and distilled student per seed; then the ensemble of the first teachers.
 
@@ -272,21 +299,45 @@ def bench_dataset(
     augmentation and learns from hard labels only, so the difference is the
     teachers' soft targets. The teacher-target cache is timed only without
     augmentation (augmented views are never repeated, so it cannot apply).
+
+    Args:
+      mixup: `train.augmentation.mixup` of the students (None: the config's).
+        The teachers keep the config's setting.
+      teachers: Seed -> exported teacher, reused where present and filled in
+        here, so that students at several mixup values learn from the same
+        teachers.
+      cache_timing: Time the teacher-target cache (a second distilled
+        student of the first seed, without the cache).
     """
     config = bench.config
+    students = config if mixup is None else with_mixup(config, mixup)
+    runs = "" if mixup is None else f"mixup{mixup:g}/"
+    teachers = {} if teachers is None else teachers
     rows = {"teacher": [], "scratch": [], "distilled": []}
     teacher_dirs = []
     timers = {}
     seconds: dict[str, float] = {}
-    augmented = config.train.augmentation.enabled
+    augmented = students.train.augmentation.enabled
     for seed in seeds:
-        seeded = with_seed(config, seed)
-        teacher_dir = _timed(
-            seconds, "teacher", bench.train_classifier, seeded, "teacher", f"seed{seed}/teacher"
-        )
+        if seed not in teachers:
+            teachers[seed] = _timed(
+                seconds,
+                "teacher",
+                bench.train_classifier,
+                with_seed(config, seed),
+                "teacher",
+                f"seed{seed}/teacher",
+            )
+        teacher_dir = teachers[seed]
         teacher_dirs.append(teacher_dir)
+        seeded = with_seed(students, seed)
         scratch_dir = _timed(
-            seconds, "scratch", bench.train_classifier, seeded, "student", f"seed{seed}/scratch"
+            seconds,
+            "scratch",
+            bench.train_classifier,
+            seeded,
+            "student",
+            f"{runs}seed{seed}/scratch",
         )
         cached = not augmented and (seed == seeds[0] or config.distillation.cache_teacher_logits)
         timer = SteadyStateTimer()
@@ -294,18 +345,18 @@ def bench_dataset(
             seconds,
             "distilled",
             bench.distil,
-            with_seed(config, seed, cache_teacher_logits=cached),
+            with_seed(students, seed, cache_teacher_logits=cached),
             teacher_dir,
-            f"seed{seed}/distilled",
+            f"{runs}seed{seed}/distilled",
             timer,
         )
-        if seed == seeds[0] and not augmented:
+        if seed == seeds[0] and not augmented and cache_timing:
             timers["cached"] = timer
             timers["uncached"] = SteadyStateTimer()
             bench.distil(
-                with_seed(config, seed, cache_teacher_logits=False),
+                with_seed(students, seed, cache_teacher_logits=False),
                 teacher_dir,
-                f"seed{seed}/distilled_uncached",
+                f"{runs}seed{seed}/distilled_uncached",
                 timers["uncached"],
             )
         for role, d in (
@@ -324,6 +375,9 @@ def bench_dataset(
         "dataset": config.name,
         "seeds": len(seeds),
         "labeled_fraction": config.data.labeled_fraction,
+        "mixup": students.train.augmentation.mixup,
+        "train_steps": config.train.train_steps,
+        "student_steps": bench.student_steps(config),
     }
     for role in rows:
         mean, std = _mean_std([r["accuracy"] for r in rows[role]])
@@ -369,9 +423,9 @@ def bench_dataset(
                 seconds,
                 "ensemble_distilled",
                 bench.distil,
-                with_seed(config, seed, cache_teacher_logits=False),
+                with_seed(students, seed, cache_teacher_logits=False),
                 members,
-                f"seed{seed}/ensemble_distilled",
+                f"{runs}seed{seed}/ensemble_distilled",
             )
             accs.append(bench.measure(d, latency=False)["accuracy"])
             print(
@@ -497,6 +551,18 @@ def main(argv: list[str] | None = None) -> None:
         "the distilled student also sees every other training image, unlabeled",
     )
     parser.add_argument(
+        "--mixup",
+        default="",
+        help="comma-separated train.augmentation.mixup alphas of the students, e.g. 0,0.2: scratch "
+        "and distilled students per value, one JSON line each, all taught by the same teachers "
+        "(trained with the config's setting); '' keeps the config's setting for every role",
+    )
+    parser.add_argument(
+        "--no-cache-timing",
+        action="store_true",
+        help="skip timing the teacher-target cache (a second distilled student of the first seed)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="development run: 2 seeds, 1/10 of the steps, no sweep"
     )
     parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "bench_distillation"))
@@ -512,27 +578,39 @@ def main(argv: list[str] | None = None) -> None:
     seeds = list(range(args.seeds))
     summaries = []
     sweep_line = None
+    alphas = [float(a) for a in args.mixup.split(",")] if args.mixup else [None]
     for name in args.datasets.split(","):
-        config = dataset_config(name)
+        started = time.perf_counter()
+        # Transform sees the dataset's config as shipped: its output does not
+        # depend on steps, labels used or augmentation, so the workdir's
+        # Transform is reused whatever those options are.
+        paths = run_transform(dataset_config(name), args.workdir)
         config = scaled_steps(
-            config, args.train_steps, args.student_steps, 0.1 if args.quick else 1.0
+            dataset_config(name), args.train_steps, args.student_steps, 0.1 if args.quick else 1.0
         )
         if args.labeled_fraction < 1.0:
             config = dataclasses.replace(
                 config,
                 data=dataclasses.replace(config.data, labeled_fraction=args.labeled_fraction),
             )
-        started = time.perf_counter()
-        paths = run_transform(config, args.workdir)
         bench = Bench(config, paths, args.workdir, choice)
-        result, teacher_dirs = bench_dataset(
-            bench, seeds, args.ensemble_size, args.ensemble_students
-        )
+        teachers: dict[int, str] = {}
+        for alpha in alphas:
+            result, teacher_dirs = bench_dataset(
+                bench,
+                seeds,
+                args.ensemble_size,
+                args.ensemble_students,
+                mixup=alpha,
+                teachers=teachers,
+                cache_timing=not args.no_cache_timing,
+            )
+            result["seconds"] = round(time.perf_counter() - started, 1)
+            started = time.perf_counter()
+            emit(result)
+            summaries.append(result)
         if name == args.sweep_dataset and args.sweep_seeds:
             sweep_line = sweep(bench, teacher_dirs[: args.sweep_seeds], seeds[: args.sweep_seeds])
-        result["seconds"] = round(time.perf_counter() - started, 1)
-        emit(result)
-        summaries.append(result)
     if sweep_line is not None:
         emit(sweep_line)
     emit({"datasets": summaries})

@@ -1,4 +1,4 @@
-"""Batch augmentation of image-shaped features (no TFX types).
+"""Batch augmentation: random views of images, and mixup (no TFX types).
 
 Applied to the transformed training batches in the input pipeline, before
 they reach the model, so that in distillation the frozen teachers and the
@@ -7,13 +7,21 @@ matching", Beyer et al. 2022, "Knowledge distillation: A good teacher is
 patient and consistent"). Evaluation data is never augmented.
 
 Every op is vectorised over the batch (one projective transform for all
-images, one `tf.where` for flips), so augmentation costs a few ops per
-batch, not a `map_fn` per image.
+images, one `tf.where` for flips, one gather per feature for mixup), so
+augmentation costs a few ops per batch, not a `map_fn` per image.
+
+Mixup (Zhang et al. 2018, "mixup: Beyond Empirical Risk Minimization")
+replaces example i by `lam_i * x_i + (1 - lam_i) * x_p(i)` for a partner
+p(i) from a random permutation of the batch. The labels stay integer class
+ids: a mixed batch carries `MixedLabels` (the example's own label, its
+partner's and `lam`) instead of a label tensor, and the losses read the two
+labels with their weights from `label_terms`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -100,3 +108,112 @@ def augment_images(
             images = random_flip(images, tf.random.experimental.stateless_fold_in(key_seed, 1))
         out[key] = tf.reshape(images, tf.shape(flat))
     return out
+
+
+class MixedLabels(NamedTuple):
+    """The labels of a mixed batch (see `mixup`), in place of its label tensor.
+
+    Attributes:
+      label: The example's own labels, as without mixup (integer class ids,
+        `[batch]` or `[batch, 1]`; negative for an example without a label).
+      partner: The partner's labels, `label[perm]`, same shape and dtype.
+      lam: float32 `[batch]`, the weight of the example's own features and label.
+    """
+
+    label: tf.Tensor
+    partner: tf.Tensor
+    lam: tf.Tensor
+
+
+def sample_beta(alpha: float, shape: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """Stateless draws from Beta(alpha, alpha), float32 in [0, 1].
+
+    `G1 / (G1 + G2)` for `G ~ Gamma(alpha)`, computed from log-gammas:
+    below alpha of about 0.1 a float Gamma(alpha) draw often underflows to 0
+    (and 0 / 0 is NaN), so `log G = log G' + log(U) / alpha` with
+    `G' ~ Gamma(alpha + 1)` and `U ~ Uniform(0, 1]` (Marsaglia & Tsang 2000)
+    keeps every draw finite; then `lam = sigmoid(log G1 - log G2)`.
+
+    Args:
+      alpha: Concentration > 0.
+      shape: Shape of the result.
+      seed: Stateless seed `[2]`.
+    """
+    seeds = [tf.random.experimental.stateless_fold_in(seed, i) for i in range(4)]
+    log_gammas = []
+    for boosted, uniform in ((seeds[0], seeds[1]), (seeds[2], seeds[3])):
+        gamma = tf.random.stateless_gamma(shape, boosted, alpha=alpha + 1.0, dtype=tf.float64)
+        # stateless_uniform is in [0, 1): 1 - u is in (0, 1], whose log is finite.
+        u = 1.0 - tf.random.stateless_uniform(shape, uniform, dtype=tf.float64)
+        log_gammas.append(tf.math.log(gamma) + tf.math.log(u) / alpha)
+    return tf.cast(tf.sigmoid(log_gammas[0] - log_gammas[1]), tf.float32)
+
+
+def mixup(
+    features: Mapping[str, tf.Tensor],
+    labels: tf.Tensor,
+    dense: Sequence[str],
+    alpha: float,
+    seed: tf.Tensor,
+) -> tuple[dict[str, tf.Tensor], MixedLabels]:
+    """Mixes one batch with a permutation of itself.
+
+    Args:
+      features: Transformed features of a batch (leading batch dimension).
+      labels: Integer class ids of the batch (negative: no label).
+      dense: Keys of the float features to mix; every other feature (the
+        integer ids of categoricals, which have no meaningful average) keeps
+        the example's own value.
+      alpha: Concentration of Beta(alpha, alpha), > 0.
+      seed: Stateless seed `[2]` for this batch.
+
+    Returns:
+      `(mixed features, MixedLabels)`: features with the same keys, shapes
+      and dtypes, `x[k][i] = lam[i] * x[k][i] + (1 - lam[i]) * x[k][perm[i]]`
+      for every key in `dense`, and the labels of both parts with `lam`.
+    """
+    batch = tf.shape(labels)[0]
+    lam = sample_beta(alpha, [batch], tf.random.experimental.stateless_fold_in(seed, 0))
+    perm = tf.random.experimental.stateless_shuffle(
+        tf.range(batch), tf.random.experimental.stateless_fold_in(seed, 1)
+    )
+    out = dict(features)
+    for key in dense:
+        x = features[key]
+        weight = tf.reshape(tf.cast(lam, x.dtype), [-1] + [1] * (x.shape.rank - 1))
+        out[key] = weight * x + (1 - weight) * tf.gather(x, perm)
+    return out, MixedLabels(label=labels, partner=tf.gather(labels, perm), lam=lam)
+
+
+def label_terms(labels: tf.Tensor | MixedLabels) -> list[tuple[tf.Tensor, tf.Tensor]]:
+    """The hard-label loss as weighted terms: `loss_i = sum_t w_t[i] * CE(ids_t[i], logits_i)`.
+
+    A plain label tensor is one term of weight 1 (0 for a negative,
+    unlabeled, example); `MixedLabels` are two: the example's own label with
+    weight `lam`, its partner's with `1 - lam`, each 0 where that label is
+    missing. A missing label's share is dropped, not given to the other
+    label: that label describes only its own share of the mixed input.
+
+    Args:
+      labels: Integer class ids (`[batch]` or `[batch, 1]`) or `MixedLabels`.
+
+    Returns:
+      `(class ids, weights)` pairs: int64 `[batch]` ids (missing labels as 0,
+      a valid id, so the cross-entropy stays finite) and float32 `[batch]`
+      weights.
+    """
+    if isinstance(labels, MixedLabels):
+        parts = ((labels.label, labels.lam), (labels.partner, 1.0 - labels.lam))
+    else:
+        parts = ((labels, 1.0),)
+    terms = []
+    for ids, weight in parts:
+        ids = tf.reshape(tf.cast(ids, tf.int64), [-1])
+        known = tf.cast(ids >= 0, tf.float32)
+        terms.append((tf.maximum(ids, 0), known * weight))
+    return terms
+
+
+def own_labels(labels: tf.Tensor | MixedLabels) -> tf.Tensor:
+    """The example's own labels (what training accuracy scores), mixed or not."""
+    return labels.label if isinstance(labels, MixedLabels) else labels

@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from components import models
+from components import augment, models
 
 Features = Mapping[str, tf.Tensor]
 Teacher = Callable[..., tf.Tensor]
@@ -51,7 +51,9 @@ class DistillationLosses(NamedTuple):
 
     Attributes:
       total: `(1 - alpha) * hard + alpha * soft`.
-      hard: Cross-entropy of the student's logits (T = 1) against the labels.
+      hard: Cross-entropy of the student's logits (T = 1) against the labels
+        (0 for an unlabeled example; under mixup the `lam`-weighted sum over
+        the example's own and its partner's label).
       soft: `T^2 * KL(teacher targets || student softened probabilities)`.
     """
 
@@ -135,10 +137,14 @@ def distillation_losses(
 
     An example whose label is negative (`UNLABELED`: part of an unlabeled
     transfer set) has no hard term: it contributes `alpha * soft` only.
+    A mixup batch (`augment.MixedLabels`) has the hard term
+    `lam * CE(y) + (1 - lam) * CE(y[perm])`, each part 0 where its label is
+    `UNLABELED` (see `augment.label_terms`), and the soft term of the
+    teachers' targets on the mixed inputs, unchanged.
 
     Args:
       labels: Integer class ids, `[batch]` or `[batch, 1]`; `UNLABELED` for
-        examples without a label.
+        examples without a label. Or `augment.MixedLabels` of a mixup batch.
       student_logits: `[batch, classes]`.
       targets: Teacher soft targets from `soft_targets` (already softened by
         the same `temperature`).
@@ -149,12 +155,15 @@ def distillation_losses(
       `DistillationLosses` of `[batch]` tensors (not yet averaged).
     """
     logits = tf.cast(student_logits, tf.float32)
-    labels = tf.reshape(tf.cast(labels, tf.int64), [-1])
-    known = labels >= 0
-    hard = tf.where(
-        known,
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0), logits=logits),
-        0.0,
+    hard = tf.add_n(
+        [
+            tf.where(
+                weight > 0,
+                weight * tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits),
+                0.0,
+            )
+            for ids, weight in augment.label_terms(labels)
+        ]
     )
     log_student = tf.nn.log_softmax(logits / temperature, axis=-1)
     # xlogy(p, p) is 0 where p is 0, so a teacher that is certain gives no NaN.
@@ -307,11 +316,16 @@ class Distiller(models.GradientAccumulationMixin, keras.Model):
     def _update_metric_states(self, labels, student_logits, losses: DistillationLosses) -> None:
         # Per-example values: Mean metrics aggregate total / count across
         # replicas, which is the global mean under any strategy.
-        labels = tf.reshape(labels, [-1])
-        # Unlabeled transfer-set examples have no hard loss and no accuracy.
+        # Unlabeled transfer-set examples have no hard loss and no accuracy;
+        # the hard loss is reported per unit of label weight (1 per labeled
+        # example without mixup), accuracy on the example's own label.
+        label_weight = tf.add_n([w for _, w in augment.label_terms(labels)])
+        labels = tf.reshape(augment.own_labels(labels), [-1])
         known = tf.cast(labels >= 0, tf.float32)
         self.loss_tracker.update_state(losses.total)
-        self.hard_loss_tracker.update_state(losses.hard, sample_weight=known)
+        self.hard_loss_tracker.update_state(
+            tf.math.divide_no_nan(losses.hard, label_weight), sample_weight=label_weight
+        )
         self.soft_loss_tracker.update_state(losses.soft)
         self.accuracy_metric.update_state(
             tf.maximum(labels, 0), student_logits, sample_weight=known

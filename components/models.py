@@ -25,6 +25,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
+from components import augment
 from components.config import ConvTowerConfig, DataConfig, ModelConfig
 
 LOGITS_LAYER = "logits"
@@ -327,7 +328,8 @@ class GradientAccumulationMixin:
             loss = self.compute_loss(x, y, y_pred, sample_weight)
             # Update only: reading results inside the loop would be a
             # cross-replica synchronisation, which a loop body cannot hold.
-            self.compiled_metrics.update_state(y, y_pred, sample_weight)
+            # Training metrics score the example's own label (see `Classifier`).
+            self.compiled_metrics.update_state(augment.own_labels(y), y_pred, sample_weight)
             return loss
 
         variables = self.trainable_variables
@@ -346,5 +348,28 @@ class Classifier(GradientAccumulationMixin, keras.Model):
     """The functional teacher / student classifier (see `build_classifier`).
 
     A saved Classifier loads back as a plain functional Keras model; the class
-    only adds gradient accumulation to training.
+    only adds to training: gradient accumulation, and mixup batches, whose
+    label is `augment.MixedLabels` (`train.augmentation.mixup`). Their loss
+    is `lam * CE(y) + (1 - lam) * CE(y[perm])` per example (missing labels
+    dropped, see `augment.label_terms`), through the compiled loss; training
+    accuracy scores the example's own label.
     """
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
+        if not isinstance(y, augment.MixedLabels):
+            return super().compute_loss(x, y, y_pred, sample_weight)
+        # The compiled cross-entropy (a mean over its rows) over the batch
+        # written once per label term, each row weighted by its term's weight
+        # times the number of terms, is the batch mean of the weighted sum per
+        # example; through the compiled loss, Keras keeps its loss scaling
+        # across replicas, the regularisation losses and the `loss` metric.
+        terms = augment.label_terms(y)
+        ids = tf.concat([i for i, _ in terms], axis=0)
+        weights = tf.concat([w for _, w in terms], axis=0) * float(len(terms))
+        if sample_weight is not None:
+            weights *= tf.tile(tf.reshape(tf.cast(sample_weight, tf.float32), [-1]), [len(terms)])
+        logits = tf.tile(y_pred, [len(terms), 1])
+        return self.compiled_loss(ids, logits, weights, regularization_losses=self.losses)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight):
+        return super().compute_metrics(x, augment.own_labels(y), y_pred, sample_weight)

@@ -410,27 +410,55 @@ class StrategyConfig:
 
 @section("train.augmentation")
 class AugmentationConfig:
-    """Random views of image-shaped features (`shape` set), training batches only.
+    """Random views of the training batches, in the input pipeline (evaluation data never).
+
+    Applied before the model, so in distillation the teachers and the
+    student see the same batch ("function matching", Beyer et al. 2022):
+    the teachers' soft targets are computed on the views and mixes.
 
     Attributes:
-      translate: Largest random shift in pixels along each axis (0: off);
-        pixels shifted in take the image's darkest value (its background).
+      translate: Largest random shift in pixels along each axis of the
+        image-shaped features (`shape` set; 0: off); pixels shifted in take
+        the image's darkest value (its background).
       flip: Mirror each image left-right with probability 1/2 (right for
         clothing or scenes, wrong for digits or text).
+      mixup: Mixup (Zhang et al. 2018): alpha of the Beta(alpha, alpha)
+        distribution of the mixing weight (0: off; 0.2 to 0.4 is usual).
+        After the image views, each training example i draws its own weight
+        lam_i and a partner p(i) from a random permutation of the batch, and
+        every float (dense) transformed feature, images included, becomes
+        `lam_i * x_i + (1 - lam_i) * x_p(i)`; categorical (integer id)
+        features keep the example's own value. The hard-label loss becomes
+        `lam_i * CE(y_i) + (1 - lam_i) * CE(y_p(i))`, where a label the
+        example lacks (`data.labeled_fraction`) contributes nothing (its
+        share is not moved to the other label); labels stay integer class
+        ids. Needs at least one float feature.
     """
 
     translate: int = 0
     flip: bool = False
+    mixup: float = 0.0
+
+    @property
+    def image_views(self) -> bool:
+        """Whether image-shaped features get random shifts or mirrors."""
+        return bool(self.translate or self.flip)
 
     @property
     def enabled(self) -> bool:
-        return bool(self.translate or self.flip)
+        return self.image_views or bool(self.mixup)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.translate < 0:
             fail(
                 "translate", f"expected an integer >= 0 (0 disables shifting), got {self.translate}"
+            )
+        if not self.mixup >= 0:
+            fail(
+                "mixup",
+                f"expected a number >= 0, the alpha of Beta(alpha, alpha) (0 turns mixup off; "
+                f"0.2 to 0.4 is usual), got {self.mixup}",
             )
         return self
 
@@ -458,9 +486,9 @@ class TrainConfig:
         killed Trainer resumes from the last one; under `parameter_server`
         epochs are shortened to it, as Keras backs up at epoch ends there).
       seed: Random seed for initialisation and shuffling.
-      augmentation: Random views of image-shaped features in training
-        batches (see `AugmentationConfig`); in distillation the teachers and
-        the student see the same augmented batch.
+      augmentation: Random views (image shifts and mirrors, mixup) of the
+        training batches (see `AugmentationConfig`); in distillation the
+        teachers and the student see the same augmented batch.
       gradient_checkpointing: Recompute each conv block's activations in the
         backward pass (`tf.recompute_grad`) instead of keeping them, so a
         larger conv model or batch fits in accelerator memory, at the cost
@@ -1043,10 +1071,16 @@ class PipelineConfig:
                 "the cache keys soft targets by example, and with train.augmentation every view is a new "
                 "example (the cache would grow without bound and never hit); turn one of them off",
             )
-        if self.train.augmentation.enabled and not images:
+        if self.train.augmentation.image_views and not images:
             fail(
                 "train.augmentation",
                 "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape",
+            )
+        if self.train.augmentation.mixup and all(f.is_categorical for f in self.data.features):
+            fail(
+                "train.augmentation.mixup",
+                "mixup mixes float (dense) features, and every feature is categorical "
+                "(integer ids, bucketized floats included); set mixup: 0",
             )
         if self.distillation.enabled and self.distillation.require_compression:
             self._check_student_is_smaller()

@@ -151,6 +151,10 @@ def config_error(error: pydantic.ValidationError, root: type, prefix: str = "") 
         return ConfigError(f"{path}: unknown key {loc[-1]!r}; allowed keys: {', '.join(allowed)}")
     if kind in ("missing", "missing_argument"):
         return ConfigError(f"{path}: required key is missing")
+    if kind == "finite_number":
+        return ConfigError(
+            f"{path or 'config'}: expected a finite number (inf and NaN are never settings), got {value!r}"
+        )
     annotation = _annotation_at(root, loc)
     if kind == "tuple_type" and annotation is not None and isinstance(value, list):
         # A list refused: only Python callers meet this (YAML and JSON lists are accepted);

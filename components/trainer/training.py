@@ -111,6 +111,9 @@ def make_datasets(
 ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
     """Train (repeated, shuffled) and eval datasets of `(features, label)`.
 
+    Only the train dataset is augmented (`train.augmentation`, see
+    `augmented`); under mixup its label is an `augment.MixedLabels`.
+
     The record format comes from the layout record the tfxkit Transform wrote
     into the transform graph (compression, packing, parse spec, every shard
     with its sizes); without one the input is stock TFX Transform output
@@ -215,32 +218,51 @@ def partially_labeled(
     return kept.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
+# Stateless-seed stream of mixup, apart from the image views' streams (one per image feature).
+MIXUP_STREAM = 0x6D6978
+
+
 def augmented(
     dataset: tf.data.Dataset,
     config: PipelineConfig,
     input_context: tf.distribute.InputContext | None = None,
 ) -> tf.data.Dataset:
-    """Training batches with `train.augmentation` applied to the image-shaped features.
+    """Training batches with `train.augmentation` applied: image views, then mixup.
 
     Augmenting here, before the model, is what makes distillation consistent:
-    the Distiller's teachers and student are called on the same (augmented)
-    batch. Each batch gets its own stateless seed from `train.seed`, the
-    batch's index and this input pipeline's id: runs are reproducible and
+    the Distiller's teachers and student are called on the same (augmented,
+    mixed) batch. Each batch gets its own stateless seed from `train.seed`,
+    the batch's index and this input pipeline's id: runs are reproducible and
     parallel input pipelines see different views. (A run resumed from a
     backup restarts the sequence of views, as it restarts the input.)
+
+    With `mixup` the float features are mixed within the batch (within each
+    replica's batch under a strategy; see `augment.mixup`) and the label
+    becomes `augment.MixedLabels`, which the Trainer's `Classifier` and the
+    `Distiller` read.
     """
     settings = config.train.augmentation
     shapes = {f.transformed_name: f.shape for f in config.data.features if f.shape}
+    dense = sorted(f.transformed_name for f in config.data.features if not f.is_categorical)
     pipeline_id = input_context.input_pipeline_id if input_context is not None else 0
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
 
     def augment(index, batch):
         features, label = batch
         seed = tf.stack([tf.constant(config.train.seed, tf.int64), index * pipelines + pipeline_id])
-        views = augment_lib.augment_images(
-            features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
-        )
-        return views, label
+        if settings.image_views:
+            features = augment_lib.augment_images(
+                features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
+            )
+        if settings.mixup:
+            features, label = augment_lib.mixup(
+                features,
+                label,
+                dense,
+                settings.mixup,
+                tf.random.experimental.stateless_fold_in(seed, MIXUP_STREAM),
+            )
+        return features, label
 
     return (
         dataset.enumerate()

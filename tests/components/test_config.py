@@ -471,6 +471,54 @@ def test_image_feature_and_conv_tower_errors_name_the_field(edit, match):
 
 
 @pytest.mark.parametrize(
+    "edit, match",
+    [
+        (
+            lambda d: d["train"].update(augmentation={"mixup": -0.2}),
+            r"train\.augmentation\.mixup: expected a number >= 0, .*\(0 turns mixup off",
+        ),
+        (
+            lambda d: d["train"].update(augmentation={"mixup": float("inf")}),
+            r"train\.augmentation\.mixup: expected a finite number",
+        ),
+        (
+            lambda d: d["train"].update(augmentation={"mixup": float("nan")}),
+            r"train\.augmentation\.mixup: expected a finite number",
+        ),
+        # Only integer ids (a bucketized float is one): nothing to mix.
+        (
+            lambda d: (
+                d["data"].update(features=[f for f in d["data"]["features"] if "num_buckets" in f]),
+                d["train"].update(augmentation={"mixup": 0.2}),
+            ),
+            r"train\.augmentation\.mixup: mixup mixes float \(dense\) features",
+        ),
+        # Every mixed example is new to a cache keyed by example.
+        (
+            lambda d: (
+                d["train"].update(augmentation={"mixup": 0.2}),
+                d.setdefault("distillation", {}).update(enabled=True, cache_teacher_logits=True),
+            ),
+            r"distillation\.cache_teacher_logits: .*train\.augmentation",
+        ),
+    ],
+)
+def test_mixup_errors_name_the_field(edit, match):
+    data = _taxi_dict()
+    edit(data)
+    with pytest.raises(ConfigError, match=match):
+        from_dict(data)
+
+
+def test_mixup_needs_no_image_and_counts_as_augmentation():
+    data = _taxi_dict()
+    data["train"]["augmentation"] = {"mixup": 0.2}
+    augmentation = from_dict(data).train.augmentation
+    assert augmentation.enabled and not augmentation.image_views
+    assert not from_dict(_taxi_dict()).train.augmentation.enabled
+
+
+@pytest.mark.parametrize(
     "path, value, match",
     [
         ("data.format", "csv", r"data\.format: built-in 'taxi' is csv; set format: csv"),

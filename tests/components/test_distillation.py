@@ -13,9 +13,11 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from components import distillation
+from components import distillation, models
+from components.augment import MixedLabels
 from components.config import ConfigError, from_dict, to_dict
 from components.distillation import Distiller, distillation_losses, soft_targets
+from components.trainer import training
 from pipelines.configs import load_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -439,6 +441,71 @@ def test_unlabeled_examples_contribute_only_the_soft_term():
     np.testing.assert_allclose(got.total.numpy(), expected, rtol=1e-5)
     # The unlabeled example's total is its soft term alone (weighted by alpha).
     assert got.total.numpy()[1] == pytest.approx(alpha * soft[1], rel=1e-5)
+
+
+def test_mixup_loss_with_an_unlabeled_example_matches_hand_computation():
+    """A mixup batch (partners `perm = [2, 0, 1, 3]`, one example and one partner
+    unlabeled) against NumPy: the Distiller's loss parts and the Trainer's hard loss."""
+    alpha, temperature = 0.6, 2.0
+    unlabeled = distillation.UNLABELED
+    own = np.array([0, unlabeled, 2, 1])
+    perm = np.array([2, 0, 1, 3])
+    lam = np.array([0.7, 0.4, 0.9, 0.5], np.float32)
+    labels = MixedLabels(
+        label=tf.constant(own[:, None]),
+        partner=tf.constant(own[perm][:, None]),
+        lam=tf.constant(lam),
+    )
+    # The (already mixed) inputs: the loss depends on the model's outputs only.
+    x, _ = _data(n=4)
+    teacher, student = _mlp("teacher", 16, seed=1), _mlp("student", 4, seed=2)
+    logits = student(x).numpy().astype(np.float64)
+
+    ce = -np.log(_np_softmax(logits))
+    # Each part weighted by its share, 0 where its label is missing (not renormalised).
+    hard = np.array(
+        [
+            0.7 * ce[0, 0] + 0.3 * ce[0, 2],  # own 0, partner 2
+            0.6 * ce[1, 0],  # own unlabeled, partner 0
+            0.9 * ce[2, 2],  # own 2, partner unlabeled
+            0.5 * ce[3, 1] + 0.5 * ce[3, 1],  # own 1, partner 1
+        ]
+    )
+    label_weight = np.array([1.0, 0.6, 0.9, 1.0])
+    p = _np_softmax(teacher(x).numpy().astype(np.float64) / temperature)
+    q = _np_softmax(logits / temperature)
+    soft = temperature**2 * np.sum(p * (np.log(p) - np.log(q)), axis=-1)
+    total = (1 - alpha) * hard + alpha * soft
+
+    losses = distillation_losses(
+        labels,
+        tf.constant(logits, tf.float32),
+        soft_targets([teacher(x)], temperature),
+        alpha,
+        temperature,
+    )
+    np.testing.assert_allclose(losses.hard.numpy(), hard, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(losses.total.numpy(), total, rtol=RTOL, atol=ATOL)
+
+    batch = tf.data.Dataset.from_tensors((x, labels))
+    distiller = Distiller(student, [teacher], alpha=alpha, temperature=temperature)
+    distiller.compile(optimizer=keras.optimizers.SGD(0.0))
+    reported = {k: v[0] for k, v in distiller.fit(batch, verbose=0).history.items()}
+    assert reported["loss"] == pytest.approx(total.mean(), rel=RTOL)
+    assert reported["soft_loss"] == pytest.approx(soft.mean(), rel=RTOL)
+    # Reported per unit of label weight; accuracy on the example's own label.
+    assert reported["hard_loss"] == pytest.approx(hard.sum() / label_weight.sum(), rel=RTOL)
+    known = own >= 0
+    assert reported["accuracy"] == pytest.approx(
+        np.mean(np.argmax(logits, axis=1)[known] == own[known])
+    )
+
+    # The Trainer's model on the same network: its compiled hard loss, mean over the batch.
+    classifier = models.Classifier(inputs=student.input, outputs=student.output)
+    training.compile_classifier(classifier, load_config("digits"))
+    trained = classifier.fit(batch, verbose=0).history
+    assert trained["loss"][0] == pytest.approx(hard.mean(), rel=RTOL)
+    assert trained["accuracy"][0] == pytest.approx(np.mean(np.argmax(logits, axis=1) == own))
 
 
 def test_labeled_mask_keeps_about_the_fraction_and_is_a_function_of_the_example():

@@ -1,38 +1,50 @@
-"""Augmented training input: one view per batch, seen by teachers and student alike."""
+"""Augmented training input: one view per batch, seen by teachers and student alike.
+
+Mixup included: the mixed batch reaches the teachers and the student, its
+labels travel as `augment.MixedLabels`, and evaluation data is never mixed.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_transform as tft
 import tf_keras as keras
 
-from components import distillation
+from components import augment, distillation, strategies
 from components.config import AugmentationConfig, ConfigError
 from components.trainer import training
 from pipelines.configs import load_config
+from tests.components.trainer import penguins
+from tests.conftest import shared_file
 
 BATCH, SIDE = 8, 28
 
 
-def _config(translate=2, flip=True):
+def _config(translate=2, flip=True, mixup=0.0):
     """The shipped fashion_mnist config with augmentation as given (and no soft-target cache)."""
     config = load_config("fashion_mnist")
     return dataclasses.replace(
         config,
         train=dataclasses.replace(
-            config.train, augmentation=AugmentationConfig(translate=translate, flip=flip)
+            config.train,
+            augmentation=AugmentationConfig(translate=translate, flip=flip, mixup=mixup),
         ),
         distillation=dataclasses.replace(config.distillation, cache_teacher_logits=False),
     )
 
 
-def _batches(n=3):
+def _batches(n=3, index_labels=False):
+    """`n` batches of random images; labels random, or each example's index in its batch."""
     rng = np.random.default_rng(1)
     images = rng.uniform(0.1, 1.0, size=(n * BATCH, SIDE * SIDE)).astype("float32")
     labels = rng.integers(0, 10, size=(n * BATCH, 1))
+    if index_labels:
+        labels = np.tile(np.arange(BATCH), n)[:, None]
     return tf.data.Dataset.from_tensor_slices(({"image_xf": images}, labels)).batch(BATCH)
 
 
@@ -146,3 +158,109 @@ def test_the_distiller_sees_every_example_and_the_labels_it_may_use():
     np.testing.assert_array_equal(labels[keep], np.flatnonzero(keep))
     assert (labels[~keep] == distillation.UNLABELED).all()
     assert 0.15 < keep.mean() < 0.35
+
+
+# --------------------------------------------------------------------------- #
+# Mixup
+# --------------------------------------------------------------------------- #
+
+
+def test_mixup_off_leaves_the_batches_as_they_were():
+    # What the input pipeline did before mixup existed: image views seeded by
+    # (train.seed, batch index), labels untouched, no other op.
+    config = _config(mixup=0.0)
+    for index, ((views, label), (images, stored)) in enumerate(
+        zip(training.augmented(_batches(), config), _batches(), strict=True)
+    ):
+        seed = tf.constant([config.train.seed, index], tf.int64)
+        want = augment.augment_images(
+            images, {"image_xf": (SIDE, SIDE, 1)}, translate=2, flip=True, seed=seed
+        )
+        assert isinstance(label, tf.Tensor)
+        np.testing.assert_array_equal(label.numpy(), stored.numpy())
+        assert views["image_xf"].numpy().tobytes() == want["image_xf"].numpy().tobytes()
+    assert not _config(translate=0, flip=False, mixup=0.0).train.augmentation.enabled
+
+
+def test_mixup_mixes_the_image_views_with_the_recorded_lam_and_partner():
+    views = list(training.augmented(_batches(index_labels=True), _config(mixup=0.4)))
+    plain_views = list(training.augmented(_batches(index_labels=True), _config(mixup=0.0)))
+    for (mixed, labels), (viewed, own) in zip(views, plain_views, strict=True):
+        assert isinstance(labels, augment.MixedLabels)
+        np.testing.assert_array_equal(labels.label.numpy(), own.numpy())
+        # Labels are the index in the batch: the partner labels are the permutation.
+        perm, lam = labels.partner.numpy().reshape(-1), labels.lam.numpy()[:, None]
+        x = viewed["image_xf"].numpy()
+        np.testing.assert_allclose(
+            mixed["image_xf"].numpy(), lam * x + (1 - lam) * x[perm], rtol=1e-6, atol=1e-6
+        )
+    assert not np.array_equal(views[0][1].lam.numpy(), views[1][1].lam.numpy())
+
+
+def test_with_mixup_the_teacher_receives_exactly_the_batch_the_student_receives():
+    config = _config(mixup=0.4)
+    mixed, labels = next(iter(training.augmented(_batches(), config)))
+    assert isinstance(labels, augment.MixedLabels)
+
+    inp = keras.Input(shape=(SIDE * SIDE,), name="image_xf")
+    recorder = _Record()
+    student = keras.Model({"image_xf": inp}, keras.layers.Dense(10)(recorder(inp)))
+    teacher_seen = tf.Variable(tf.zeros((BATCH, SIDE * SIDE)))
+
+    def teacher(features):
+        teacher_seen.assign(features["image_xf"])
+        return tf.zeros((tf.shape(features["image_xf"])[0], 10))
+
+    distiller = distillation.Distiller(student, [teacher], alpha=0.5, temperature=2.0)
+    distiller.compile(optimizer=keras.optimizers.SGD(0.1))
+    distiller.fit(training.augmented(_batches(), config).take(1), epochs=1, verbose=0)
+
+    np.testing.assert_array_equal(teacher_seen.numpy(), mixed["image_xf"].numpy())
+    np.testing.assert_array_equal(recorder.seen.numpy(), mixed["image_xf"].numpy())
+
+
+@pytest.fixture(scope="module")
+def penguin_data(tmp_path_factory):
+    """Real transformed penguins: three z-scored floats and a bucketized (integer id) feature."""
+    shared_file("data", os.path.basename(penguins.PENGUINS_CSV))
+    root = str(tmp_path_factory.mktemp("penguins_mixup"))
+    config = penguins.penguins_config()
+    return penguins.materialize(config, os.path.join(root, "data")), root
+
+
+def test_the_trainer_mixes_training_batches_only(penguin_data):
+    data, root = penguin_data
+    config = penguins.penguins_config()
+    mixed_config = penguins.with_sections(config, train={"augmentation": {"mixup": 0.4}})
+    inputs = training.TrainingInputs(**penguins.inputs_for(data, root, "mixup", mixed_config))
+    tft_output = tft.TFTransformOutput(data.transform_output)
+    train, evaluation = training.make_datasets(mixed_config, inputs, tft_output)
+    plain_train, plain_eval = training.make_datasets(config, inputs, tft_output)
+
+    (features, labels), (stored, own) = next(iter(train)), next(iter(plain_train))
+    assert isinstance(labels, augment.MixedLabels)
+    np.testing.assert_array_equal(labels.label.numpy(), own.numpy())
+    for name in penguins.FLOAT_FEATURES:
+        assert not np.array_equal(features[f"{name}_xf"].numpy(), stored[f"{name}_xf"].numpy())
+    # The bucketized feature is an integer id: each example keeps its own.
+    bucket = f"{penguins.BUCKETIZED_FEATURE}_xf"
+    np.testing.assert_array_equal(features[bucket].numpy(), stored[bucket].numpy())
+
+    # Evaluation data is never mixed.
+    for (features, labels), (stored, own) in zip(evaluation, plain_eval, strict=True):
+        assert isinstance(labels, tf.Tensor)
+        np.testing.assert_array_equal(labels.numpy(), own.numpy())
+        for key in stored:
+            np.testing.assert_array_equal(features[key].numpy(), stored[key].numpy())
+
+    # The Trainer's own model trains on the mixed batches, accumulating gradients too.
+    accumulating = penguins.with_sections(mixed_config, train={"grad_accum_steps": 2})
+    choice = strategies.create_strategy(config.strategy, environ={})
+
+    def build_and_compile():
+        model = training.build_model(accumulating, tft_output, accumulating.teacher, "teacher")
+        training.compile_classifier(model, accumulating)
+        return model
+
+    _, results = training.fit(accumulating, inputs, build_and_compile, choice=choice)
+    assert np.isfinite(results["loss"]) and 0.0 <= results["accuracy"] <= 1.0

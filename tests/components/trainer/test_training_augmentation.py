@@ -62,13 +62,8 @@ class _Record(keras.layers.Layer):
         return x
 
 
-def test_teacher_and_student_receive_the_same_augmented_batch():
-    config = _config()
-    plain = next(iter(_batches()))
-    augmented = next(iter(training.augmented(_batches(), config)))
-    # The view differs from the stored example: augmentation is on.
-    assert not np.array_equal(augmented[0]["image_xf"].numpy(), plain[0]["image_xf"].numpy())
-
+def _distil_one_batch(config) -> tuple[np.ndarray, np.ndarray]:
+    """Distils one augmented batch; returns what the teacher and the student received."""
     inp = keras.Input(shape=(SIDE * SIDE,), name="image_xf")
     recorder = _Record()
     student = keras.Model({"image_xf": inp}, keras.layers.Dense(10)(recorder(inp)))
@@ -81,9 +76,20 @@ def test_teacher_and_student_receive_the_same_augmented_batch():
     distiller = distillation.Distiller(student, [teacher], alpha=0.5, temperature=2.0)
     distiller.compile(optimizer=keras.optimizers.SGD(0.1))
     distiller.fit(training.augmented(_batches(), config).take(1), epochs=1, verbose=0)
+    return teacher_seen.numpy(), recorder.seen.numpy()
 
-    np.testing.assert_array_equal(teacher_seen.numpy(), augmented[0]["image_xf"].numpy())
-    np.testing.assert_array_equal(recorder.seen.numpy(), augmented[0]["image_xf"].numpy())
+
+def test_teacher_and_student_receive_the_same_augmented_batch():
+    config = _config()
+    plain = next(iter(_batches()))
+    augmented = next(iter(training.augmented(_batches(), config)))
+    # The view differs from the stored example: augmentation is on.
+    assert not np.array_equal(augmented[0]["image_xf"].numpy(), plain[0]["image_xf"].numpy())
+
+    teacher_seen, student_seen = _distil_one_batch(config)
+
+    np.testing.assert_array_equal(teacher_seen, augmented[0]["image_xf"].numpy())
+    np.testing.assert_array_equal(student_seen, augmented[0]["image_xf"].numpy())
 
 
 def test_views_are_reproducible_and_change_from_batch_to_batch():
@@ -202,21 +208,10 @@ def test_with_mixup_the_teacher_receives_exactly_the_batch_the_student_receives(
     mixed, labels = next(iter(training.augmented(_batches(), config)))
     assert isinstance(labels, augment.MixedLabels)
 
-    inp = keras.Input(shape=(SIDE * SIDE,), name="image_xf")
-    recorder = _Record()
-    student = keras.Model({"image_xf": inp}, keras.layers.Dense(10)(recorder(inp)))
-    teacher_seen = tf.Variable(tf.zeros((BATCH, SIDE * SIDE)))
+    teacher_seen, student_seen = _distil_one_batch(config)
 
-    def teacher(features):
-        teacher_seen.assign(features["image_xf"])
-        return tf.zeros((tf.shape(features["image_xf"])[0], 10))
-
-    distiller = distillation.Distiller(student, [teacher], alpha=0.5, temperature=2.0)
-    distiller.compile(optimizer=keras.optimizers.SGD(0.1))
-    distiller.fit(training.augmented(_batches(), config).take(1), epochs=1, verbose=0)
-
-    np.testing.assert_array_equal(teacher_seen.numpy(), mixed["image_xf"].numpy())
-    np.testing.assert_array_equal(recorder.seen.numpy(), mixed["image_xf"].numpy())
+    np.testing.assert_array_equal(teacher_seen, mixed["image_xf"].numpy())
+    np.testing.assert_array_equal(student_seen, mixed["image_xf"].numpy())
 
 
 @pytest.fixture(scope="module")

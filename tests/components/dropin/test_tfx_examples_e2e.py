@@ -55,6 +55,9 @@ class _ExampleRun:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.components.dropin.run_example", spec_path],
             cwd=tfx_examples.REPO_ROOT,
+            # Runs side by side may share one GPU: each takes memory as it needs
+            # it instead of all of it at start-up.
+            env={**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true"},
             stdout=self.log,
             stderr=subprocess.STDOUT,
             text=True,

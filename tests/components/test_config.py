@@ -416,6 +416,13 @@ def _image_feature(**overrides):
     return {"name": "image", "kind": "float", "size": 784, "shape": [28, 28, 1], **overrides}
 
 
+def _assert_edit_rejected(data: dict, edit, match: str) -> None:
+    """`edit(data)` makes a config that fails to build with an error matching `match`."""
+    edit(data)
+    with pytest.raises(ConfigError, match=match):
+        from_dict(data)
+
+
 @pytest.mark.parametrize(
     "edit, match",
     [
@@ -464,10 +471,7 @@ def _image_feature(**overrides):
     ],
 )
 def test_image_feature_and_conv_tower_errors_name_the_field(edit, match):
-    data = _fashion_dict()
-    edit(data)
-    with pytest.raises(ConfigError, match=match):
-        from_dict(data)
+    _assert_edit_rejected(_fashion_dict(), edit, match)
 
 
 @pytest.mark.parametrize(
@@ -504,10 +508,7 @@ def test_image_feature_and_conv_tower_errors_name_the_field(edit, match):
     ],
 )
 def test_mixup_errors_name_the_field(edit, match):
-    data = _taxi_dict()
-    edit(data)
-    with pytest.raises(ConfigError, match=match):
-        from_dict(data)
+    _assert_edit_rejected(_taxi_dict(), edit, match)
 
 
 def test_mixup_needs_no_image_and_counts_as_augmentation():

@@ -423,7 +423,13 @@ def bench_dataset(
                 seconds,
                 "ensemble_distilled",
                 bench.distil,
-                with_seed(students, seed, cache_teacher_logits=False),
+                # The cache keeps the ensemble's combined targets: same
+                # targets, one pass of the teachers per distinct example.
+                with_seed(
+                    students,
+                    seed,
+                    cache_teacher_logits=not augmented and config.distillation.cache_teacher_logits,
+                ),
                 members,
                 f"{runs}seed{seed}/ensemble_distilled",
             )

@@ -33,11 +33,13 @@ import time
 from collections.abc import Callable
 
 import tensorflow as tf
+from ml_metadata.proto import metadata_store_pb2
 
 from components.config import ConfigError, PipelineConfig, from_dict, to_dict
 from components.data import DataError, taxi_csv_path
 from pipelines import local_runner
 from pipelines.rundir import OutputDirError
+from pipelines.summary import latest_run_executions, open_store
 from tests.pipelines.full_disk import FullDiskUnavailable, full_disk
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -443,6 +445,21 @@ def _failed_at_transform_for_space(out: str, baseline_dir: str) -> str:
         return f"summary.json error {summary.get('error')!r} does not name the full disk"
     if "No space left on device" not in summary.get("cause", ""):
         return f"summary.json cause {summary.get('cause')!r} is not the library's error"
+    # The failed execution published no artifact (a re-run resolves its inputs
+    # through OUTPUT events, so it can never read this one's), and TFX's
+    # launcher removed the output directories it had started (what else it
+    # left on the full disk was copied back to the host's disk).
+    store = open_store(os.path.join(out, "metadata.sqlite"))
+    (pipeline,) = store.get_contexts_by_type("pipeline")
+    failed = latest_run_executions(store, pipeline.name)["Transform"]
+    if failed.last_known_state != metadata_store_pb2.Execution.FAILED:
+        return f"Transform's execution is {failed.last_known_state}, not FAILED"
+    events = store.get_events_by_execution_ids([failed.id])
+    if any(e.type == metadata_store_pb2.Event.OUTPUT for e in events):
+        return "the failed Transform execution published an artifact"
+    for key in ("transform_graph", "transformed_examples"):
+        if str(failed.id) in os.listdir(os.path.join(out, "pipeline_root", "Transform", key)):
+            return f"the failed Transform execution left its {key} directory"
     return ""
 
 

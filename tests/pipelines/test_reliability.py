@@ -29,9 +29,7 @@ from tests.pipelines.reliability_cases import (
     read_taxi_rows,
     run_case,
     run_in_child,
-    run_on_full_disk,
     serving_versions,
-    transform_output_root,
 )
 
 LOCK_WAIT_SECONDS = 120
@@ -153,34 +151,6 @@ def _assert_rerun_recomputes_transform(config, out, broken_id):
     }
     assert broken_id not in producers
     assert transform.id in producers
-
-
-@pytest.mark.e2e
-@pytest.mark.multiprocess
-def test_transform_on_a_full_disk_publishes_nothing_a_rerun_could_consume(baseline, tmp_path):
-    baseline_dir, config = baseline
-    case = next(c for c in CASES if c.name == "disk_full_during_transform")
-    config = case.make(str(tmp_path), config)
-    out = str(tmp_path / "out")
-    shutil.copytree(baseline_dir, out)
-    try:
-        outcome, detail = run_on_full_disk(config, out)
-    except CaseUnavailable as e:
-        pytest.skip(str(e))
-    assert outcome == "fails", detail
-    store = open_store(os.path.join(out, "metadata.sqlite"))
-    failed = latest_run_executions(store, config.name)["Transform"]
-    assert failed.last_known_state == metadata_store_pb2.Execution.FAILED
-    # The failed execution published no artifact, and TFX's launcher removed
-    # the output directories it had started (what else it left on the full
-    # disk was copied back to the host's disk).
-    events = store.get_events_by_execution_ids([failed.id])
-    assert not [e for e in events if e.type == metadata_store_pb2.Event.OUTPUT]
-    for key in ("transform_graph", "transformed_examples"):
-        root = os.path.join(transform_output_root(config, out), key)
-        assert str(failed.id) not in os.listdir(root), key
-    # What a re-run then reads is covered by the Transform-killed test above:
-    # inputs resolve through OUTPUT events, and this execution has none.
 
 
 class _Capture(logging.Handler):

@@ -81,12 +81,14 @@ _NO_SPACE_PATH = (
 
 
 def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
         size /= 1024
-    return f"{size:.1f} TiB"
+    return f"{size:.1f} GiB"
 
 
 def _free_bytes(path: str) -> int | None:

@@ -161,3 +161,19 @@ def test_a_full_disk_from_python_os_error_in_the_cause_chain_is_named(tmp_path):
 def test_other_failures_are_not_called_a_full_disk(tmp_path):
     error = RuntimeError("ValueError: label 'big_tipper' takes values in [0, 2]")
     assert rundir.disk_full_error(error, "DataGate", str(tmp_path)) is None
+
+
+@pytest.mark.parametrize(
+    "n, text",
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (128 * 1024, "128.0 KiB"),
+        (3 * 1024**2 // 2, "1.5 MiB"),
+        (5 * 1024**3, "5.0 GiB"),
+        (2048 * 1024**3, "2048.0 GiB"),
+    ],
+)
+def test_free_space_reads_in_the_largest_unit_below_1024(n, text):
+    assert rundir._human_bytes(n) == text

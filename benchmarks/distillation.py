@@ -53,6 +53,7 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_transform as tft  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
+from benchmarks.stats import mean_std  # noqa: E402
 from components import strategies  # noqa: E402
 from components.config import PipelineConfig, from_dict, to_dict  # noqa: E402
 from components.distiller.run_fn import train_student  # noqa: E402
@@ -272,10 +273,6 @@ def with_seed(config: PipelineConfig, seed: int, **distillation) -> PipelineConf
     )
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-
-
 def _timed(seconds: dict, stage: str, fn, *args, **kwargs):
     started = time.perf_counter()
     out = fn(*args, **kwargs)
@@ -380,7 +377,7 @@ def bench_dataset(
         "student_steps": bench.student_steps(config),
     }
     for role in rows:
-        mean, std = _mean_std([r["accuracy"] for r in rows[role]])
+        mean, std = mean_std([r["accuracy"] for r in rows[role]])
         result[f"{role}_acc"], result[f"{role}_acc_std"] = mean, std
     gap = result["teacher_acc"] - result["scratch_acc"]
     result["gap_recovered"] = (
@@ -391,7 +388,7 @@ def bench_dataset(
         d["accuracy"] - s["accuracy"]
         for d, s in zip(rows["distilled"], rows["scratch"], strict=True)
     ]
-    diff_mean, diff_std = _mean_std(diffs)
+    diff_mean, diff_std = mean_std(diffs)
     result["distilled_minus_scratch"] = diff_mean
     result["distilled_minus_scratch_se"] = diff_std / len(diffs) ** 0.5 if len(diffs) > 1 else None
     result["retained"] = result["distilled_acc"] / result["teacher_acc"]
@@ -439,7 +436,7 @@ def bench_dataset(
                 file=sys.stderr,
                 flush=True,
             )
-        result["ensemble_distilled_acc"], result["ensemble_distilled_acc_std"] = _mean_std(accs)
+        result["ensemble_distilled_acc"], result["ensemble_distilled_acc_std"] = mean_std(accs)
         result["ensemble_students"] = len(accs)
         # Against the same seeds' scratch students.
         scratch = float(np.mean([r["accuracy"] for r in rows["scratch"][: len(accs)]]))
@@ -486,7 +483,7 @@ def sweep(bench: Bench, teacher_dirs: list[str], seeds: list[int]) -> dict:
                         latency=False,
                     )["accuracy"]
                 )
-            mean, std = _mean_std(accs)
+            mean, std = mean_std(accs)
             results.append(
                 {
                     "temperature": temperature,

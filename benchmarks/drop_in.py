@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -35,6 +34,8 @@ import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.stats import diff_se, mean_std  # noqa: E402
 
 
 def _execution_seconds(metadata_path: str) -> dict[str, float]:
@@ -131,11 +132,6 @@ def main() -> None:
     print(json.dumps(headline(runs, args.train_steps or 1000)))
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    mean = statistics.fmean(values)
-    return mean, statistics.stdev(values) if len(values) > 1 else float("nan")
-
-
 def headline(runs: dict[str, list[dict]], train_steps: int) -> dict:
     """Swapped / stock ratios, both accuracies and their difference over the repeats."""
     stock, swapped = runs["stock"], runs["swapped"]
@@ -143,17 +139,16 @@ def headline(runs: dict[str, list[dict]], train_steps: int) -> dict:
     for key in ("wall_s", "trainer_s"):
         ratio = statistics.fmean(r[key] for r in swapped) / statistics.fmean(r[key] for r in stock)
         out[f"{key[:-2]}_ratio_swapped_over_stock"] = round(ratio, 3)
-    acc = {}
-    for side, side_runs in runs.items():
-        mean, std = _mean_std([r["binary_accuracy"] for r in side_runs])
-        acc[side] = (mean, std, len(side_runs))
+    acc = {side: [r["binary_accuracy"] for r in side_runs] for side, side_runs in runs.items()}
+    for side, values in acc.items():
+        mean, std = mean_std(values)
         out[f"binary_accuracy_{side}"] = round(mean, 4)
-        out[f"binary_accuracy_{side}_std"] = round(std, 4)
-    diff = acc["swapped"][0] - acc["stock"][0]
-    se = math.sqrt(sum(std**2 / n for _, std, n in acc.values()))
+        out[f"binary_accuracy_{side}_std"] = None if std is None else round(std, 4)
+    diff = statistics.fmean(acc["swapped"]) - statistics.fmean(acc["stock"])
+    se = diff_se(acc["swapped"], acc["stock"])
     out["accuracy_diff"] = round(diff, 4)
-    out["accuracy_diff_se"] = round(se, 4)
-    out["within_seed_noise"] = bool(abs(diff) <= 2 * se) if not math.isnan(se) else None
+    out["accuracy_diff_se"] = None if se is None else round(se, 4)
+    out["within_seed_noise"] = None if se is None else abs(diff) <= 2 * se
     signatures = {r["signatures"] for side_runs in runs.values() for r in side_runs}
     out["same_serving_signatures"] = len(signatures) == 1
     return out

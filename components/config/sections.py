@@ -23,9 +23,9 @@ from typing import Literal, Self
 
 from pydantic import model_validator
 
+from components.accelerators import TPU_TOPOLOGY_DIMS, accelerator_node_labels, is_tpu
 from components.config.secret_scan import reject_secrets
 from components.config.validation import fail, section
-from components.kubeflow.placement import TPU_TOPOLOGY_DIMS, accelerator_node_labels, is_tpu
 
 CONFIG_KEY = "tfxkit_config"
 BUILTIN_DATASETS = ("taxi", "digits", "fashion_mnist")

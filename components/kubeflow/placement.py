@@ -12,12 +12,11 @@ resources:
 - KFP forms (protos, for the compiled pipeline): `resource_spec` (the
   pipeline spec's container resources) and `kubernetes_executor_config`
   (the kfp-kubernetes platform spec), both derived from the Kubernetes forms.
-- GKE knowledge: the accelerator resource names and node labels, and the
-  topology dimensions of TPU slices, which config validation also reads
-  (`accelerator_node_labels`, `TPU_TOPOLOGY_DIMS`).
 
-Pure: `components.config` imports this module to validate placements, so
-it imports config for type annotations only, and kfp inside the two
+The GKE accelerator facts (resource names, node labels, TPU topologies)
+live in `components.accelerators`, which config validation also reads.
+
+Pure: it imports config for type annotations only, and kfp inside the two
 functions that build kfp protos.
 """
 
@@ -26,29 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from components.accelerators import accelerator_node_labels, accelerator_resource
+
 if TYPE_CHECKING:
     from components.config import Placement
-
-# Kubernetes extended resources of accelerators; KFP's driver requests the
-# same names verbatim.
-GPU_RESOURCE = "nvidia.com/gpu"
-TPU_RESOURCE = "google.com/tpu"
-# GKE node labels that select an accelerator's node pool.
-GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-GKE_TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
-# GKE TPU accelerator label -> dimensions of its slice topology (v4 and v5p
-# slices are 3-D tori such as 2x2x4; v3, v5e and v6e are 2-D such as 2x4).
-TPU_TOPOLOGY_DIMS = {
-    "tpu-v3-slice": 2,
-    "tpu-v3-device": 2,
-    "tpu-v4-podslice": 3,
-    "tpu-v5-lite-podslice": 2,
-    "tpu-v5-lite-device": 2,
-    "tpu-v5p-slice": 3,
-    "tpu-v6e-slice": 2,
-}
-TPU_PREFIX = "tpu-"
 
 # What a training-job replica requests for CPU / memory its placement leaves
 # unset: without requests a pod is BestEffort, the first evicted under
@@ -71,51 +51,6 @@ _MEMORY_UNITS = {
     "Pi": 2**50,
     "Ei": 2**60,
 }
-
-
-# --------------------------------------------------------------------------- #
-# Accelerators
-# --------------------------------------------------------------------------- #
-
-
-def is_tpu(accelerator_type: str) -> bool:
-    """Whether a GKE accelerator name (`tpu-v5-lite-podslice`, `nvidia-l4`) is a TPU."""
-    return accelerator_type.startswith(TPU_PREFIX)
-
-
-def accelerator_resource(accelerator_type: str) -> str:
-    """The extended resource an accelerator is requested as ('' for none).
-
-    Args:
-      accelerator_type: A GKE accelerator name, or '' for none.
-
-    Returns:
-      `google.com/tpu` for TPUs, `nvidia.com/gpu` for GPUs, '' for none.
-    """
-    if not accelerator_type:
-        return ""
-    return TPU_RESOURCE if is_tpu(accelerator_type) else GPU_RESOURCE
-
-
-def accelerator_node_labels(accelerator_type: str, tpu_topology: str = "") -> dict[str, str]:
-    """The GKE node labels that pick an accelerator's node pool.
-
-    Config validation reads these to reject a `node_selector` that
-    contradicts the accelerator fields.
-
-    Args:
-      accelerator_type: A GKE accelerator name, or '' for none.
-      tpu_topology: The TPU slice topology (`2x4`); TPUs only.
-
-    Returns:
-      Label -> value: the accelerator label for a GPU, the TPU accelerator
-      and topology labels for a TPU, {} for none.
-    """
-    if is_tpu(accelerator_type):
-        return {GKE_TPU_ACCELERATOR_LABEL: accelerator_type, GKE_TPU_TOPOLOGY_LABEL: tpu_topology}
-    if accelerator_type:
-        return {GKE_ACCELERATOR_LABEL: accelerator_type}
-    return {}
 
 
 # --------------------------------------------------------------------------- #

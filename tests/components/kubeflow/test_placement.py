@@ -42,39 +42,6 @@ CPU_POOL = Placement(
 
 
 # --------------------------------------------------------------------------- #
-# Accelerators
-# --------------------------------------------------------------------------- #
-
-
-@pytest.mark.parametrize(
-    "accelerator_type, topology, resource, labels",
-    [
-        ("nvidia-l4", "", "nvidia.com/gpu", {"cloud.google.com/gke-accelerator": "nvidia-l4"}),
-        (
-            "tpu-v4-podslice",
-            "2x2x4",
-            "google.com/tpu",
-            {
-                "cloud.google.com/gke-tpu-accelerator": "tpu-v4-podslice",
-                "cloud.google.com/gke-tpu-topology": "2x2x4",
-            },
-        ),
-        ("", "", "", {}),
-    ],
-    ids=["gpu", "tpu", "none"],
-)
-def test_accelerator_resource_and_node_labels(accelerator_type, topology, resource, labels):
-    assert kube.accelerator_resource(accelerator_type) == resource
-    assert kube.accelerator_node_labels(accelerator_type, topology) == labels
-    assert kube.is_tpu(accelerator_type) == (resource == kube.TPU_RESOURCE)
-
-
-def test_every_known_tpu_is_a_tpu():
-    assert all(kube.is_tpu(name) for name in kube.TPU_TOPOLOGY_DIMS)
-    assert set(kube.TPU_TOPOLOGY_DIMS.values()) == {2, 3}
-
-
-# --------------------------------------------------------------------------- #
 # Kubernetes forms
 # --------------------------------------------------------------------------- #
 

@@ -40,7 +40,7 @@ import tensorflow as tf
 from absl import logging
 
 from components.config import ConfigError, StrategyConfig, StrategyKind
-from components.config.sections import WHOLE_TASK_KINDS, whole_task_gpus_message
+from components.config.runtime import WHOLE_TASK_KINDS, whole_task_gpus_message
 
 KINDS = typing.get_args(StrategyKind)
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")

@@ -1,13 +1,37 @@
 """Typed, validated pipeline configuration.
 
-- `sections`: the config sections (fields, defaults, docs, rules); read this
-  to write a config.
+- The sections (fields, defaults, docs, rules), one module per concern; read
+  these to write a config: `data` (data, features, label), `runtime`
+  (transform, ingestion, strategy), `training` (train, augmentation, teacher /
+  student model shapes), `distillation`, `evaluation`, `kubeflow` (placements,
+  job backend) and `pipeline` (`PipelineConfig`, the cross-section rules).
 - `loading`: YAML / plain data / `custom_config` JSON to a validated config,
   and the JSON Schema.
 - `secret_scan`: rejects values that look like credentials.
 - `validation`: how sections validate and how errors name the field path.
 """
 
+from components.config.data import (
+    BUILTIN_DATASETS,
+    CategoricalTransform,
+    DataConfig,
+    FeatureConfig,
+    FeatureKind,
+    FloatTransform,
+    LabelConfig,
+)
+from components.config.distillation import (
+    MAX_TEACHERS,
+    DistillationConfig,
+)
+from components.config.evaluation import (
+    EvaluationConfig,
+)
+from components.config.kubeflow import (
+    KubeflowConfig,
+    Placement,
+    Toleration,
+)
 from components.config.loading import (
     from_custom_config,
     from_dict,
@@ -15,31 +39,22 @@ from components.config.loading import (
     load_config_file,
     to_dict,
 )
-from components.config.secret_scan import reject_secret
-from components.config.sections import (
-    BUILTIN_DATASETS,
+from components.config.pipeline import (
     CONFIG_KEY,
-    MAX_TEACHERS,
-    AugmentationConfig,
-    CategoricalTransform,
-    ConvTowerConfig,
-    DataConfig,
-    DistillationConfig,
-    EvaluationConfig,
-    FeatureConfig,
-    FeatureKind,
-    FloatTransform,
-    IngestionConfig,
-    KubeflowConfig,
-    LabelConfig,
-    ModelConfig,
     PipelineConfig,
-    Placement,
+)
+from components.config.runtime import (
+    IngestionConfig,
     StrategyConfig,
     StrategyKind,
-    Toleration,
-    TrainConfig,
     TransformConfig,
+)
+from components.config.secret_scan import reject_secret
+from components.config.training import (
+    AugmentationConfig,
+    ConvTowerConfig,
+    ModelConfig,
+    TrainConfig,
 )
 from components.config.validation import ConfigError
 

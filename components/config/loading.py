@@ -14,7 +14,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from components.config.sections import CONFIG_KEY, PipelineConfig
+from components.config.pipeline import CONFIG_KEY, PipelineConfig
 from components.config.validation import ConfigError, config_error
 
 

@@ -576,7 +576,7 @@ def test_student_larger_than_teacher_is_refused_when_the_config_is_built():
 
 @pytest.mark.parametrize("name", ["taxi", "fashion_mnist"])
 def test_parameter_lower_bound_counts_what_the_model_builder_builds(name):
-    from components.config.sections import min_ids, min_trainable_params
+    from components.config.training import min_ids, min_trainable_params
     from components.models import build_classifier
 
     config = from_dict(

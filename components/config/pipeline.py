@@ -1,0 +1,149 @@
+"""The whole configuration: `PipelineConfig`, its cross-section rules and its JSON form.
+
+One `PipelineConfig` (nested frozen dataclasses) is loaded from YAML and
+validated before anything runs (`components.config.loading`). It crosses into
+TFX components once, as JSON under a single `custom_config` key
+(`CONFIG_KEY`), and executors parse it back with `PipelineConfig.from_json` on
+their first line.
+
+Every section is validated when it is constructed, `dataclasses.replace`
+included. Every error is a `ConfigError` whose message starts with the dotted
+path of the offending field (for example `train.learning_rate`) and says what
+is expected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import field
+from typing import Self
+
+from pydantic import model_validator
+
+from components.config.data import DataConfig
+from components.config.distillation import DistillationConfig
+from components.config.evaluation import EvaluationConfig
+from components.config.kubeflow import KubeflowConfig
+from components.config.runtime import IngestionConfig, StrategyConfig, TransformConfig
+from components.config.secret_scan import reject_secrets
+from components.config.training import ModelConfig, TrainConfig, min_trainable_params
+from components.config.validation import fail, section
+
+CONFIG_KEY = "tfxkit_config"
+
+
+@section()
+class PipelineConfig:
+    """The whole pipeline.
+
+    Attributes:
+      name: Pipeline name (ML Metadata context, push sub-directory).
+      data, transform, ingestion, strategy, train, teacher, student,
+      distillation, evaluation, kubeflow: the sections above.
+      beam_args: Beam pipeline args for local runs. Empty (the default):
+        Beam's DirectRunner defaults, in memory on one worker; TFX then
+        also skips building a source package of itself for Beam to stage,
+        which only remote runners need (about 1.3 s per Beam component).
+    """
+
+    name: str = "tfxkit"
+    data: DataConfig = field(default_factory=DataConfig)
+    transform: TransformConfig = field(default_factory=TransformConfig)
+    ingestion: IngestionConfig = field(default_factory=IngestionConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    teacher: ModelConfig = field(default_factory=ModelConfig)
+    student: ModelConfig = field(
+        default_factory=lambda: ModelConfig(hidden_units=(16,), embedding_dim=2)
+    )
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    kubeflow: KubeflowConfig = field(default_factory=KubeflowConfig)
+    beam_args: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", self.name):
+            fail("name", f"expected letters, digits, '_' or '-', got {self.name!r}")
+        images = [f.name for f in self.data.features if f.shape]
+        for role in ("teacher", "student"):
+            if getattr(self, role).conv is not None and not images:
+                fail(
+                    f"{role}.conv",
+                    "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
+                )
+        student_steps = self.distillation.student_train_steps or self.train.train_steps
+        if self.distillation.enabled and self.train.warmup_steps >= student_steps:
+            fail(
+                "distillation.student_train_steps",
+                f"expected more steps than train.warmup_steps ({self.train.warmup_steps}), got {student_steps}",
+            )
+        if self.train.augmentation.enabled and self.distillation.cache_teacher_logits:
+            fail(
+                "distillation.cache_teacher_logits",
+                "the cache keys soft targets by example, and with train.augmentation every view is a new "
+                "example (the cache would grow without bound and never hit); turn one of them off",
+            )
+        if self.train.augmentation.image_views and not images:
+            fail(
+                "train.augmentation",
+                "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape",
+            )
+        if self.train.augmentation.mixup and all(f.is_categorical for f in self.data.features):
+            fail(
+                "train.augmentation.mixup",
+                "mixup mixes float (dense) features, and every feature is categorical "
+                "(integer ids, bucketized floats included); set mixup: 0",
+            )
+        if self.distillation.enabled and self.distillation.require_compression:
+            self._check_student_is_smaller()
+        reject_secrets(self)
+        return self
+
+    def _check_student_is_smaller(self) -> None:
+        # Both models embed the same categoricals; vocabularies only add
+        # `embedding_dim` parameters per id. With the student's embeddings at
+        # least as wide, a student no smaller at the fewest ids is no smaller
+        # for any data. Other cases depend on the vocabularies: the Distiller
+        # checks them with the real sizes before training.
+        student = min_trainable_params(self.data, self.student)
+        teacher = min_trainable_params(self.data, self.teacher)
+        if self.student.embedding_dim >= self.teacher.embedding_dim and student >= teacher:
+            fail(
+                "student",
+                f"the student has at least {student} trainable parameters, not fewer than the teacher's {teacher} "
+                "(whatever the vocabulary sizes), and distillation.require_compression is true; shrink "
+                "student.hidden_units / student.embedding_dim or set distillation.require_compression: false",
+            )
+
+    def transform_view(self) -> PipelineConfig:
+        """This config with only what Transform reads; every other section at its default.
+
+        Transform reads `data`, `transform` and `strategy` (the worker count
+        sets the shard count). The rest is reset so that it does not enter
+        Transform's execution properties: changing, say, `train.train_steps`
+        re-runs the Trainer and reuses the cached Transform output.
+        """
+        return type(self)(
+            name=self.name,
+            data=self.data,
+            transform=self.transform,
+            strategy=self.strategy,
+        )
+
+    def to_json(self) -> str:
+        """The config as JSON (sorted keys), as it travels in `custom_config`."""
+        return json.dumps(_loading().to_dict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PipelineConfig:
+        """Parses and validates the JSON of `to_json`."""
+        return _loading().from_dict(json.loads(text))
+
+
+def _loading():
+    # The loader builds a TypeAdapter over these classes, so it imports this module, not the reverse.
+    from components.config import loading
+
+    return loading

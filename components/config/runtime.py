@@ -1,0 +1,164 @@
+"""How the pipeline runs: the `transform` output, the `ingestion` input
+pipeline and the `strategy` (tf.distribute) sections."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import model_validator
+
+from components.config.validation import fail, section
+
+
+@section("transform")
+class TransformConfig:
+    """How Transform writes its output (recorded for the Trainer in `tfxkit_layout.json`).
+
+    Attributes:
+      num_shards: Output files per split; 0 picks a default sized for parallel
+        reads and per-worker file sharding: at least 8 and at least
+        2 x `strategy.workers`, a multiple of the workers.
+      compression: `gzip` (TFX's default, `.gz` files) or `none`
+        (`.tfrecord` files: faster to read, larger on disk).
+      pack_features: Write every dense numeric transformed feature (label
+        included) as one fixed-length float32 vector per example, so parsing
+        costs one feature. Integer ids must stay below 2^24 (exact in float32;
+        the Transform fails naming the feature otherwise). Stock TFX readers
+        (`data_accessor`) cannot unpack it: keep it off for user `run_fn`s.
+    """
+
+    num_shards: int = 0
+    compression: Literal["gzip", "none"] = "gzip"
+    pack_features: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.num_shards < 0:
+            fail("num_shards", f"expected an integer >= 0 (0 = automatic), got {self.num_shards}")
+        return self
+
+
+@section("ingestion")
+class IngestionConfig:
+    """The Trainer's tf.data input pipeline.
+
+    Attributes:
+      batch_size: Global batch size (split across replicas).
+      eval_batch_size: Global batch size for evaluation.
+      shuffle_buffer: Examples mixed together when training (0 disables
+        shuffling): files are reshuffled every epoch, parsed batches are
+        shuffled in a buffer of about this many examples and examples are
+        permuted within windows of this many.
+      cache: `none`, `memory`, or `file` (under the model run directory): keep
+        the parsed training data after the first epoch, so later epochs skip
+        reading and parsing. Needs the (packed) data to fit in memory / disk.
+      num_parallel_reads: Files read concurrently (0 = autotune).
+      num_parallel_calls: Parallel parse calls (0 = autotune).
+      prefetch: Batches prefetched (0 = autotune).
+      deterministic: Keep element order reproducible across runs (slower);
+        without shuffling, every epoch then has the same order.
+    """
+
+    batch_size: int = 256
+    eval_batch_size: int = 256
+    shuffle_buffer: int = 10000
+    cache: Literal["none", "memory", "file"] = "none"
+    num_parallel_reads: int = 0
+    num_parallel_calls: int = 0
+    prefetch: int = 0
+    deterministic: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        for name in ("batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                fail(name, f"expected an integer >= 1, got {getattr(self, name)}")
+        for name in ("shuffle_buffer", "num_parallel_reads", "num_parallel_calls", "prefetch"):
+            if getattr(self, name) < 0:
+                fail(name, f"expected an integer >= 0, got {getattr(self, name)}")
+        return self
+
+
+StrategyKind = Literal[
+    "auto",
+    "one_device",
+    "mirrored",
+    "multi_worker_mirrored",
+    "parameter_server",
+    "central_storage",
+    "tpu",
+]
+
+
+# Strategies that use every accelerator their task sees: `num_gpus` cannot select among them.
+WHOLE_TASK_KINDS = ("multi_worker_mirrored", "parameter_server", "tpu")
+
+
+def whole_task_gpus_message(kind: str, num_gpus: int) -> str:
+    return (
+        f"kind {kind!r} uses every accelerator its task sees, so num_gpus {num_gpus} would be ignored; "
+        "set num_gpus: 0 and size each replica with the Kubeflow placement's accelerator_count "
+        "(or CUDA_VISIBLE_DEVICES)"
+    )
+
+
+@section("strategy")
+class StrategyConfig:
+    """Which tf.distribute strategy the Trainer uses.
+
+    Attributes:
+      kind: One of `auto`, `one_device`, `mirrored`, `multi_worker_mirrored`,
+        `parameter_server`, `central_storage`, `tpu` (see
+        `components.strategies` for what `auto` picks).
+      num_gpus: GPUs to use on this machine under `mirrored` and
+        `central_storage` (0: every visible GPU; `one_device` takes at most 1);
+        more than are visible fails before training. Multi-worker,
+        parameter-server and TPU strategies use every accelerator their task
+        sees (size them with the Kubeflow placement's `accelerator_count`), so
+        they refuse a non-zero value, also when `auto` resolves to them.
+      num_cpu_devices: Logical CPU devices to create when there is no GPU
+        (lets `mirrored` run on CPU; 0 keeps TensorFlow's default of one).
+      communication: Collective implementation, `auto`, `ring` or `nccl`
+        (multi-worker all-reduce; `nccl` also selects NCCL for `mirrored`).
+      all_reduce_pack_bytes: Pack small gradients into chunks of this size
+        for the multi-worker all-reduce (0: TensorFlow's default).
+      tpu: TPU name or address for `TPUClusterResolver` ('' = local / env).
+      workers: Expected worker replicas (used to size shards and TFJobs).
+      parameter_servers: Expected parameter-server replicas.
+      steps_per_execution: Steps per `tf.function` call (fewer round trips;
+        matters most for parameter server and TPU). Backups are counted in
+        steps regardless.
+    """
+
+    kind: StrategyKind = "auto"
+    num_gpus: int = 0
+    num_cpu_devices: int = 0
+    communication: Literal["auto", "ring", "nccl"] = "auto"
+    all_reduce_pack_bytes: int = 0
+    tpu: str = ""
+    workers: int = 1
+    parameter_servers: int = 0
+    steps_per_execution: int = 1
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        for name in ("num_gpus", "num_cpu_devices", "all_reduce_pack_bytes", "parameter_servers"):
+            if getattr(self, name) < 0:
+                fail(name, f"expected an integer >= 0, got {getattr(self, name)}")
+        for name in ("workers", "steps_per_execution"):
+            if getattr(self, name) < 1:
+                fail(name, f"expected an integer >= 1, got {getattr(self, name)}")
+        if self.kind == "parameter_server" and self.parameter_servers < 1 and self.workers > 1:
+            fail("parameter_servers", "expected >= 1 parameter server for kind 'parameter_server'")
+        if self.kind == "one_device" and self.num_gpus > 1:
+            fail(
+                "num_gpus",
+                f"kind 'one_device' uses one device, got num_gpus {self.num_gpus}; use kind 'mirrored' for several GPUs",
+            )
+        if self.kind in WHOLE_TASK_KINDS and self.num_gpus:
+            fail("num_gpus", whole_task_gpus_message(self.kind, self.num_gpus))
+        if self.kind == "tpu" and self.communication == "nccl":
+            fail(
+                "communication", "'nccl' is for GPUs; TPUs have their own interconnect (use 'auto')"
+            )
+        return self

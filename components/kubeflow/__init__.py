@@ -4,6 +4,6 @@
 one rendering the compiler and the training jobs share), `env` declares the
 environment variables between the compiled pipeline and the job replicas,
 `tfjob` runs multi-worker training as a TFJob, and `submit` uploads a
-compiled pipeline. Nothing is imported here: `components.config` imports
-`placement` and must not pull in TensorFlow or the job code with it.
+compiled pipeline. Nothing is imported here: importing `env` (as
+`components.cluster` does) must not pull in TensorFlow or the job code.
 """

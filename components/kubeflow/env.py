@@ -15,7 +15,7 @@ Who sets what, who reads it:
       `ORCHESTRATOR`, trains on the invocation at `TFJOB_INVOCATION`.
 
 `TF_CONFIG`: the Training Operator sets it on every TFJob replica. Trainer
-v2 sets none, so on a TrainJob replica `components.strategies` derives it
+v2 sets none, so on a TrainJob replica `components.cluster` derives it
 from the JobSet variables above (a `TF_CONFIG` that is set wins).
 
 Pure (standard library only), so the compiler reads it without the job code.

@@ -3,7 +3,7 @@
 Kubeflow Trainer v2 has no TensorFlow runtime, and its PlainML policy sets no
 `TF_CONFIG`. tfxkit ships its own runtime (`runtime_manifest`; the files in
 `kubeflow/` are generated from it) and derives `TF_CONFIG` inside each
-replica (`components.strategies.tf_config_from_jobset`) from what the
+replica (`components.cluster.tf_config_from_jobset`) from what the
 runtime exposes: the JobSet name, the replicated job and the pod's
 completion index through the downward API. A TrainJob (`build_manifest`)
 references the runtime and fills in the per-run part: image, node count,

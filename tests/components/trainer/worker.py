@@ -11,7 +11,7 @@ initialises), so tests describe jobs in a JSON spec and run them here:
 - `run_fn`: the TFX entry `run_fn(FnArgs)` exactly as the Trainer executor
   calls it, reading `TF_CONFIG` from the environment;
 - `tf_config`: record the `TF_CONFIG` this process derives from its
-  JobSet environment (`strategies.tf_config_from_jobset`), or None;
+  JobSet environment (`cluster.tf_config_from_jobset`), or None;
 - `ps_servers`: start in-process worker / ps servers of a parameter-server
   cluster (given as TF_CONFIG dicts) and keep them for the next jobs.
 
@@ -43,7 +43,7 @@ def main(spec_path: str) -> None:
 def run_job(job: dict, servers: list) -> dict:
     import numpy as np
 
-    from components import strategies
+    from components import cluster, strategies
     from components.config import CONFIG_KEY, PipelineConfig
     from components.trainer import run_fn, training
     from tests.components.trainer.penguins import layer_weights
@@ -51,10 +51,10 @@ def run_job(job: dict, servers: list) -> dict:
     kind = job["kind"]
     os.environ.update(job.get("env", {}))
     if kind == "tf_config":
-        return {"tf_config": strategies.tf_config_from_jobset(os.environ)}
+        return {"tf_config": cluster.tf_config_from_jobset(os.environ)}
     if kind == "ps_servers":
         for text in job["tf_configs"]:
-            servers.append(strategies.start_server(strategies.parse_tf_config(json.dumps(text))))
+            servers.append(strategies.start_server(cluster.parse_tf_config(json.dumps(text))))
         return {"servers": len(servers)}
     config = PipelineConfig.from_json(job["config"])
     if kind == "run_fn":
@@ -64,7 +64,7 @@ def run_job(job: dict, servers: list) -> dict:
         return {"done": True}
     try:
         choice = strategies.create_strategy(config.strategy)
-    except strategies.StrategyError as e:
+    except cluster.StrategyError as e:
         return {"error": str(e)}
     out = {
         "kind": choice.kind,

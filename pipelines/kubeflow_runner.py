@@ -34,8 +34,8 @@ from google.protobuf import json_format
 
 from components.config import ConfigError, PipelineConfig
 from components.data import FASHION_MNIST_SPLITS, ResolvedInput
+from components.kubeflow import backend, jobs
 from components.kubeflow import env as tfxkit_env
-from components.kubeflow import jobs
 from components.kubeflow.placement import kubernetes_executor_config, resource_spec
 from pipelines.pipeline import PipelinePaths, create_pipeline
 
@@ -133,7 +133,7 @@ def _job_components(config: PipelineConfig, pipeline) -> set[str]:
     """Trainer steps (the Distiller's included) that submit a training job (their placement goes to the replicas)."""
     from components.trainer.executor import Executor
 
-    if not jobs.uses_job(config.strategy):
+    if not backend.uses_job(config.strategy):
         return set()
     return {
         node.id
@@ -170,7 +170,7 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
             f"name: Kubeflow pipeline names are lowercase letters, digits and '-' ([a-z0-9][a-z0-9-]*), got {config.name!r}"
         )
     kf = config.kubeflow
-    jobs.check_strategy(config.strategy)
+    backend.check_strategy(config.strategy)
     pipeline = create_pipeline(
         config, cluster_input(config), cluster_paths(config), beam_pipeline_args=list(kf.beam_args)
     )

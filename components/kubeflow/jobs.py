@@ -9,14 +9,17 @@ TFJob), submits it through the `kubernetes` client, waits with a bounded
 timeout, surfaces per-replica status and pod failure reasons, and deletes
 the job on success or timeout (a failed job is kept for inspection).
 
-A backend module contributes only its manifest and a `Backend`: the resource
-coordinates, how to read its status, and how to find its pods. Placement is
-rendered by `components.kubeflow.placement` for both.
+A backend module contributes only its manifest and a `Backend`
+(`components.kubeflow.backend`): how to build the job, the resource
+coordinates, how to read its status, and how to find its pods. The backends
+import that module, never this one; `BACKENDS` here is the one list of them,
+looked up by `kubeflow.job_backend` (`backend_named`) or by manifest kind
+(`backend_of`). Placement is rendered by `components.kubeflow.placement` for
+both.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -27,20 +30,19 @@ from typing import Any
 
 import tensorflow as tf
 
-from components.config import ConfigError, PipelineConfig, StrategyConfig
+from components.config import ConfigError, PipelineConfig
 from components.kubeflow import env as tfxkit_env
+from components.kubeflow import tfjob, trainjob
+from components.kubeflow.backend import DNS_1035, Backend, JobStatus, uses_job
 
 # Replicas find the step's invocation (artifacts and exec properties) in
 # this file, whose URI they get in `env.TFJOB_INVOCATION`.
 INVOCATION_FILE = "tfjob_invocation.json"
-REPLICA_COMMAND = ("python", "-m", "components.trainer.executor")
-MULTI_WORKER_KINDS = ("multi_worker_mirrored", "parameter_server")
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Job names: a DNS-1035 label (TrainJob's admission rule; TFJob's services
 # are labels too), short enough that the longest derived name (`<job>-chief-0-<pod>`
 # for JobSet pods, `<job>-worker-<i>` for TFJob services) stays within 63.
 JOB_NAME_BASE_MAX = 36
-DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 class JobError(RuntimeError):
@@ -56,47 +58,34 @@ class JobTimeout(JobError):
 
 
 # --------------------------------------------------------------------------- #
-# Shape
+# Backends and names
 # --------------------------------------------------------------------------- #
 
-
-def uses_job(strategy: StrategyConfig) -> bool:
-    """Whether the Trainer trains across pods (a training job) when it runs on Kubeflow."""
-    if strategy.kind == "multi_worker_mirrored":
-        return strategy.workers > 1
-    return strategy.kind == "parameter_server"
+# `kubeflow.job_backend` -> its backend.
+BACKENDS: dict[str, Backend] = {b.name: b for b in (trainjob.BACKEND, tfjob.BACKEND)}
 
 
-def check_strategy(strategy: StrategyConfig, path: str = "strategy") -> None:
-    """Rejects multi-worker strategies that cannot form a cluster on Kubeflow.
+def backend_named(name: str) -> Backend:
+    """The backend `kubeflow.job_backend` names.
 
     Raises:
-      ConfigError: naming the field to fix.
+      ConfigError: naming `kubeflow.job_backend` and the known backends.
     """
-    if strategy.kind == "multi_worker_mirrored" and strategy.workers < 2:
-        raise ConfigError(
-            f"{path}.workers: kind 'multi_worker_mirrored' on Kubeflow needs workers >= 2 "
-            f"(got {strategy.workers}); one replica is one pod: use kind 'mirrored' or 'one_device'"
-        )
-    if strategy.kind == "multi_worker_mirrored" and strategy.parameter_servers:
-        raise ConfigError(
-            f"{path}.parameter_servers: kind 'multi_worker_mirrored' runs no parameter servers "
-            f"(got {strategy.parameter_servers}); set it to 0 or use kind 'parameter_server'"
-        )
-    if strategy.kind == "parameter_server" and strategy.parameter_servers < 1:
-        raise ConfigError(
-            f"{path}.parameter_servers: kind 'parameter_server' on Kubeflow needs >= 1 parameter server "
-            f"(got {strategy.parameter_servers}) beside its {strategy.workers} worker(s)"
-        )
+    if name not in BACKENDS:
+        raise ConfigError(f"kubeflow.job_backend: expected one of {list(BACKENDS)}, got {name!r}")
+    return BACKENDS[name]
 
 
-def require_multi_worker(strategy: StrategyConfig, kind: str) -> None:
-    """`check_strategy`, and a strategy that trains in one pod is refused for a `kind` job."""
-    check_strategy(strategy)
-    if strategy.kind not in MULTI_WORKER_KINDS:
-        raise ConfigError(
-            f"strategy.kind: {strategy.kind!r} trains in one pod; a {kind} needs one of {list(MULTI_WORKER_KINDS)}"
-        )
+def backend_of(manifest: Mapping[str, Any]) -> Backend:
+    """The backend of a job manifest, by its `kind`.
+
+    Raises:
+      ValueError: the manifest is no training job of a known backend.
+    """
+    for backend in BACKENDS.values():
+        if manifest.get("kind") == backend.kind:
+            return backend
+    raise ValueError(f"not a training job manifest: kind {manifest.get('kind')!r}")
 
 
 def job_name(pipeline_name: str, component_id: str, suffix: str | None = None) -> str:
@@ -122,98 +111,9 @@ def job_name(pipeline_name: str, component_id: str, suffix: str | None = None) -
     return name
 
 
-def label_value(value: str) -> str:
-    """`value` as a valid Kubernetes label value (63 characters, alphanumeric at both ends)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", value)[:63].strip("-_.")
-
-
-def job_labels(config: PipelineConfig, component_id: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "tfxkit",
-        "tfxkit/pipeline": label_value(config.name),
-        "tfxkit/component": label_value(component_id),
-    }
-
-
 # --------------------------------------------------------------------------- #
 # Backends and status
 # --------------------------------------------------------------------------- #
-
-
-@dataclasses.dataclass(frozen=True)
-class JobStatus:
-    """What a job's controller reports.
-
-    Attributes:
-      phase: The latest true condition (`Created`, `Running`, `Succeeded`,
-        `Complete`, `Failed`, ...), '' before the controller has seen the job.
-      reason: That condition's reason.
-      message: That condition's message.
-      replicas: Replica type (TFJob) or replicated job (TrainJob) -> counts
-        (`active`, `succeeded`, `failed`, ...).
-      outcome: `Succeeded`, `Failed`, or '' while the job runs.
-    """
-
-    phase: str = ""
-    reason: str = ""
-    message: str = ""
-    replicas: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
-    outcome: str = ""
-
-    @property
-    def done(self) -> bool:
-        return bool(self.outcome)
-
-    def summary(self, controller: str = "the controller") -> str:
-        parts = [
-            f"{rtype}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
-            for rtype, counts in self.replicas.items()
-        ]
-        head = self.phase or f"Pending (not yet seen by {controller})"
-        if self.message:
-            head += f" ({self.message})"
-        return head + ("; " + "; ".join(parts) if parts else "")
-
-
-def latest_condition(obj: Mapping[str, Any]) -> dict[str, Any]:
-    status = obj.get("status") or {}
-    true = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
-    return true[-1] if true else {}
-
-
-@dataclasses.dataclass(frozen=True)
-class Backend:
-    """One job kind: where it lives in the API and how to read it.
-
-    Attributes:
-      kind, group, version, plural: The custom resource.
-      controller: Who runs it (in messages).
-      pod_label: The label its controller puts on the job's pods (value: the job name).
-      status: Reads a `JobStatus` from the job object.
-      shape: One line naming the replicas of a manifest.
-      missing_hint: Why the API may not know the resource (HTTP 404).
-      rbac_file: The shipped RBAC manifest the step's service account needs.
-    """
-
-    kind: str
-    group: str
-    version: str
-    plural: str
-    controller: str
-    pod_label: str
-    status: Callable[[Mapping[str, Any]], JobStatus]
-    shape: Callable[[Mapping[str, Any]], str]
-    missing_hint: str
-    rbac_file: str
-
-
-def backend_of(manifest: Mapping[str, Any]) -> Backend:
-    from components.kubeflow import tfjob, trainjob
-
-    for backend in (trainjob.BACKEND, tfjob.BACKEND):
-        if manifest.get("kind") == backend.kind:
-            return backend
-    raise ValueError(f"not a training job manifest: kind {manifest.get('kind')!r}")
 
 
 def pod_reasons(core_api, namespace: str, selector: str) -> list[str]:
@@ -436,10 +336,7 @@ def kubernetes_api_client():
 
 def build_manifest(config: PipelineConfig, **kwargs) -> dict[str, Any]:
     """The job of `kubeflow.job_backend` (arguments as the backends' `build_manifest`)."""
-    from components.kubeflow import tfjob, trainjob
-
-    backend = trainjob if config.kubeflow.job_backend == "trainjob" else tfjob
-    return backend.build_manifest(config, **kwargs)
+    return backend_named(config.kubeflow.job_backend).build_manifest(config, **kwargs)
 
 
 def launch(

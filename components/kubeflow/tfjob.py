@@ -20,19 +20,13 @@ from typing import Any
 
 from components.config import PipelineConfig, Placement, StrategyConfig
 from components.kubeflow import env as tfxkit_env
-from components.kubeflow import jobs
-from components.kubeflow.jobs import (  # noqa: F401  (the names this module always had)
-    INVOCATION_FILE,
-    MULTI_WORKER_KINDS,
+from components.kubeflow.backend import (
     REPLICA_COMMAND,
+    Backend,
     JobStatus,
-    check_strategy,
-    job_name,
-    launch,
-    read_invocation,
-    run,
-    should_launch,
-    write_invocation,
+    job_labels,
+    latest_condition,
+    require_multi_worker,
 )
 from components.kubeflow.placement import REPLICA_DEFAULT_REQUESTS, container, pod_spec
 
@@ -48,10 +42,6 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
-TFJobError = jobs.JobError
-TFJobFailed = jobs.JobFailed
-TFJobTimeout = jobs.JobTimeout
-
 
 def replica_counts(strategy: StrategyConfig) -> dict[str, int]:
     """TFJob replica type -> replicas for a multi-worker strategy ({} otherwise)."""
@@ -63,11 +53,6 @@ def replica_counts(strategy: StrategyConfig) -> dict[str, int]:
             counts["PS"] = strategy.parameter_servers
         return counts
     return {}
-
-
-def uses_tfjob(strategy: StrategyConfig) -> bool:
-    """Whether the Trainer trains across pods when it runs on Kubeflow (either backend)."""
-    return jobs.uses_job(strategy)
 
 
 def _pod_template(
@@ -119,13 +104,13 @@ def build_manifest(
     Raises:
       ConfigError: if the strategy cannot form a multi-worker cluster.
     """
-    jobs.require_multi_worker(config.strategy, KIND)
+    require_multi_worker(config.strategy, KIND)
     counts = replica_counts(config.strategy)
     kf = config.kubeflow
     placement = kf.placements.get(component_id, Placement())
     image = placement.image or kf.image
     ps_placement = kf.tfjob_ps_placement or Placement()
-    labels = jobs.job_labels(config, component_id)
+    labels = job_labels(config, component_id)
     env = tfxkit_env.replica_env(invocation_uri)
     replica_specs = {}
     for replica_type, replicas in counts.items():
@@ -157,7 +142,7 @@ def build_manifest(
 
 
 def _status(obj: Mapping[str, Any]) -> JobStatus:
-    last = jobs.latest_condition(obj)
+    last = latest_condition(obj)
     replicas = {
         rtype: {k: int(rs.get(k) or 0) for k in ("active", "succeeded", "failed")}
         for rtype, rs in sorted(((obj.get("status") or {}).get("replicaStatuses") or {}).items())
@@ -177,7 +162,9 @@ def _shape(manifest: Mapping[str, Any]) -> str:
     return ", ".join(f"{rtype} x{spec['replicas']}" for rtype, spec in specs.items())
 
 
-BACKEND = jobs.Backend(
+BACKEND = Backend(
+    name="tfjob",
+    build_manifest=build_manifest,
     kind=KIND,
     group=GROUP,
     version=VERSION,

@@ -35,8 +35,15 @@ import yaml
 
 from components.config import KubeflowConfig, PipelineConfig, Placement, StrategyConfig
 from components.kubeflow import env as tfxkit_env
-from components.kubeflow import jobs
-from components.kubeflow.jobs import JobStatus
+from components.kubeflow.backend import (
+    DNS_1035,
+    REPLICA_COMMAND,
+    Backend,
+    JobStatus,
+    job_labels,
+    latest_condition,
+    require_multi_worker,
+)
 from components.kubeflow.placement import (
     REPLICA_DEFAULT_REQUESTS,
     container,
@@ -141,7 +148,7 @@ def runtime_manifest(
     Raises:
       ConfigError: the strategy cannot form a multi-worker cluster.
     """
-    jobs.require_multi_worker(strategy, "TensorFlow training runtime")
+    require_multi_worker(strategy, "TensorFlow training runtime")
     if kind not in RUNTIME_KINDS:
         raise ValueError(f"runtime kind: expected one of {sorted(RUNTIME_KINDS)}, got {kind!r}")
     kf = kubeflow
@@ -157,7 +164,7 @@ def runtime_manifest(
             placement,
             name=CONTAINER_NAME,
             image=placement.image or kf.image,
-            command=jobs.REPLICA_COMMAND,
+            command=REPLICA_COMMAND,
             env=env,
             ports=[{"name": PORT_NAME, "containerPort": PORT}],
             default_requests=REPLICA_DEFAULT_REQUESTS,
@@ -221,15 +228,15 @@ def build_manifest(
     Raises:
       ConfigError: if the strategy cannot form a multi-worker cluster.
     """
-    jobs.require_multi_worker(config.strategy, KIND)
-    if not jobs.DNS_1035.fullmatch(name) or len(name) > 63:
+    require_multi_worker(config.strategy, KIND)
+    if not DNS_1035.fullmatch(name) or len(name) > 63:
         raise ValueError(
             f"TrainJob name: expected a DNS-1035 label (see jobs.job_name), got {name!r}"
         )
     kf = config.kubeflow
     placement = kf.placements.get(component_id, Placement())
     shape = replicated_jobs(config.strategy)
-    labels = jobs.job_labels(config, component_id)
+    labels = job_labels(config, component_id)
     env = {
         **tfxkit_env.replica_env(invocation_uri),
         tfxkit_env.REPLICAS: tfxkit_env.format_replicas(shape),
@@ -282,7 +289,7 @@ def build_manifest(
 
 
 def _status(obj: Mapping[str, Any]) -> JobStatus:
-    last = jobs.latest_condition(obj)
+    last = latest_condition(obj)
     replicas = {
         js["name"]: {k: int(js.get(k) or 0) for k in ("active", "ready", "succeeded", "failed")}
         for js in sorted((obj.get("status") or {}).get("jobsStatus") or [], key=lambda j: j["name"])
@@ -307,7 +314,9 @@ def _shape(manifest: Mapping[str, Any]) -> str:
     return f"{jobs_line} on {runtime['kind']} {runtime['name']}"
 
 
-BACKEND = jobs.Backend(
+BACKEND = Backend(
+    name="trainjob",
+    build_manifest=build_manifest,
     kind=KIND,
     group=GROUP,
     version=VERSION,

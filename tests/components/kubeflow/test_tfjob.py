@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from components.config import CONFIG_KEY, ConfigError, Placement, StrategyConfig, Toleration
-from components.kubeflow import env, tfjob
+from components.kubeflow import backend, env, jobs, tfjob
 from tests.components.kubeflow.kube_api import (
     FakeKubernetes,
     api_client,
@@ -194,25 +194,25 @@ def test_strategies_that_cannot_form_a_cluster_are_rejected(taxi_config, strateg
 
 
 def test_which_strategies_use_a_tfjob():
-    assert tfjob.uses_tfjob(StrategyConfig(kind="multi_worker_mirrored", workers=2))
-    assert tfjob.uses_tfjob(StrategyConfig(kind="parameter_server", workers=1, parameter_servers=1))
-    assert not tfjob.uses_tfjob(StrategyConfig(kind="multi_worker_mirrored", workers=1))
-    assert not tfjob.uses_tfjob(StrategyConfig(kind="mirrored", workers=4))
+    assert backend.uses_job(StrategyConfig(kind="multi_worker_mirrored", workers=2))
+    assert backend.uses_job(StrategyConfig(kind="parameter_server", workers=1, parameter_servers=1))
+    assert not backend.uses_job(StrategyConfig(kind="multi_worker_mirrored", workers=1))
+    assert not backend.uses_job(StrategyConfig(kind="mirrored", workers=4))
 
 
 def test_job_names_are_dns_labels_short_enough_for_replica_services():
-    assert tfjob.job_name("taxi", "Trainer", "ab12") == "taxi-trainer-ab12"
-    long = tfjob.job_name("My_Pipeline" * 10, "Trainer")
+    assert jobs.job_name("taxi", "Trainer", "ab12") == "taxi-trainer-ab12"
+    long = jobs.job_name("My_Pipeline" * 10, "Trainer")
     # The operator names services <job>-worker-<i>; Kubernetes caps them at 63.
     assert len(long) <= 45 and long == long.lower() and "_" not in long
 
 
 def test_only_a_step_on_kubeflow_launches(taxi_config):
     config = _config(taxi_config, kind="multi_worker_mirrored", workers=2)
-    assert tfjob.should_launch(config, {env.ORCHESTRATOR: env.KUBEFLOW})
+    assert jobs.should_launch(config, {env.ORCHESTRATOR: env.KUBEFLOW})
     # A replica (no orchestrator variable) and a local run train in-process.
-    assert not tfjob.should_launch(config, {})
-    assert not tfjob.should_launch(
+    assert not jobs.should_launch(config, {})
+    assert not jobs.should_launch(
         _config(taxi_config, kind="mirrored"), {env.ORCHESTRATOR: env.KUBEFLOW}
     )
 
@@ -243,7 +243,7 @@ def test_success_submits_waits_and_deletes(mw_manifest):
     ]
     lines = []
     with FakeKubernetes(states) as fake:
-        status = tfjob.run(
+        status = jobs.run(
             mw_manifest,
             api_client(fake.host),
             timeout_seconds=30,
@@ -283,8 +283,8 @@ def test_failure_surfaces_replica_status_and_pod_reasons_and_keeps_the_job(mw_ma
         pod("taxi-trainer-abc-worker-0", "Running"),
     ]
     with FakeKubernetes(states, pods) as fake:
-        with pytest.raises(tfjob.TFJobFailed) as err:
-            tfjob.run(
+        with pytest.raises(jobs.JobFailed) as err:
+            jobs.run(
                 mw_manifest,
                 api_client(fake.host),
                 timeout_seconds=30,
@@ -333,8 +333,8 @@ def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
     ]
     clock = _FakeClock()
     with FakeKubernetes(states, pods) as fake:
-        with pytest.raises(tfjob.TFJobTimeout) as err:
-            tfjob.run(
+        with pytest.raises(jobs.JobTimeout) as err:
+            jobs.run(
                 mw_manifest,
                 api_client(fake.host),
                 timeout_seconds=30,
@@ -358,7 +358,7 @@ def test_transient_read_errors_are_retried(mw_manifest):
     states = [tfjob_status(condition("Succeeded"), Worker={"succeeded": 2})]
     lines = []
     with FakeKubernetes(states, read_errors=[503]) as fake:
-        status = tfjob.run(
+        status = jobs.run(
             mw_manifest,
             api_client(fake.host),
             timeout_seconds=30,
@@ -378,8 +378,8 @@ def test_transient_read_errors_are_retried(mw_manifest):
 )
 def test_refused_submission_names_the_cause(mw_manifest, code, hint):
     with FakeKubernetes([None], create_error=(code, "tfjobs.kubeflow.org is forbidden")) as fake:
-        with pytest.raises(tfjob.TFJobError, match="submission refused") as err:
-            tfjob.run(
+        with pytest.raises(jobs.JobError, match="submission refused") as err:
+            jobs.run(
                 mw_manifest,
                 api_client(fake.host),
                 timeout_seconds=30,
@@ -457,11 +457,11 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(
         "taxi-trainer-"
     )
     assert job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2
-    invocation_uri = os.path.join(outputs["model_run"][0].uri, tfjob.INVOCATION_FILE)
+    invocation_uri = os.path.join(outputs["model_run"][0].uri, jobs.INVOCATION_FILE)
     (container,) = _containers(job, "Worker")
     assert {"name": env.TFJOB_INVOCATION, "value": invocation_uri} in container["env"]
     # The replicas get the step's exact artifacts and properties back.
-    invocation = tfjob.read_invocation(invocation_uri)
+    invocation = jobs.read_invocation(invocation_uri)
     assert invocation["exec_properties"] == exec_properties
     replica_inputs = artifact_utils.parse_artifact_dict(invocation["input_dict"])
     replica_outputs = artifact_utils.parse_artifact_dict(invocation["output_dict"])

@@ -41,6 +41,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from components import augment, models
+from components.config.distillation import loss_problem, teacher_weights_problem
 
 Features = Mapping[str, tf.Tensor]
 Teacher = Callable[..., tf.Tensor]
@@ -70,30 +71,22 @@ def check_hyperparameters(
 ) -> None:
     """Rejects values outside the range the loss is defined for.
 
+    The rules are the config's (`components.config.distillation`), so a
+    `Distiller` built in code refuses what a config file would.
+
     Raises:
       ValueError: naming the `distillation.*` config field and the fix.
     """
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(
-            f"distillation.alpha: expected a number in [0, 1] (weight of the soft-target loss), got {alpha}"
-        )
-    if not temperature > 0:
-        raise ValueError(
-            f"distillation.temperature: expected a number > 0 (softmax temperature), got {temperature}"
-        )
+    problem = loss_problem(alpha, temperature)
+    if problem:
+        raise ValueError(f"distillation.{problem[0]}: {problem[1]}")
     if num_teachers < 1:
         raise ValueError(
             "distillation: no teacher given; distillation needs at least one trained teacher model"
         )
-    if teacher_weights:
-        if len(teacher_weights) != num_teachers:
-            raise ValueError(
-                f"distillation.teacher_weights: expected {num_teachers} weights (one per teacher), got {len(teacher_weights)}"
-            )
-        if any(w < 0 for w in teacher_weights) or sum(teacher_weights) <= 0:
-            raise ValueError(
-                "distillation.teacher_weights: expected non-negative weights with a positive sum"
-            )
+    problem = teacher_weights_problem(teacher_weights, num_teachers)
+    if problem:
+        raise ValueError(f"distillation.{problem[0]}: {problem[1]}")
 
 
 def normalized_weights(

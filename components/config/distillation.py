@@ -1,12 +1,56 @@
-"""The `distillation` section: teacher-then-student training settings."""
+"""The `distillation` section, and the rules of the distillation loss's hyperparameters
+(which `components.distillation` applies to a `Distiller` built in code too)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Self
 
 from pydantic import model_validator
 
 from components.config.validation import fail, section
+
+# The rules of the loss's hyperparameters, in one place: the `distillation`
+# section applies them when a config is built, and `components.distillation`
+# when a `Distiller` is (possibly without a config, from user code). Each
+# returns the first broken rule as (field under `distillation`, message), or
+# None; the caller raises its own error type.
+
+
+def loss_problem(alpha: float, temperature: float) -> tuple[str, str] | None:
+    """Checks the soft-target weight `alpha` and the softmax `temperature`.
+
+    Returns:
+      (field, message) of the first value outside the range the loss is
+      defined for, or None.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        return "alpha", f"expected a number in [0, 1], got {alpha}"
+    if not temperature > 0:
+        return "temperature", f"expected a number > 0, got {temperature}"
+    return None
+
+
+def teacher_weights_problem(
+    teacher_weights: Sequence[float] | None, num_teachers: int
+) -> tuple[str, str] | None:
+    """Checks optional teacher weights against the number of teachers.
+
+    Returns:
+      (field, message) when there is not one weight per teacher or the
+      weights cannot be normalised, else None (also for no weights: uniform).
+    """
+    if not teacher_weights:
+        return None
+    if len(teacher_weights) != num_teachers:
+        return (
+            "teacher_weights",
+            f"expected {num_teachers} weights (one per teacher), got {len(teacher_weights)}",
+        )
+    if any(w < 0 for w in teacher_weights) or sum(teacher_weights) <= 0:
+        return "teacher_weights", "expected non-negative weights with a positive sum"
+    return None
+
 
 # Teacher inputs of the Distiller component (one named input each).
 MAX_TEACHERS = 8
@@ -60,21 +104,15 @@ class DistillationConfig:
                 "student_train_steps",
                 f"expected an integer >= 0 (0: train.train_steps), got {self.student_train_steps}",
             )
-        if not 0.0 <= self.alpha <= 1.0:
-            fail("alpha", f"expected a number in [0, 1], got {self.alpha}")
-        if not self.temperature > 0:
-            fail("temperature", f"expected a number > 0, got {self.temperature}")
+        problem = loss_problem(self.alpha, self.temperature)
+        if problem:
+            fail(*problem)
         if not 1 <= self.num_teachers <= MAX_TEACHERS:
             fail(
                 "num_teachers",
                 f"expected an integer in [1, {MAX_TEACHERS}], got {self.num_teachers}",
             )
-        if self.teacher_weights:
-            if len(self.teacher_weights) != self.num_teachers:
-                fail(
-                    "teacher_weights",
-                    f"expected {self.num_teachers} weights (one per teacher), got {len(self.teacher_weights)}",
-                )
-            if any(w < 0 for w in self.teacher_weights) or sum(self.teacher_weights) <= 0:
-                fail("teacher_weights", "expected non-negative weights with a positive sum")
+        problem = teacher_weights_problem(self.teacher_weights, self.num_teachers)
+        if problem:
+            fail(*problem)
         return self

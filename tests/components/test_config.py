@@ -91,8 +91,6 @@ def _mutate(path, value):
             r"transform\.compression: expected one of \['gzip', 'none'\], got 'zstd'",
         ),
         ("strategy.kind", "magic", r"strategy\.kind: expected one of \['auto', 'one_device'"),
-        ("distillation.alpha", 1.5, r"distillation\.alpha: expected a number in \[0, 1\], got 1.5"),
-        ("distillation.temperature", 0, r"distillation\.temperature: expected a number > 0"),
         (
             "teacher.hidden_units",
             [64, 0],

@@ -8,7 +8,8 @@
 - `loading`: YAML / plain data / `custom_config` JSON to a validated config,
   and the JSON Schema.
 - `secret_scan`: rejects values that look like credentials.
-- `validation`: how sections validate and how errors name the field path.
+- `validation`: how sections validate, convert from and to plain data, and
+  how errors name the field path.
 """
 
 from components.config.data import (

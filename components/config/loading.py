@@ -1,26 +1,20 @@
 """Loading and dumping configs: YAML files, plain data, JSON in `custom_config`.
 
-pydantic's `TypeAdapter` does the typed work; this module only chooses the
-input mode and maps its errors to `ConfigError`s that name the field path.
+pydantic's `TypeAdapter` does the typed work (`components.config.validation`,
+which maps its errors to `ConfigError`s that name the field path); this
+module only chooses the input mode.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import yaml
 
 from components.config.pipeline import CONFIG_KEY, PipelineConfig
-from components.config.validation import ConfigError, config_error
-
-
-@functools.cache
-def _adapter(cls: type = PipelineConfig) -> pydantic.TypeAdapter:
-    return pydantic.TypeAdapter(cls)
+from components.config.validation import ConfigError, adapter, from_plain, to_plain
 
 
 def from_dict(data: Any) -> PipelineConfig:
@@ -29,23 +23,12 @@ def from_dict(data: Any) -> PipelineConfig:
     Raises:
       ConfigError: naming the field path of the first invalid value.
     """
-    # Plain data is validated as JSON: strict scalars (no '1' for 1, no 1.5 for
-    # an integer) yet lists for tuples and mappings for sections, as a user writes them.
-    try:
-        text = json.dumps(data)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(
-            f"config: expected plain data (mappings, lists, strings, numbers, booleans): {e}"
-        ) from e
-    try:
-        return _adapter().validate_json(text)
-    except pydantic.ValidationError as e:
-        raise config_error(e, PipelineConfig) from None
+    return from_plain(PipelineConfig, data)
 
 
 def to_dict(config: Any) -> dict[str, Any]:
     """Converts a config (or one section) to plain JSON/YAML-serialisable data (`from_dict` reads it back)."""
-    return _adapter(type(config)).dump_python(config, mode="json")
+    return to_plain(config)
 
 
 def load_config_file(path: str | Path) -> PipelineConfig:
@@ -84,4 +67,7 @@ def from_custom_config(custom_config: str | dict | None) -> PipelineConfig | Non
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of a config file, with the `Attributes:` docs as field descriptions."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **_adapter().json_schema()}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **adapter(PipelineConfig).json_schema(),
+    }

@@ -28,7 +28,7 @@ from components.config.kubeflow import KubeflowConfig
 from components.config.runtime import IngestionConfig, StrategyConfig, TransformConfig
 from components.config.secret_scan import reject_secrets
 from components.config.training import ModelConfig, TrainConfig, min_trainable_params
-from components.config.validation import fail, section
+from components.config.validation import fail, from_plain, section, to_plain
 
 CONFIG_KEY = "tfxkit_config"
 
@@ -134,16 +134,9 @@ class PipelineConfig:
 
     def to_json(self) -> str:
         """The config as JSON (sorted keys), as it travels in `custom_config`."""
-        return json.dumps(_loading().to_dict(self), sort_keys=True)
+        return json.dumps(to_plain(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> PipelineConfig:
         """Parses and validates the JSON of `to_json`."""
-        return _loading().from_dict(json.loads(text))
-
-
-def _loading():
-    # The loader builds a TypeAdapter over these classes, so it imports this module, not the reverse.
-    from components.config import loading
-
-    return loading
+        return from_plain(cls, json.loads(text))

@@ -1,4 +1,4 @@
-"""How config sections are declared, validated and report errors.
+"""How config sections are declared, validated, converted from and to plain data, and report errors.
 
 Sections are pydantic dataclasses: the standard library's `dataclasses.replace`
 and `dataclasses.fields` keep working, and every construction (a loaded file,
@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 import re
 import types
 import typing
@@ -116,6 +117,42 @@ def section(path: str = ""):
         return cls
 
     return wrap
+
+
+# --------------------------------------------------------------------------- #
+# Plain data <-> sections
+# --------------------------------------------------------------------------- #
+
+
+@functools.cache
+def adapter(cls: type) -> pydantic.TypeAdapter:
+    """pydantic's validator and serialiser of a section class (one per class)."""
+    return pydantic.TypeAdapter(cls)
+
+
+def from_plain(cls: type, data: Any) -> Any:
+    """Builds and validates a `cls` section from plain (YAML / JSON) data.
+
+    Raises:
+      ConfigError: naming the field path of the first invalid value.
+    """
+    # Plain data is validated as JSON: strict scalars (no '1' for 1, no 1.5 for
+    # an integer) yet lists for tuples and mappings for sections, as a user writes them.
+    try:
+        text = json.dumps(data)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(
+            f"config: expected plain data (mappings, lists, strings, numbers, booleans): {e}"
+        ) from e
+    try:
+        return adapter(cls).validate_json(text)
+    except pydantic.ValidationError as e:
+        raise config_error(e, cls) from None
+
+
+def to_plain(config: Any) -> dict[str, Any]:
+    """A section as plain JSON/YAML-serialisable data (`from_plain` reads it back)."""
+    return adapter(type(config)).dump_python(config, mode="json")
 
 
 # --------------------------------------------------------------------------- #

@@ -1,0 +1,129 @@
+"""The import graph of `components/` and `pipelines/`: no circles, nothing runs back up.
+
+Read from the source (AST), not by importing: every `import` / `from ...
+import` of a `components` or `pipelines` module is an edge, `TYPE_CHECKING`
+blocks included (an annotation-only import is still a dependency of the
+design). Imports at module level must form no circle; an import inside a
+function must not reach a module that (at module level) imports the
+importer back, which is how a circle hides; and the library
+(`components`) never imports the orchestration (`pipelines`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("components", "pipelines")
+
+
+@functools.cache
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str) -> set[str]:
+    """The project modules an import statement executes (packages on the way included)."""
+    modules = _modules()
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = module.split(".")
+            if modules[module].name != "__init__.py":
+                package = package[:-1]
+            package = package[: len(package) - node.level + 1]
+            base = ".".join([*package, base] if base else package)
+        # `from package import name` loads the submodule `name` when there is one.
+        names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    targets = set()
+    for name in names:
+        parts = name.split(".")
+        targets |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & modules.keys()
+    return targets
+
+
+def _imports(module: str) -> tuple[set[str], set[str]]:
+    """(imported at module level, imported inside a function) by `module`."""
+    top: set[str] = set()
+    lazy: set[str] = set()
+    # A module's own packages are already being imported when it runs.
+    parts = module.split(".")
+    own = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                (lazy if in_function else top).update(_targets(child, module) - own)
+            else:
+                nested = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                visit(child, in_function or nested)
+
+    visit(ast.parse(_modules()[module].read_text()), False)
+    return top, lazy
+
+
+@functools.cache
+def _graph() -> dict[str, tuple[set[str], set[str]]]:
+    return {module: _imports(module) for module in _modules()}
+
+
+def _reachable(start: str) -> set[str]:
+    """Modules `start` imports at module level, directly or through others."""
+    seen: set[str] = set()
+    stack = [start]
+    while stack:
+        for target in _graph()[stack.pop()][0]:
+            if target not in seen:
+                seen.add(target)
+                stack.append(target)
+    return seen
+
+
+def test_the_graph_is_read():
+    graph = _graph()
+    assert "components.config" in graph["components.strategies"][0]
+    assert "components.config.kubeflow" in graph["components.config"][0]
+    # The annotation-only import of a TYPE_CHECKING block counts.
+    assert "components.config" in graph["components.kubeflow.placement"][0]
+
+
+def test_no_import_circles():
+    circles = sorted(
+        f"{module} -> {target} -> ... -> {module}"
+        for module, (top, _) in _graph().items()
+        for target in top
+        if module in _reachable(target)
+    )
+    assert not circles, circles
+
+
+def test_no_function_level_import_runs_back_up():
+    back = sorted(
+        f"{module} imports {target} inside a function, and {target} imports {module}"
+        for module, (_, lazy) in _graph().items()
+        for target in lazy
+        if module in _reachable(target)
+    )
+    assert not back, back
+
+
+def test_the_library_does_not_import_the_pipelines():
+    found = sorted(
+        f"{module} -> {target}"
+        for module, (top, lazy) in _graph().items()
+        if module.startswith("components")
+        for target in top | lazy
+        if target.startswith("pipelines")
+    )
+    assert not found, found

@@ -25,7 +25,7 @@ import tf_keras as keras
 from absl import logging
 
 from components import augment as augment_lib
-from components import distillation, ingestion, layout, models, strategies
+from components import distillation, ingestion, layout, models, stored_input, strategies
 from components.config import ConfigError, ModelConfig, PipelineConfig, from_custom_config
 from components.export import export_from_task
 from components.transform.preprocessing import num_ids
@@ -89,14 +89,6 @@ class TrainingInputs:
         )
 
 
-def list_files(patterns: tuple[str, ...] | list[str]) -> list[str]:
-    """Expands TFX split file patterns to a sorted file list."""
-    files = sorted(f for p in patterns for f in tf.io.gfile.glob(p))
-    if not files:
-        raise ValueError(f"Trainer: no transformed example files match {list(patterns)}")
-    return files
-
-
 # What the training input does with examples whose label `data.labeled_fraction` withholds.
 DROP_UNLABELED = "drop"
 MASK_UNLABELED = "mask"
@@ -117,7 +109,8 @@ def make_datasets(
     The record format comes from the layout record the tfxkit Transform wrote
     into the transform graph (compression, packing, parse spec, every shard
     with its sizes); without one the input is stock TFX Transform output
-    (GZIP tf.Examples in the transform graph's feature spec).
+    (tf.Examples in the transform graph's feature spec, compressed as the
+    files say). `stored_input.resolve` decides, as for `tf_dataset_factory`.
 
     Args:
       config: The validated pipeline config.
@@ -137,30 +130,24 @@ def make_datasets(
             "Trainer: no tfxkit layout record in %s; reading stock TFX Transform output",
             inputs.transform_output,
         )
-        feature_spec, packing, compression, shard_stats = graph_spec, None, "gzip", None
-    else:
-        feature_spec = record.feature_spec(graph_spec)
-        packing, compression, shard_stats = record.packing, record.compression, record.shard_stats()
 
     def dataset(patterns, training, batch_size):
-        files = list_files(patterns)
-        if record is not None:
-            record.check_listed(files)
+        stored = stored_input.resolve(
+            patterns, graph_spec, record, reader="Trainer", what="transformed example files"
+        )
         cache_path = ""
         if training and config.ingestion.cache == "file":
-            cache_dir = f"{inputs.model_run_dir}/ingestion_cache"
-            tf.io.gfile.makedirs(cache_dir)
-            cache_path = f"{cache_dir}/train"
+            cache_path = stored.cache_path(inputs.model_run_dir)
         return ingestion.make_dataset(
-            files,
-            feature_spec,
+            list(stored.files),
+            stored.feature_spec,
             config.data.label.name,
             config.ingestion,
             batch_size=batch_size,
-            compression=compression,
+            compression=stored.compression,
             training=training,
-            packing=packing,
-            shard_stats=shard_stats,
+            packing=stored.packing,
+            shard_stats=stored.shard_stats,
             input_context=input_context,
             cache_path=cache_path,
             seed=config.train.seed,

@@ -23,6 +23,7 @@ from components import layout, stored_input
 from components.dropin import DropInSettings
 from components.layout import IngestionError, LayoutError
 from components.trainer import data_accessor, training
+from components.trainer.inputs import make_datasets
 from tests.components.trainer import penguins
 from tests.conftest import shared_file
 
@@ -256,7 +257,7 @@ def test_both_front_doors_read_the_same_stock_output(penguin_data, tmp_path, rew
     inputs = training.TrainingInputs(
         **{**penguins.inputs_for(data, root, rewrite, config), "eval_files": [pattern]}
     )
-    _, evaluation = training.make_datasets(config, inputs, tft_output)
+    _, evaluation = make_datasets(config, inputs, tft_output)
     factory = data_accessor.make_tf_dataset_factory(
         DropInSettings(), data.transform_output, str(tmp_path / "scratch")
     )

@@ -211,9 +211,7 @@ def make_dataset(
             raise IngestionError(
                 f"ingestion: features {clash} are both packed and stored on their own"
             )
-    produced = set(spec)
-    if packing is not None:
-        produced = (produced - {packing.feature}) | {m.name for m in packing.members}
+    produced = layout.produced_features(spec, packing)
     if label_key not in produced:
         raise IngestionError(
             f"ingestion: label {label_key!r} is not among the parsed features ({sorted(produced)})"

@@ -11,12 +11,14 @@ sides must agree on:
   (`plan_packing`), how a transformed RecordBatch is packed
   (`pack_record_batch`) and how parsed batches are unpacked
   (`Packing.unpack`);
-- the parse spec of the records as stored (`file_spec`, `spec_to_json`);
+- the parse spec of the records as stored (`file_spec`, `spec_to_json`)
+  and the features a read of them yields (`produced_features`);
 - the layout record: the Transform writes one JSON record,
   `tfxkit_layout.json`, into its transform graph directory after the
   transformed examples are written (compression, shard count, packing, parse
   spec, every shard with its split, record count and sizes); the Trainer
-  reads it back (`read_layout`) and builds its input pipeline from it.
+  reads it back (`read_layout`); `components.stored_input` resolves it, or
+  stock Transform output without one, for every reader.
 """
 
 from __future__ import annotations
@@ -326,6 +328,13 @@ def file_spec(feature_spec: Mapping[str, Any], packing: Packing | None) -> dict[
     spec = {k: v for k, v in feature_spec.items() if k not in members}
     spec[packing.feature] = packing.spec()
     return spec
+
+
+def produced_features(spec: Mapping[str, Any], packing: Packing | None) -> frozenset[str]:
+    """The features a read of records stored with `spec` yields: packed members unpacked."""
+    if packing is None:
+        return frozenset(spec)
+    return frozenset(spec) - {packing.feature} | {m.name for m in packing.members}
 
 
 def _json_default(value: Any) -> Any:

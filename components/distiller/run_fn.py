@@ -21,6 +21,7 @@ from components import distillation, strategies
 from components.config import PipelineConfig
 from components.distiller import teachers as teachers_lib
 from components.trainer import training
+from components.trainer.inputs import MASK_UNLABELED
 
 # `custom_config` key under which the executor passes the teachers' serving
 # model directories (in the order of the component's teacher inputs).
@@ -90,7 +91,7 @@ def train_student(
         build_and_compile,
         choice=choice,
         callbacks=callbacks,
-        unlabeled=training.MASK_UNLABELED,
+        unlabeled=MASK_UNLABELED,
     )
     return distiller.student, results
 

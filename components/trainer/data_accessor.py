@@ -5,9 +5,11 @@ TensorFlowDatasetOptions(...), schema)` exactly as under stock TFX and gets
 the same batches: the same examples, the same `(features, label)` structure,
 shapes and dtypes (the label popped when `label_key` is set), the same epoch,
 shuffling and final-batch semantics. They come from `components.ingestion`
-(parallel interleave, batch-then-parse, parallel map, prefetch), reading the
+(parallel interleave, batch-then-parse, parallel map, prefetch), over files
+resolved by `components.stored_input` as the Trainer's own datasets are: the
 tfxkit Transform's layout record when the files are the ones it wrote (so
-packed and uncompressed shards work, and corrupt shards fail naming the file).
+packed and uncompressed shards work, and corrupt shards fail naming the
+file), else the compression read from the files.
 
 What differs from stock: element *order* (stock reads files one record at a
 time in turn; this reads blocks of records per file), so compare batches as
@@ -18,8 +20,6 @@ than tf.Example, a data view) go to TFX's own factory unchanged.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
 from collections.abc import Callable
 
 import tensorflow as tf
@@ -30,25 +30,19 @@ from tfx.components.util import tfxio_utils
 from tfx.proto import example_gen_pb2
 from tfx_bsl.public.tfxio import TensorFlowDatasetOptions
 
-from components import ingestion, layout
+from components import ingestion, layout, stored_input
 from components.config import IngestionConfig
 from components.dropin import DropInSettings
 
 DatasetFactory = Callable[..., tf.data.Dataset]
 
 
-def _files(file_pattern) -> list[str]:
-    patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
-    files = sorted({f for p in patterns for f in tf.io.gfile.glob(p)})
-    if not files:
-        raise ValueError(f"tf_dataset_factory: no files match {patterns}")
-    return files
-
-
-def _count_records(files: list[str], compression: str, stats) -> int:
-    if stats is not None:
-        return sum(stats[f].records for f in files)
-    ds = tf.data.TFRecordDataset(files, compression_type=layout.compression_type(compression))
+def _count_records(stored: stored_input.StoredInput) -> int:
+    if stored.shard_stats is not None:
+        return sum(stored.shard_stats[f].records for f in stored.files)
+    ds = tf.data.TFRecordDataset(
+        list(stored.files), compression_type=layout.compression_type(stored.compression)
+    )
     return int(ds.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
 
 
@@ -72,23 +66,18 @@ def make_tf_dataset_factory(
     record = layout.read_layout(transform_output) if transform_output else None
 
     def factory(file_pattern, options: TensorFlowDatasetOptions, schema=None) -> tf.data.Dataset:
-        files = _files(file_pattern)
-        feature_spec = schema_utils.schema_as_feature_spec(schema).feature_spec
-        packing, stats = None, None
-        if record is not None and set(files) <= set(record.shard_stats()):
-            record.check_listed(files)
-            spec = record.feature_spec(feature_spec)
-            packing, stats, compression = record.packing, record.shard_stats(), record.compression
-        else:
-            spec = feature_spec
-            # As tfx_bsl detects it: GZIP when the files are named `.gz`.
-            compression = "gzip" if all(f.endswith(".gz") for f in files) else "none"
-        label_key = options.label_key
-        produced = (
-            set(spec)
-            if packing is None
-            else set(spec) - {packing.feature} | {m.name for m in packing.members}
+        # A user's run_fn may read examples other than the Transform's output
+        # (raw examples beside a transform graph): those are read as stock.
+        stored = stored_input.resolve(
+            file_pattern,
+            schema_utils.schema_as_feature_spec(schema).feature_spec,
+            record,
+            reader="tf_dataset_factory",
+            accept_unrecorded=True,
         )
+        files = list(stored.files)
+        label_key = options.label_key
+        produced = stored.produced
         if label_key is not None and label_key not in produced:
             raise ValueError(
                 f"tf_dataset_factory: label_key {label_key!r} is not in the schema ({sorted(produced)})"
@@ -123,20 +112,17 @@ def make_tf_dataset_factory(
         single_pass = epochs == 1 and not options.shuffle
         cache_path = ""
         if config.cache == "file" and not single_pass:
-            key = hashlib.sha256("\n".join(files).encode()).hexdigest()[:16]
-            cache_dir = os.path.join(scratch_dir, "ingestion_cache")
-            tf.io.gfile.makedirs(cache_dir)
-            cache_path = os.path.join(cache_dir, key)
+            cache_path = stored.cache_path(scratch_dir)
         ds = ingestion.make_dataset(
             files,
-            spec,
+            stored.feature_spec,
             split_key,
             _plain_config(config, single_pass),
             batch_size=options.batch_size,
-            compression=compression,
+            compression=stored.compression,
             training=not single_pass,
-            packing=packing,
-            shard_stats=stats,
+            packing=stored.packing,
+            shard_stats=stored.shard_stats,
             cache_path=cache_path,
             seed=options.shuffle_seed,
         )
@@ -145,7 +131,7 @@ def make_tf_dataset_factory(
                 ds = ds.rebatch(options.batch_size, drop_remainder=True)
         elif epochs is not None:
             # Exactly `epochs` passes, batched across pass boundaries as stock does.
-            total = epochs * _count_records(files, compression, stats)
+            total = epochs * _count_records(stored)
             ds = (
                 ds.unbatch()
                 .take(total)

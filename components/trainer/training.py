@@ -24,10 +24,10 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import augment as augment_lib
-from components import distillation, ingestion, layout, models, strategies
+from components import models, strategies
 from components.config import ConfigError, ModelConfig, PipelineConfig, from_custom_config
 from components.export import export_from_task
+from components.trainer.inputs import DROP_UNLABELED, distributed_datasets
 from components.transform.preprocessing import num_ids
 
 
@@ -87,188 +87,6 @@ class TrainingInputs:
         return dataclasses.replace(
             inputs, backup_dir=os.path.join(node_dir, "backups", fingerprint)
         )
-
-
-def list_files(patterns: tuple[str, ...] | list[str]) -> list[str]:
-    """Expands TFX split file patterns to a sorted file list."""
-    files = sorted(f for p in patterns for f in tf.io.gfile.glob(p))
-    if not files:
-        raise ValueError(f"Trainer: no transformed example files match {list(patterns)}")
-    return files
-
-
-# What the training input does with examples whose label `data.labeled_fraction` withholds.
-DROP_UNLABELED = "drop"
-MASK_UNLABELED = "mask"
-
-
-def make_datasets(
-    config: PipelineConfig,
-    inputs: TrainingInputs,
-    tft_output: tft.TFTransformOutput,
-    input_context: tf.distribute.InputContext | None = None,
-    unlabeled: str = DROP_UNLABELED,
-) -> tuple[tf.data.Dataset, tf.data.Dataset]:
-    """Train (repeated, shuffled) and eval datasets of `(features, label)`.
-
-    Only the train dataset is augmented (`train.augmentation`, see
-    `augmented`); under mixup its label is an `augment.MixedLabels`.
-
-    The record format comes from the layout record the tfxkit Transform wrote
-    into the transform graph (compression, packing, parse spec, every shard
-    with its sizes); without one the input is stock TFX Transform output
-    (GZIP tf.Examples in the transform graph's feature spec).
-
-    Args:
-      config: The validated pipeline config.
-      inputs: Paths of the run.
-      tft_output: The transform graph of the transformed examples.
-      input_context: This input pipeline's place among all of them (from
-        `distribute_datasets_from_function`); None reads everything.
-
-    Raises:
-      ValueError: (`LayoutError` / `IngestionError`) naming the file when the
-        transformed examples disagree with the layout record.
-    """
-    record = layout.read_layout(inputs.transform_output)
-    graph_spec = tft_output.transformed_feature_spec()
-    if record is None:
-        logging.info(
-            "Trainer: no tfxkit layout record in %s; reading stock TFX Transform output",
-            inputs.transform_output,
-        )
-        feature_spec, packing, compression, shard_stats = graph_spec, None, "gzip", None
-    else:
-        feature_spec = record.feature_spec(graph_spec)
-        packing, compression, shard_stats = record.packing, record.compression, record.shard_stats()
-
-    def dataset(patterns, training, batch_size):
-        files = list_files(patterns)
-        if record is not None:
-            record.check_listed(files)
-        cache_path = ""
-        if training and config.ingestion.cache == "file":
-            cache_dir = f"{inputs.model_run_dir}/ingestion_cache"
-            tf.io.gfile.makedirs(cache_dir)
-            cache_path = f"{cache_dir}/train"
-        return ingestion.make_dataset(
-            files,
-            feature_spec,
-            config.data.label.name,
-            config.ingestion,
-            batch_size=batch_size,
-            compression=compression,
-            training=training,
-            packing=packing,
-            shard_stats=shard_stats,
-            input_context=input_context,
-            cache_path=cache_path,
-            seed=config.train.seed,
-        )
-
-    train = dataset(inputs.train_files, True, config.ingestion.batch_size)
-    if config.data.labeled_fraction < 1.0:
-        # Before augmentation: the labeled subset is decided on the stored example.
-        batch_size = config.ingestion.batch_size
-        if input_context is not None:
-            # As `ingestion.make_dataset` batches for a distributed input pipeline.
-            batch_size = input_context.get_per_replica_batch_size(batch_size)
-        train = partially_labeled(train, config.data.labeled_fraction, unlabeled, batch_size)
-    if config.train.augmentation.enabled:
-        train = augmented(train, config, input_context)
-    return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)
-
-
-def partially_labeled(
-    dataset: tf.data.Dataset, fraction: float, unlabeled: str, batch_size: int
-) -> tf.data.Dataset:
-    """Applies `data.labeled_fraction` to repeated training batches of `(features, label)`.
-
-    Args:
-      dataset: Batches from `make_dataset` (repeated, so re-batching never ends short).
-      fraction: Fraction of examples that keep their label (`distillation.labeled_mask`).
-      unlabeled: `DROP_UNLABELED`: train on the labeled examples only (a
-        teacher, or a student from scratch); `MASK_UNLABELED`: keep every
-        example and give the others the label `UNLABELED`, so the Distiller
-        learns soft targets on them and hard labels on the rest.
-      batch_size: Examples per batch of this input pipeline.
-    """
-    if unlabeled == MASK_UNLABELED:
-
-        def mask(features, label):
-            known = distillation.labeled_mask(features, fraction)
-            shape = tf.shape(label)
-            flat = tf.where(
-                known, tf.reshape(label, [-1]), tf.cast(distillation.UNLABELED, label.dtype)
-            )
-            return features, tf.reshape(flat, shape)
-
-        return dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE)
-    if unlabeled != DROP_UNLABELED:
-        raise ValueError(
-            f"unlabeled: expected {DROP_UNLABELED!r} or {MASK_UNLABELED!r}, got {unlabeled!r}"
-        )
-
-    def labeled_only(features, label):
-        # One vectorised fingerprint per batch, not one per example.
-        known = distillation.labeled_mask(features, fraction)
-        return tf.nest.map_structure(lambda t: tf.boolean_mask(t, known), (features, label))
-
-    kept = dataset.map(labeled_only, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-    return kept.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-
-
-# Stateless-seed stream of mixup, apart from the image views' streams (one per image feature).
-MIXUP_STREAM = 0x6D6978
-
-
-def augmented(
-    dataset: tf.data.Dataset,
-    config: PipelineConfig,
-    input_context: tf.distribute.InputContext | None = None,
-) -> tf.data.Dataset:
-    """Training batches with `train.augmentation` applied: image views, then mixup.
-
-    Augmenting here, before the model, is what makes distillation consistent:
-    the Distiller's teachers and student are called on the same (augmented,
-    mixed) batch. Each batch gets its own stateless seed from `train.seed`,
-    the batch's index and this input pipeline's id: runs are reproducible and
-    parallel input pipelines see different views. (A run resumed from a
-    backup restarts the sequence of views, as it restarts the input.)
-
-    With `mixup` the float features are mixed within the batch (within each
-    replica's batch under a strategy; see `augment.mixup`) and the label
-    becomes `augment.MixedLabels`, which the Trainer's `Classifier` and the
-    `Distiller` read.
-    """
-    settings = config.train.augmentation
-    shapes = {f.transformed_name: f.shape for f in config.data.features if f.shape}
-    dense = sorted(f.transformed_name for f in config.data.features if not f.is_categorical)
-    pipeline_id = input_context.input_pipeline_id if input_context is not None else 0
-    pipelines = input_context.num_input_pipelines if input_context is not None else 1
-
-    def augment(index, batch):
-        features, label = batch
-        seed = tf.stack([tf.constant(config.train.seed, tf.int64), index * pipelines + pipeline_id])
-        if settings.image_views:
-            features = augment_lib.augment_images(
-                features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
-            )
-        if settings.mixup:
-            features, label = augment_lib.mixup(
-                features,
-                label,
-                dense,
-                settings.mixup,
-                tf.random.experimental.stateless_fold_in(seed, MIXUP_STREAM),
-            )
-        return features, label
-
-    return (
-        dataset.enumerate()
-        .map(augment, num_parallel_calls=tf.data.AUTOTUNE)
-        .prefetch(tf.data.AUTOTUNE)
-    )
 
 
 def build_model(
@@ -338,7 +156,7 @@ def fit(
     2. `build_and_compile` runs inside `strategy.scope()` and the
        `train.mixed_precision` policy, so variables are distributed and
        layers compute in the configured precision;
-    3. datasets come from `make_datasets` per input pipeline (each worker
+    3. datasets come from `inputs.make_datasets` per input pipeline (each worker
        reads its shard at its per-replica batch size) through
        `strategy.distribute_datasets_from_function`, or through a
        `DatasetCreator` scheduled on every worker by the `ClusterCoordinator`
@@ -387,7 +205,7 @@ def fit(
         with choice.strategy.scope():
             model = build_and_compile()
         _configure_model(model, config)
-        train_data, eval_data = _distributed_datasets(config, inputs, tft_output, choice, unlabeled)
+        train_data, eval_data = distributed_datasets(config, inputs, tft_output, choice, unlabeled)
         steps_per_epoch = min(config.train.steps_per_epoch, inputs.train_steps)
         save_freq: int | str = max(
             1, config.train.checkpoint_every_steps // config.strategy.steps_per_execution
@@ -444,40 +262,6 @@ def _configure_model(model: keras.Model, config: PipelineConfig) -> None:
         model.grad_accum_steps = steps
     if config.strategy.steps_per_execution > 1:
         model.steps_per_execution = config.strategy.steps_per_execution
-
-
-def _distributed_datasets(
-    config: PipelineConfig,
-    inputs: TrainingInputs,
-    tft_output: tft.TFTransformOutput,
-    choice: strategies.StrategyChoice,
-    unlabeled: str = DROP_UNLABELED,
-):
-    """Per-input-pipeline train and eval datasets, distributed by the strategy."""
-    accum = config.train.grad_accum_steps
-
-    def train_fn(input_context):
-        train, _ = make_datasets(
-            config, inputs, tft_output, input_context=input_context, unlabeled=unlabeled
-        )
-        # N micro-batches stacked per step: one optimizer update per element.
-        return train.batch(accum, drop_remainder=True) if accum > 1 else train
-
-    def eval_fn(input_context):
-        _, evaluation = make_datasets(config, inputs, tft_output, input_context=input_context)
-        # Coordinator-scheduled steps must never run out of data on a worker.
-        return evaluation.repeat() if choice.uses_coordinator else evaluation
-
-    if choice.uses_coordinator:
-        # Built once eagerly on the coordinator: the input checks that cannot
-        # run inside the workers' traced dataset functions fail here, early.
-        make_datasets(config, inputs, tft_output)
-        creator = keras.utils.experimental.DatasetCreator
-        return creator(train_fn), creator(eval_fn)
-    strategy = choice.strategy
-    return strategy.distribute_datasets_from_function(
-        train_fn
-    ), strategy.distribute_datasets_from_function(eval_fn)
 
 
 BACKUP_DIR_NAME = "backup"

@@ -33,6 +33,7 @@ from components.config import CONFIG_KEY, PipelineConfig
 from components.data import taxi_csv_path
 from components.trainer import component as trainer_component
 from components.trainer import training
+from components.trainer.inputs import make_datasets
 from components.transform import executor, tfx_compat, writer
 from tests.conftest import tiny
 
@@ -237,7 +238,7 @@ def test_packed_and_stock_format_outputs_hold_the_same_examples(packed, stock_fo
         train_steps=1,
         eval_steps=1,
     )
-    train_ds, eval_ds = training.make_datasets(config, inputs, tft.TFTransformOutput(graph_uri))
+    train_ds, eval_ds = make_datasets(config, inputs, tft.TFTransformOutput(graph_uri))
     ours = [row for features, y in eval_ds for row in _canonical(features, y)]
     epoch = []
     for features, y in train_ds:
@@ -276,9 +277,9 @@ def test_make_datasets_shards_the_packed_output_across_workers(packed):
     seen = []
     for worker in range(3):
         context = tf.distribute.InputContext(3, worker, 3)
-        _, eval_ds = training.make_datasets(config, inputs, tft_output, input_context=context)
+        _, eval_ds = make_datasets(config, inputs, tft_output, input_context=context)
         seen.extend(row for features, y in eval_ds for row in _canonical(features, y))
-    _, everything = training.make_datasets(config, inputs, tft_output)
+    _, everything = make_datasets(config, inputs, tft_output)
     assert sorted(seen) == sorted(
         row for features, y in everything for row in _canonical(features, y)
     )
@@ -302,7 +303,7 @@ def test_make_datasets_names_a_missing_shard(packed):
         transform_layout.LayoutError,
         match=r"shard '.*Split-eval/transformed_examples-00001-of-00003\.tfrecord' \(80 records of split 'eval'\) is missing",
     ):
-        training.make_datasets(config, inputs, tft.TFTransformOutput(graph_uri))
+        make_datasets(config, inputs, tft.TFTransformOutput(graph_uri))
 
 
 def test_analyzer_cache_still_written(packed):

@@ -67,6 +67,7 @@ def cluster_input(config: PipelineConfig) -> ResolvedInput:
     Raises:
       ConfigError: built-in data without `kubeflow.data_uri`, or a local path.
     """
+    config.require_data("the tfxkit pipeline")
     uri = config.kubeflow.data_uri
     if not uri:
         if config.data.builtin:

@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from kfp import components as kfp_components
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
-from components.config import ConfigError, from_dict
+from components.config import ConfigError, PipelineConfig, from_dict
 from components.kubeflow import jobs, tfjob, trainjob
 from components.kubeflow import placement as kube_placement
 from pipelines import cli, kubeflow_runner, local_runner
@@ -629,6 +629,15 @@ def test_compile_rejects_what_the_cluster_cannot_run(tmp_path, changes, match):
         data["kubeflow"]["placements"] = changes["kubeflow"]["placements"]
     with pytest.raises(ConfigError, match=match):
         kubeflow_runner.compile_pipeline(from_dict(data), str(tmp_path / "out.yaml"))
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_a_config_without_data_is_refused_naming_it(tmp_path):
+    # Such a config serves only a user's own module (components.dropin).
+    with pytest.raises(
+        ConfigError, match=r"^data: the tfxkit pipeline needs the data section: set exactly one of"
+    ):
+        kubeflow_runner.compile_pipeline(PipelineConfig(name="mine"), str(tmp_path / "out.yaml"))
     assert not (tmp_path / "out.yaml").exists()
 
 

@@ -22,6 +22,7 @@ The settings travel to the executors as JSON under `DROPIN_KEY` in
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -40,6 +41,7 @@ from components.config import (
     PipelineConfig,
     StrategyConfig,
     TransformConfig,
+    module_config_from_dict,
 )
 from components.config.validation import config_error, fail, section
 
@@ -125,7 +127,9 @@ def resolve_settings(config: Any) -> tuple[PipelineConfig | None, DropInSettings
 
     Args:
       config: None (defaults), `DropInSettings`, a mapping of its fields, or a
-        full `PipelineConfig`.
+        full config: a `PipelineConfig` or a mapping of config-file sections
+        (one naming a section settings lack, such as `train`). Neither needs
+        a data section.
 
     Returns:
       `(the PipelineConfig or None, the drop-in settings)`.
@@ -140,6 +144,10 @@ def resolve_settings(config: Any) -> tuple[PipelineConfig | None, DropInSettings
     if isinstance(config, DropInSettings):
         return None, config
     if isinstance(config, Mapping):
+        settings_keys = {f.name for f in dataclasses.fields(DropInSettings)}
+        if ({f.name for f in dataclasses.fields(PipelineConfig)} - settings_keys) & set(config):
+            full = module_config_from_dict(config, "config")
+            return full, settings_of(full)
         return None, from_mapping(config)
     raise ConfigError(
         f"config: expected a PipelineConfig, DropInSettings, a mapping of DropInSettings fields or "

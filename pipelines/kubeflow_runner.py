@@ -12,7 +12,12 @@ hook for node selectors or tolerations:
 - node selectors (GKE accelerator and TPU topology labels, or any label) and
   tolerations go into the kfp-kubernetes platform spec
   (`KubernetesExecutorConfig`), as `kfp.kubernetes` writes them;
-- images per component, pipeline-level Beam args and per-component Beam args.
+- images per component, pipeline-level Beam args and per-component Beam args;
+- every training step without an entry of its own (StudentBaseline, the
+  Distiller, further teachers) is placed as the first teacher Trainer
+  (`placement_ids`); its step container carries the placement key
+  (`env.PLACEMENT_ID`), so the training job it may submit places its
+  replicas the same way.
 
 Both placement forms are rendered by `components.kubeflow.placement`, the
 rendering training-job replicas get too.
@@ -37,6 +42,7 @@ from components.data import FASHION_MNIST_SPLITS, ResolvedInput
 from components.kubeflow import backend, jobs
 from components.kubeflow import env as tfxkit_env
 from components.kubeflow.placement import kubernetes_executor_config, resource_spec
+from pipelines import roles
 from pipelines.pipeline import PipelinePaths, create_pipeline
 
 
@@ -61,6 +67,7 @@ def cluster_input(config: PipelineConfig) -> ResolvedInput:
     Raises:
       ConfigError: built-in data without `kubeflow.data_uri`, or a local path.
     """
+    config.require_data("the tfxkit pipeline")
     uri = config.kubeflow.data_uri
     if not uri:
         if config.data.builtin:
@@ -129,18 +136,31 @@ def _check_placements(config: PipelineConfig, pipeline) -> None:
             )
 
 
-def _job_components(config: PipelineConfig, pipeline) -> set[str]:
-    """Trainer steps (the Distiller's included) that submit a training job (their placement goes to the replicas)."""
-    from components.trainer.executor import Executor
+def placement_ids(config: PipelineConfig, pipeline) -> dict[str, str]:
+    """Component id -> the `kubeflow.placements` key of its placement.
 
+    A component with an entry of its own gets it. A training step without
+    one (`roles.trains`: StudentBaseline, the Distiller, teachers after the
+    first, later training components) gets the first teacher Trainer's, so
+    no student trains on whatever node it lands on. Roles are read from
+    component types, never from ids. Components with neither are absent.
+    """
+    placements = config.kubeflow.placements
+    teacher = next((n.id for n in pipeline.components if roles.is_teacher(n)), None)
+    out = {}
+    for node in pipeline.components:
+        if node.id in placements:
+            out[node.id] = node.id
+        elif roles.trains(node) and teacher in placements:
+            out[node.id] = teacher
+    return out
+
+
+def _job_components(config: PipelineConfig, pipeline) -> set[str]:
+    """Training steps (the Distiller's included) that submit a training job (their placement goes to the replicas)."""
     if not backend.uses_job(config.strategy):
         return set()
-    return {
-        node.id
-        for node in pipeline.components
-        if isinstance(getattr(getattr(node, "executor_spec", None), "executor_class", None), type)
-        and issubclass(node.executor_spec.executor_class, Executor)
-    }
+    return {node.id for node in pipeline.components if roles.trains(node)}
 
 
 def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeline:
@@ -179,7 +199,10 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
     for name, placement in kf.placements.items():
         if placement.beam_args:
             by_id[name].with_beam_pipeline_args(list(placement.beam_args))
-    images = {name: p.image for name, p in kf.placements.items() if p.image}
+    # Each component's placement: its own entry, or a training step's fallback.
+    keys = placement_ids(config, pipeline)
+    placed = {node_id: kf.placements[key] for node_id, key in keys.items()}
+    images = {name: p.image for name, p in placed.items() if p.image}
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
         config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
             default_image={**images, pipeline_builder.DEFAULT_IMAGE_PATH_KEY: kf.image},
@@ -202,6 +225,7 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
             namespace=kf.namespace or "default",
             component_id=component_id,
             invocation_uri=f"{kf.pipeline_root.rstrip('/')}/{jobs.INVOCATION_FILE}",
+            placement_id=keys.get(component_id, ""),
         )
     platform: dict[str, Any] = {}
     for node in pipeline.components:
@@ -209,10 +233,11 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         container = executors.get(label, {}).get("container") if label else None
         if container is None:
             continue
+        placement_key = keys.get(node.id, "") if roles.trains(node) else ""
         container["env"] = [
-            {"name": k, "value": v} for k, v in tfxkit_env.step_env(node.id).items()
+            {"name": k, "value": v} for k, v in tfxkit_env.step_env(node.id, placement_key).items()
         ]
-        placement = kf.placements.get(node.id)
+        placement = placed.get(node.id)
         if placement is None or node.id in launchers:
             # A job launcher only submits and watches: its replicas get the
             # placement (components.kubeflow.jobs.build_manifest), the step does not.

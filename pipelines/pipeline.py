@@ -204,7 +204,11 @@ def create_pipeline(
       paths: Pipeline root, push destination and metadata location.
       beam_pipeline_args: Beam args for Beam-based components.
       enable_cache: Reuse outputs of executions with unchanged inputs.
+
+    Raises:
+      ConfigError: naming `data` for a config without a data section.
     """
+    config.require_data("the tfxkit pipeline")
     gen = example_gen(config, data)
     statistics = tfx.components.StatisticsGen(examples=gen.outputs["examples"])
     schema = tfx.components.SchemaGen(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from tfx import v1 as tfx
 
 from components.distiller.component import Distiller
+from components.trainer import executor as trainer_executor
 from components.trainer.baseline import StudentBaseline
 from components.trainer.component import Trainer
 from components.validation.component import DataGate
@@ -47,4 +48,19 @@ def model_role(execution_type: str) -> str | None:
     `StudentBaseline`, None otherwise."""
     return {_TRAINER_TYPE: TEACHER, _DISTILLER_TYPE: STUDENT, _BASELINE_TYPE: SCRATCH}.get(
         execution_type
+    )
+
+
+def is_teacher(node) -> bool:
+    """Whether a pipeline node is a teacher Trainer (type `Trainer`, whatever its id)."""
+    return model_role(node.type) == TEACHER
+
+
+def trains(node) -> bool:
+    """Whether a pipeline node trains a model: its executor is the tfxkit
+    Trainer's or a subclass of it (teacher Trainers, `StudentBaseline`, the
+    Distiller, and any later component that trains through it)."""
+    executor_class = getattr(getattr(node, "executor_spec", None), "executor_class", None)
+    return isinstance(executor_class, type) and issubclass(
+        executor_class, trainer_executor.Executor
     )

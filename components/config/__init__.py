@@ -37,7 +37,9 @@ from components.config.loading import (
     from_custom_config,
     from_dict,
     json_schema,
+    load_config,
     load_config_file,
+    module_config_from_dict,
     to_dict,
 )
 from components.config.pipeline import (
@@ -87,7 +89,9 @@ __all__ = [
     "from_custom_config",
     "from_dict",
     "json_schema",
+    "load_config",
     "load_config_file",
+    "module_config_from_dict",
     "reject_secret",
     "to_dict",
 ]

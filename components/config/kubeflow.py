@@ -188,13 +188,18 @@ class KubeflowConfig:
       data_uri: Directory URI of the input files on the cluster (all files in
         it are ExampleGen's input). Required for built-in data, which lives
         on the machine that compiles; defaults to `data.path` otherwise.
-      placements: Component id -> Placement. When the Trainer (or the
-        Distiller) trains across pods (strategy `multi_worker_mirrored` or
-        `parameter_server` with more than one replica) its placement applies
-        to the training job's workers (and, for `tfjob`, its chief); the
-        pipeline step that submits and watches the job keeps only the image
-        and runs on the default pool. Every job replica without CPU or
-        memory in its placement requests 1 CPU and 2Gi.
+      placements: Component id -> Placement. Every training step (teacher
+        Trainers `Trainer`, `Trainer_1`, ..., `StudentBaseline`, the
+        `Distiller`) without an entry of its own gets the teacher Trainer's
+        (`Trainer`) placement: resources, accelerator, node selector,
+        tolerations and image. An entry of its own replaces it whole (e.g. a
+        smaller GPU for the `Distiller`). When a training step trains across
+        pods (strategy `multi_worker_mirrored` or `parameter_server` with
+        more than one replica) its placement applies to the training job's
+        workers (and, for `tfjob`, its chief); the pipeline step that
+        submits and watches the job keeps only the image and runs on the
+        default pool. Every job replica without CPU or memory in its
+        placement requests 1 CPU and 2Gi.
       beam_args: Beam pipeline args for Beam-based components on the cluster.
       job_backend: What runs multi-pod training: `trainjob` (Kubeflow Trainer
         v2 `TrainJob` on the runtime `trainjob_runtime`; the product derives

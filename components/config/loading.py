@@ -8,6 +8,7 @@ module only chooses the input mode.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,35 @@ from components.config.validation import ConfigError, adapter, from_plain, to_pl
 
 
 def from_dict(data: Any) -> PipelineConfig:
-    """Builds and validates a `PipelineConfig` from plain (YAML / JSON) data.
+    """Builds and validates a full `PipelineConfig` from plain (YAML / JSON) data.
+
+    A config file describes its data: a missing (or null) `data` section is
+    refused, naming it. Only a config for a user's own module goes without
+    one (`components.dropin.resolve_settings`).
 
     Raises:
       ConfigError: naming the field path of the first invalid value.
     """
+    if isinstance(data, Mapping) and data.get("data") is None:
+        # Validated as an empty section, so the error says what to set.
+        data = {**data, "data": {}}
     return from_plain(PipelineConfig, data)
+
+
+def module_config_from_dict(data: Any, prefix: str = "") -> PipelineConfig:
+    """Builds and validates a `PipelineConfig` for a user's own module from plain data.
+
+    As `from_dict`, but the data section may be left out: the user's module
+    file decides the features (see `components.dropin`).
+
+    Args:
+      data: Plain data in the form of a config file.
+      prefix: Starts every error path (`config` for a component argument).
+
+    Raises:
+      ConfigError: naming the field path of the first invalid value.
+    """
+    return from_plain(PipelineConfig, data, prefix)
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -33,6 +57,8 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 def load_config_file(path: str | Path) -> PipelineConfig:
     """Loads and validates a config from a YAML file.
+
+    Also importable under its former name, `load_config`.
 
     Raises:
       ConfigError: the file is missing or not YAML, or a value is invalid.
@@ -45,6 +71,12 @@ def load_config_file(path: str | Path) -> PipelineConfig:
     except yaml.YAMLError as e:
         raise ConfigError(f"config: {path} is not valid YAML: {e}") from e
     return from_dict(data or {})
+
+
+# The name this loader had before `load_config_file`; kept so code that
+# imported it keeps working (`pipelines.configs.load_config` also takes
+# shipped names).
+load_config = load_config_file
 
 
 def from_custom_config(custom_config: str | dict | None) -> PipelineConfig | None:
@@ -67,7 +99,13 @@ def from_custom_config(custom_config: str | dict | None) -> PipelineConfig | Non
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of a config file, with the `Attributes:` docs as field descriptions."""
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        **adapter(PipelineConfig).json_schema(),
+    schema = adapter(PipelineConfig).json_schema()
+    # A config file describes its data (`from_dict`); only a config for a
+    # user's own module, which is no file, goes without (`module_config_from_dict`).
+    data = schema["properties"]["data"]
+    schema["properties"]["data"] = {
+        "$ref": "#/$defs/DataConfig",
+        "description": data["description"],
     }
+    schema["required"] = ["data"]
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

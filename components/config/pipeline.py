@@ -21,14 +21,14 @@ from typing import Self
 
 from pydantic import model_validator
 
-from components.config.data import DataConfig
+from components.config.data import BUILTIN_DATASETS, DataConfig
 from components.config.distillation import DistillationConfig
 from components.config.evaluation import EvaluationConfig
 from components.config.kubeflow import KubeflowConfig
 from components.config.runtime import IngestionConfig, StrategyConfig, TransformConfig
 from components.config.secret_scan import reject_secrets
 from components.config.training import ModelConfig, TrainConfig, min_trainable_params
-from components.config.validation import fail, from_plain, section, to_plain
+from components.config.validation import ConfigError, fail, from_plain, section, to_plain
 
 CONFIG_KEY = "tfxkit_config"
 
@@ -39,8 +39,12 @@ class PipelineConfig:
 
     Attributes:
       name: Pipeline name (ML Metadata context, push sub-directory).
-      data, transform, ingestion, strategy, train, teacher, student,
-      distillation, evaluation, kubeflow: the sections above.
+      data: The data section. Required in a config file and wherever the
+        product's own model, preprocessing or pipeline runs (`require_data`);
+        left out (None) only by a config for a user's own module file
+        (Trainer / Transform `config=`, see `components.dropin`).
+      transform, ingestion, strategy, train, teacher, student, distillation,
+      evaluation, kubeflow: the sections above.
       beam_args: Beam pipeline args for local runs. Empty (the default):
         Beam's DirectRunner defaults, in memory on one worker; TFX then
         also skips building a source package of itself for Beam to stage,
@@ -48,7 +52,7 @@ class PipelineConfig:
     """
 
     name: str = "tfxkit"
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DataConfig | None = None
     transform: TransformConfig = field(default_factory=TransformConfig)
     ingestion: IngestionConfig = field(default_factory=IngestionConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
@@ -66,9 +70,12 @@ class PipelineConfig:
     def _check(self) -> Self:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", self.name):
             fail("name", f"expected letters, digits, '_' or '-', got {self.name!r}")
-        images = [f.name for f in self.data.features if f.shape]
+        # Without a data section (a user's own module) the rules that read
+        # the features have nothing to check: that config trains no tfxkit model.
+        has_data = self.data is not None
+        images = [f.name for f in self.data.features if f.shape] if has_data else []
         for role in ("teacher", "student"):
-            if getattr(self, role).conv is not None and not images:
+            if has_data and getattr(self, role).conv is not None and not images:
                 fail(
                     f"{role}.conv",
                     "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
@@ -85,18 +92,22 @@ class PipelineConfig:
                 "the cache keys soft targets by example, and with train.augmentation every view is a new "
                 "example (the cache would grow without bound and never hit); turn one of them off",
             )
-        if self.train.augmentation.image_views and not images:
+        if has_data and self.train.augmentation.image_views and not images:
             fail(
                 "train.augmentation",
                 "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape",
             )
-        if self.train.augmentation.mixup and all(f.is_categorical for f in self.data.features):
+        if (
+            has_data
+            and self.train.augmentation.mixup
+            and all(f.is_categorical for f in self.data.features)
+        ):
             fail(
                 "train.augmentation.mixup",
                 "mixup mixes float (dense) features, and every feature is categorical "
                 "(integer ids, bucketized floats included); set mixup: 0",
             )
-        if self.distillation.enabled and self.distillation.require_compression:
+        if has_data and self.distillation.enabled and self.distillation.require_compression:
             self._check_student_is_smaller()
         reject_secrets(self)
         return self
@@ -116,6 +127,20 @@ class PipelineConfig:
                 "(whatever the vocabulary sizes), and distillation.require_compression is true; shrink "
                 "student.hidden_units / student.embedding_dim or set distillation.require_compression: false",
             )
+
+    def require_data(self, what: str) -> DataConfig:
+        """The data section, which `what` (e.g. "the generated preprocessing_fn") needs.
+
+        Raises:
+          ConfigError: naming `data` when this config has none.
+        """
+        if self.data is None:
+            raise ConfigError(
+                f"data: {what} needs the data section: set exactly one of 'builtin' "
+                f"({', '.join(BUILTIN_DATASETS)}) or 'path' (your CSV/TFRecord files) and the features; "
+                "a config without one serves only your own module (module_file, run_fn or preprocessing_fn)"
+            )
+        return self.data
 
     def transform_view(self) -> PipelineConfig:
         """This config with only what Transform reads; every other section at its default.

@@ -130,8 +130,10 @@ def adapter(cls: type) -> pydantic.TypeAdapter:
     return pydantic.TypeAdapter(cls)
 
 
-def from_plain(cls: type, data: Any) -> Any:
+def from_plain(cls: type, data: Any, prefix: str = "") -> Any:
     """Builds and validates a `cls` section from plain (YAML / JSON) data.
+
+    `prefix` starts every error path (e.g. `config`, a component argument).
 
     Raises:
       ConfigError: naming the field path of the first invalid value.
@@ -147,7 +149,7 @@ def from_plain(cls: type, data: Any) -> Any:
     try:
         return adapter(cls).validate_json(text)
     except pydantic.ValidationError as e:
-        raise config_error(e, cls) from None
+        raise config_error(e, cls, prefix) from None
 
 
 def to_plain(config: Any) -> dict[str, Any]:

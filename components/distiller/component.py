@@ -82,6 +82,7 @@ class Distiller(base_component.BaseComponent):
         run_fn: str = DEFAULT_RUN_FN,
         custom_config: dict | None = None,
     ):
+        config.require_data("the Distiller")
         teacher_models = list(teacher_models)
         if not teacher_models:
             raise ValueError(

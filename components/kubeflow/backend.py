@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from components.config import ConfigError, PipelineConfig, StrategyConfig
+from components.config import ConfigError, PipelineConfig, Placement, StrategyConfig
 
 # What every replica runs: the Trainer executor on the step's invocation.
 REPLICA_COMMAND = ("python", "-m", "components.trainer.executor")
@@ -81,6 +81,24 @@ def job_labels(config: PipelineConfig, component_id: str) -> dict[str, str]:
     }
 
 
+def replica_placement(
+    config: PipelineConfig, component_id: str, placement_id: str = ""
+) -> Placement:
+    """The placement of a training step's job replicas.
+
+    Args:
+      config: The validated pipeline config.
+      component_id: The pipeline component that trains.
+      placement_id: The `kubeflow.placements` key the compiler chose for the
+        step (`env.PLACEMENT_ID`: the step's own entry, else the teacher
+        Trainer's); '' = `component_id`.
+
+    Returns:
+      That entry, or an empty `Placement` (the default pool) without one.
+    """
+    return config.kubeflow.placements.get(placement_id or component_id, Placement())
+
+
 # --------------------------------------------------------------------------- #
 # Backends and status
 # --------------------------------------------------------------------------- #
@@ -134,7 +152,8 @@ class Backend:
     Attributes:
       name: Its `kubeflow.job_backend` value (`trainjob`, `tfjob`).
       build_manifest: The job for a config (keyword arguments `name`,
-        `namespace`, `component_id`, `invocation_uri`).
+        `namespace`, `component_id`, `invocation_uri`, optional
+        `placement_id`, see `replica_placement`).
       kind, group, version, plural: The custom resource.
       controller: Who runs it (in messages).
       pod_label: The label its controller puts on the job's pods (value: the job name).

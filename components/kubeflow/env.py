@@ -3,7 +3,8 @@
 Who sets what, who reads it:
 
   compiler (`pipelines.kubeflow_runner`) -> every step container:
-      `ORCHESTRATOR`, `COMPONENT_ID` (`step_env`).
+      `ORCHESTRATOR`, `COMPONENT_ID`; a placed training step also
+      `PLACEMENT_ID` (`step_env`).
   Trainer step (`components.kubeflow.jobs.launch`) -> every job replica:
       `TFJOB_INVOCATION` (`replica_env`); on a TrainJob also `REPLICAS`.
   TrainJob runtime (`components.kubeflow.trainjob.runtime_manifest`) ->
@@ -36,7 +37,14 @@ KUBEFLOW = "kubeflow"
 COMPONENT_ID = "TFXKIT_COMPONENT_ID"
 """The step's pipeline component id (`Trainer`, `Trainer_teacher_1`), set by the
 compiler on every step container. Read by the Trainer step when it launches a
-job: the key of its placement in `kubeflow.placements` and part of the job name."""
+job: part of the job's name and labels, and its placement key when
+`PLACEMENT_ID` is unset."""
+
+PLACEMENT_ID = "TFXKIT_PLACEMENT_ID"
+"""The `kubeflow.placements` key of a training step's placement (its own entry,
+else the teacher Trainer's), set by the compiler on every training step that
+has one: the compiler decides by component type, which the step cannot see.
+Read by the step when it launches a job: its replicas get that placement."""
 
 TFJOB_INVOCATION = "TFXKIT_TFJOB_INVOCATION"
 """URI of the step's invocation (input and output artifacts, exec properties),
@@ -103,9 +111,15 @@ def format_replicas(counts: Mapping[str, int]) -> str:
     return ",".join(f"{job}={n}" for job, n in counts.items())
 
 
-def step_env(component_id: str) -> dict[str, str]:
-    """What the compiler sets on the container of step `component_id` (in this order)."""
-    return {ORCHESTRATOR: KUBEFLOW, COMPONENT_ID: component_id}
+def step_env(component_id: str, placement_id: str = "") -> dict[str, str]:
+    """What the compiler sets on the container of step `component_id` (in this order).
+
+    `placement_id` ('' = none) is the training step's placement key.
+    """
+    out = {ORCHESTRATOR: KUBEFLOW, COMPONENT_ID: component_id}
+    if placement_id:
+        out[PLACEMENT_ID] = placement_id
+    return out
 
 
 def replica_env(invocation_uri: str) -> dict[str, str]:
@@ -121,6 +135,11 @@ def on_kubeflow(environ: Mapping[str, str]) -> bool:
 def component_id(environ: Mapping[str, str], default: str = "Trainer") -> str:
     """The step's component id, or `default` when the compiler set none."""
     return environ.get(COMPONENT_ID) or default
+
+
+def placement_id(environ: Mapping[str, str]) -> str:
+    """The step's placement key, or '' when the compiler set none (its own id applies)."""
+    return environ.get(PLACEMENT_ID, "")
 
 
 def invocation_uri(environ: Mapping[str, str]) -> str:

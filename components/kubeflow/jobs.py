@@ -356,7 +356,7 @@ def launch(
       invocation: JSON-serialisable inputs, outputs and exec properties of
         the step; replicas run the Trainer executor on them.
       shared_dir: A URI every replica can read (the model run artifact).
-      environ: The step's environment (component id).
+      environ: The step's environment (component id, placement key).
       api_client: A `kubernetes.client.ApiClient` (default: in-cluster).
       poll_seconds: Interval between status reads.
       log: Receives progress lines.
@@ -372,6 +372,7 @@ def launch(
         namespace=current_namespace(config),
         component_id=component_id,
         invocation_uri=uri,
+        placement_id=tfxkit_env.placement_id(environ),
     )
     return run(
         manifest,

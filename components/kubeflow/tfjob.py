@@ -26,6 +26,7 @@ from components.kubeflow.backend import (
     JobStatus,
     job_labels,
     latest_condition,
+    replica_placement,
     require_multi_worker,
 )
 from components.kubeflow.placement import REPLICA_DEFAULT_REQUESTS, container, pod_spec
@@ -85,6 +86,7 @@ def build_manifest(
     namespace: str,
     component_id: str,
     invocation_uri: str,
+    placement_id: str = "",
 ) -> dict[str, Any]:
     """The TFJob for the Trainer `component_id` of `config`.
 
@@ -98,8 +100,10 @@ def build_manifest(
       config: The validated pipeline config (its strategy must use a TFJob).
       name: TFJob name.
       namespace: TFJob namespace.
-      component_id: The pipeline component that trains (placement key).
+      component_id: The pipeline component that trains (labels).
       invocation_uri: Where replicas read the step's invocation.
+      placement_id: The `kubeflow.placements` key of the replicas' placement
+        ('' = `component_id`; see `backend.replica_placement`).
 
     Raises:
       ConfigError: if the strategy cannot form a multi-worker cluster.
@@ -107,7 +111,7 @@ def build_manifest(
     require_multi_worker(config.strategy, KIND)
     counts = replica_counts(config.strategy)
     kf = config.kubeflow
-    placement = kf.placements.get(component_id, Placement())
+    placement = replica_placement(config, component_id, placement_id)
     image = placement.image or kf.image
     ps_placement = kf.tfjob_ps_placement or Placement()
     labels = job_labels(config, component_id)

@@ -42,6 +42,7 @@ from components.kubeflow.backend import (
     JobStatus,
     job_labels,
     latest_condition,
+    replica_placement,
     require_multi_worker,
 )
 from components.kubeflow.placement import (
@@ -208,6 +209,7 @@ def build_manifest(
     namespace: str,
     component_id: str,
     invocation_uri: str,
+    placement_id: str = "",
 ) -> dict[str, Any]:
     """The TrainJob for the Trainer (or Distiller) `component_id` of `config`.
 
@@ -222,8 +224,10 @@ def build_manifest(
       config: The validated pipeline config (its strategy must train across pods).
       name: TrainJob name (a DNS-1035 label, see `jobs.job_name`).
       namespace: TrainJob namespace.
-      component_id: The pipeline component that trains (placement key).
+      component_id: The pipeline component that trains (labels).
       invocation_uri: Where replicas read the step's invocation.
+      placement_id: The `kubeflow.placements` key of the replicas' placement
+        ('' = `component_id`; see `backend.replica_placement`).
 
     Raises:
       ConfigError: if the strategy cannot form a multi-worker cluster.
@@ -234,7 +238,7 @@ def build_manifest(
             f"TrainJob name: expected a DNS-1035 label (see jobs.job_name), got {name!r}"
         )
     kf = config.kubeflow
-    placement = kf.placements.get(component_id, Placement())
+    placement = replica_placement(config, component_id, placement_id)
     shape = replicated_jobs(config.strategy)
     labels = job_labels(config, component_id)
     env = {

@@ -33,7 +33,7 @@ class Trainer(tfx.components.Trainer):
       config: tfxkit settings. Without a user module: the `PipelineConfig`
         whose model is trained (required). With one: None (every default),
         `components.dropin.DropInSettings`, a mapping of its fields, or a
-        `PipelineConfig` (its data section is not used; its
+        `PipelineConfig` or mapping of its sections (data optional; its
         `train.train_steps` / `train.eval_steps` are the step counts of an
         omitted `train_args` / `eval_args`).
 
@@ -100,6 +100,7 @@ class Trainer(tfx.components.Trainer):
                     f"needs a PipelineConfig with a data section, got {type(config).__name__}; give "
                     "module_file or run_fn to train your own model"
                 )
+            config.require_data("without module_file or run_fn, the Trainer's generated model")
             dropin.check_steps(train_args, eval_args, config)
             if custom_config is not None and not isinstance(custom_config, dict):
                 raise ConfigError(

@@ -34,7 +34,7 @@ class Transform(tfx.components.Transform):
       config: tfxkit settings. Without a user module: the `PipelineConfig`
         whose features generate the `preprocessing_fn` (required). With one:
         None (every default), `components.dropin.DropInSettings`, a mapping of
-        its fields, or a `PipelineConfig` (its data section is not used).
+        its fields, or a `PipelineConfig` or mapping of its sections (data optional).
 
     Raises:
       ConfigError: at construction, naming the argument: a missing module
@@ -82,6 +82,9 @@ class Transform(tfx.components.Transform):
                     f"section, got {type(config).__name__}; give module_file or preprocessing_fn to use "
                     "your own"
                 )
+            config.require_data(
+                "without module_file or preprocessing_fn, the generated preprocessing_fn"
+            )
             if custom_config is not None and not isinstance(custom_config, dict):
                 raise ConfigError(
                     f"custom_config: expected a dict, got {type(custom_config).__name__}"

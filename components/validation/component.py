@@ -43,6 +43,7 @@ class DataGate(base_component.BaseComponent):
         anomalies: types.BaseChannel,
         baseline_schema: types.BaseChannel | None = None,
     ):
+        config.require_data("DataGate")
         super().__init__(
             spec=DataGateSpec(
                 custom_config=json.dumps({CONFIG_KEY: config.to_json()}),

@@ -18,6 +18,7 @@ from components.config import (
     from_custom_config,
     from_dict,
     json_schema,
+    load_config_file,
     to_dict,
 )
 from pipelines.configs import SHIPPED_CONFIG_DIR, load_config
@@ -171,6 +172,27 @@ def test_missing_data_source_is_rejected():
     del data["data"]["builtin"]
     with pytest.raises(ConfigError, match=r"^data: set exactly one of 'builtin'"):
         from_dict(data)
+
+
+@pytest.mark.parametrize("data", [{"name": "mine"}, {"name": "mine", "data": None}])
+def test_a_config_file_without_a_data_section_is_refused_naming_it(data, tmp_path):
+    # Only a config for a user's own module goes without data (tests/components/dropin).
+    with pytest.raises(ConfigError, match=r"^data: set exactly one of 'builtin'"):
+        from_dict(data)
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"^data: set exactly one of 'builtin'"):
+        load_config_file(path)
+
+
+def test_load_config_the_former_name_of_load_config_file_still_loads_a_file(tmp_path):
+    from components.config import load_config as former_name
+
+    path = tmp_path / "mine.yaml"
+    path.write_text((SHIPPED_CONFIG_DIR / "digits.yaml").read_text())
+    config = former_name(path)
+    assert (config.name, config.data.builtin, config.train.train_steps) == ("digits", "digits", 600)
+    assert config == load_config_file(str(path))
 
 
 def test_missing_required_feature_key():

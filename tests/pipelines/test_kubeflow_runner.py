@@ -5,23 +5,38 @@ kfp-kubernetes protos, and their DAG compared with the local pipeline's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import jsonschema
 import pytest
 import yaml
 from google.protobuf import json_format
 from kfp import components as kfp_components
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
-from components.config import ConfigError, from_dict
-from components.kubeflow import jobs, tfjob
+from components.config import ConfigError, PipelineConfig, from_dict
+from components.kubeflow import jobs, tfjob, trainjob
 from components.kubeflow import placement as kube_placement
 from pipelines import cli, kubeflow_runner, local_runner
 from pipelines.configs import SHIPPED_CONFIG_DIR, load_config
 from pipelines.pipeline import create_pipeline
-from tests.conftest import COMPILED_CONFIGS
+from tests.components.kubeflow.kube_api import (
+    FakeKubernetes,
+    api_client,
+    condition,
+    crd_schema,
+    unknown_fields,
+)
+from tests.conftest import COMPILED_CONFIGS, shared_file
 
 NAMES = list(COMPILED_CONFIGS)
+# The steps that train, per shipped config (digits distils, with a scratch baseline).
+TRAINING_TASKS = {
+    "taxi": {"Trainer"},
+    "digits": {"Trainer", "StudentBaseline", "Distiller"},
+    "fashion_mnist": {"Trainer", "StudentBaseline", "Distiller"},
+}
 
 
 def _compile_with_cli(name, directory, capsys):
@@ -85,12 +100,14 @@ def test_each_configured_component_is_placed(compiled, name):
         if container is None:  # a resolver runs inside the orchestrator
             assert task_id not in kf.placements
             continue
-        placement = kf.placements.get(task_id)
+        # Training steps without an entry of their own are placed as the Trainer.
+        training = task_id in TRAINING_TASKS[name]
+        placement = kf.placements.get(task_id, kf.placements["Trainer"] if training else None)
         k8s = _k8s_config(component, task_id)
-        assert {e["name"]: e["value"] for e in container["env"]} == {
-            "TFXKIT_ORCHESTRATOR": "kubeflow",
-            "TFXKIT_COMPONENT_ID": task_id,
-        }
+        expected_env = {"TFXKIT_ORCHESTRATOR": "kubeflow", "TFXKIT_COMPONENT_ID": task_id}
+        if training:
+            expected_env["TFXKIT_PLACEMENT_ID"] = task_id if task_id in kf.placements else "Trainer"
+        assert {e["name"]: e["value"] for e in container["env"]} == expected_env
         if placement is None:
             assert container["image"] == kf.image
             assert "resources" not in container and k8s is None
@@ -291,6 +308,172 @@ def test_multi_worker_trainer_step_leaves_the_gpu_to_its_tfjob_replicas(tmp_path
 
 
 # --------------------------------------------------------------------------- #
+# Every training step is placed: the teacher Trainer's placement by default
+# --------------------------------------------------------------------------- #
+
+# digits.yaml's `kubeflow.placements.Trainer` (4 CPUs, 16Gi, one L4, the GPU
+# taint tolerated), as the compiled pipeline spec and platform spec hold it.
+DIGITS_TRAINER_RESOURCES = {
+    "cpuRequest": 4.0,
+    "memoryRequest": pytest.approx(17.179869184),  # 16Gi in GB
+    "accelerator": {"type": "nvidia.com/gpu", "count": "1"},
+}
+L4_SELECTOR = {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+GPU_TOLERATION = [("nvidia.com/gpu", "Exists", "", "NoSchedule")]
+# A Distiller entry of its own: a T4 pool.
+T4_DISTILLER = {
+    "cpu_request": "2",
+    "memory_request": "8Gi",
+    "accelerator_type": "nvidia-tesla-t4",
+    "accelerator_count": 1,
+    "node_selector": {"cloud.google.com/gke-nodepool": "t4-pool"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+def _digits(**changes):
+    data = yaml.safe_load((SHIPPED_CONFIG_DIR / "digits.yaml").read_text())
+    data["kubeflow"]["placements"].update(changes.pop("placements", {}))
+    data["kubeflow"].update(changes.pop("kubeflow", {}))
+    data.update(changes)
+    return from_dict(data)
+
+
+def _tolerations(k8s):
+    return [(t.key, t.operator, t.value, t.effect) for t in k8s.tolerations]
+
+
+def _env(container):
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def _assert_valid_job(manifest):
+    """The job against its CRD's schema, as the cluster's API server would check it."""
+    from tests.components.kubeflow import test_tfjob, test_trainjob
+
+    if manifest["kind"] == "TrainJob":
+        schema = crd_schema(
+            test_trainjob._crd("trainjobs"), trainjob.GROUP, trainjob.VERSION, "trainjobs"
+        )
+    else:
+        schema = crd_schema(
+            shared_file("kubeflow", test_tfjob.CRD_NAME), tfjob.GROUP, tfjob.VERSION, tfjob.PLURAL
+        )
+    jsonschema.Draft7Validator(schema).validate(manifest)
+    assert unknown_fields(manifest, schema) == []
+
+
+def test_student_steps_get_the_trainers_placement(compiled):
+    config, component, _ = compiled["digits"]
+    assert set(config.kubeflow.placements) == {"Transform", "Trainer"}
+    for task_id in ("Trainer", "StudentBaseline", "Distiller"):
+        container = _container(component, task_id)
+        assert container["resources"] == DIGITS_TRAINER_RESOURCES, task_id
+        k8s = _k8s_config(component, task_id)
+        assert dict(k8s.node_selector.labels) == L4_SELECTOR, task_id
+        assert _tolerations(k8s) == GPU_TOLERATION, task_id
+        assert _env(container)["TFXKIT_PLACEMENT_ID"] == "Trainer"
+    # Components that do not train keep their own (or no) placement.
+    assert _container(component, "Transform")["resources"] == {
+        "cpuRequest": 2.0,
+        "memoryRequest": pytest.approx(4.294967296),
+    }
+    assert "resources" not in _container(component, "Evaluator")
+    assert "TFXKIT_PLACEMENT_ID" not in _env(_container(component, "Evaluator"))
+
+
+def test_every_further_teacher_gets_the_trainers_placement(tmp_path):
+    """Teachers are found by component type: `Trainer_1` trains, so it is placed as `Trainer`."""
+    config = _digits()
+    config = dataclasses.replace(
+        config, distillation=dataclasses.replace(config.distillation, num_teachers=2)
+    )
+    component = kfp_components.load_component_from_file(
+        kubeflow_runner.compile_pipeline(config, str(tmp_path / "two.yaml")).path
+    )
+    for task_id in ("Trainer_1", "StudentBaseline", "Distiller"):
+        assert _container(component, task_id)["resources"] == DIGITS_TRAINER_RESOURCES, task_id
+        assert _env(_container(component, task_id))["TFXKIT_PLACEMENT_ID"] == "Trainer"
+
+
+def test_a_distiller_entry_overrides_the_trainers_placement(tmp_path):
+    config = _digits(placements={"Distiller": T4_DISTILLER})
+    component = kfp_components.load_component_from_file(
+        kubeflow_runner.compile_pipeline(config, str(tmp_path / "t4.yaml")).path
+    )
+    distiller = _container(component, "Distiller")
+    assert distiller["resources"] == {
+        "cpuRequest": 2.0,
+        "memoryRequest": pytest.approx(8.589934592),  # 8Gi in GB
+        "accelerator": {"type": "nvidia.com/gpu", "count": "1"},
+    }
+    k8s = _k8s_config(component, "Distiller")
+    assert dict(k8s.node_selector.labels) == {
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
+        "cloud.google.com/gke-nodepool": "t4-pool",
+    }
+    assert _tolerations(k8s) == GPU_TOLERATION
+    assert _env(distiller)["TFXKIT_PLACEMENT_ID"] == "Distiller"
+    # The scratch baseline has no entry: still the Trainer's.
+    assert _container(component, "StudentBaseline")["resources"] == DIGITS_TRAINER_RESOURCES
+    assert dict(_k8s_config(component, "StudentBaseline").node_selector.labels) == L4_SELECTOR
+
+
+@pytest.mark.parametrize("job_backend", ["trainjob", "tfjob"])
+def test_a_distiller_job_places_its_replicas_as_the_trainer(tmp_path, job_backend):
+    """The compiled Distiller step launches its job from its own environment: the replicas get the Trainer's GPU."""
+    config = _digits(
+        strategy={"kind": "multi_worker_mirrored", "workers": 2},
+        kubeflow={"namespace": "team-a", "job_backend": job_backend},
+    )
+    component = kfp_components.load_component_from_file(
+        kubeflow_runner.compile_pipeline(config, str(tmp_path / "mw.yaml")).path
+    )
+    manifests = {}
+    for task_id in ("StudentBaseline", "Distiller"):
+        step = _container(component, task_id)
+        # The step submits and watches only; the replicas carry the placement.
+        assert "resources" not in step and _k8s_config(component, task_id) is None
+        done = (
+            {"conditions": [condition("Complete")]}
+            if job_backend == "trainjob"
+            else {"conditions": [condition("Succeeded")], "replicaStatuses": {}}
+        )
+        with FakeKubernetes([done]) as fake:
+            jobs.launch(
+                config,
+                {"exec_properties": {}},
+                str(tmp_path / task_id / "model_run"),
+                _env(step),
+                api_client(fake.host),
+                poll_seconds=0.01,
+                log=lambda _: None,
+            )
+        manifests[task_id] = fake.requests[0]["body"]
+    for task_id, manifest in manifests.items():
+        _assert_valid_job(manifest)
+        assert manifest["metadata"]["labels"]["tfxkit/component"] == task_id
+        if job_backend == "trainjob":
+            assert manifest["spec"]["trainer"]["resourcesPerNode"] == {
+                "requests": {"cpu": "4", "memory": "16Gi"},
+                "limits": {"nvidia.com/gpu": "1"},
+            }
+            spec = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+            (node,) = [j for j in spec["replicatedJobs"] if j["name"] == "node"]
+            pod = node["template"]["spec"]["template"]["spec"]
+        else:
+            pod = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+            assert pod["containers"][0]["resources"] == {
+                "requests": {"cpu": "4", "memory": "16Gi"},
+                "limits": {"nvidia.com/gpu": "1"},
+            }
+        assert pod["nodeSelector"] == L4_SELECTOR
+        assert pod["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+
+
+# --------------------------------------------------------------------------- #
 # Bad input: each fails at compile time naming the entry
 # --------------------------------------------------------------------------- #
 
@@ -446,6 +629,15 @@ def test_compile_rejects_what_the_cluster_cannot_run(tmp_path, changes, match):
         data["kubeflow"]["placements"] = changes["kubeflow"]["placements"]
     with pytest.raises(ConfigError, match=match):
         kubeflow_runner.compile_pipeline(from_dict(data), str(tmp_path / "out.yaml"))
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_a_config_without_data_is_refused_naming_it(tmp_path):
+    # Such a config serves only a user's own module (components.dropin).
+    with pytest.raises(
+        ConfigError, match=r"^data: the tfxkit pipeline needs the data section: set exactly one of"
+    ):
+        kubeflow_runner.compile_pipeline(PipelineConfig(name="mine"), str(tmp_path / "out.yaml"))
     assert not (tmp_path / "out.yaml").exists()
 
 

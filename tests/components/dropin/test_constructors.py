@@ -12,7 +12,14 @@ from tfx.types import Channel, standard_artifacts
 from tfx.utils import proto_utils
 
 from components import dropin
-from components.config import CONFIG_KEY, ConfigError
+from components.config import (
+    CONFIG_KEY,
+    ConfigError,
+    PipelineConfig,
+    StrategyConfig,
+    TrainConfig,
+    from_custom_config,
+)
 from components.trainer.component import Trainer
 from components.transform.component import Transform
 
@@ -132,6 +139,89 @@ def test_a_full_config_travels_beside_the_settings(channels, taxi_config):
     assert (
         dropin.DropInSettings.from_json(custom[dropin.DROPIN_KEY]).strategy == taxi_config.strategy
     )
+
+
+# The README's "Bring your own pipeline": a full config needs no data section
+# when the user brings the module.
+NO_DATA_CONFIG = {
+    "name": "own-module",
+    "strategy": {"kind": "mirrored"},
+    "train": {"train_steps": 120, "eval_steps": 7, "checkpoint_every_steps": 20},
+}
+
+
+def test_a_pipeline_config_without_data_serves_a_user_module(channels):
+    config = PipelineConfig(
+        strategy=StrategyConfig(kind="mirrored"),
+        train=TrainConfig(train_steps=120, eval_steps=7, checkpoint_every_steps=20),
+    )
+    assert config.data is None
+    trainer = _user_module_trainer(channels, config)
+    # Its step counts fill in the omitted train_args / eval_args.
+    assert proto_utils.json_to_proto(
+        trainer.exec_properties["train_args"], tfx.proto.TrainArgs()
+    ) == tfx.proto.TrainArgs(num_steps=120)
+    assert proto_utils.json_to_proto(
+        trainer.exec_properties["eval_args"], tfx.proto.EvalArgs()
+    ) == tfx.proto.EvalArgs(num_steps=7)
+    custom = trainer.exec_properties["custom_config"]
+    settings = dropin.settings_from_custom_config(custom)
+    assert settings.strategy.kind == "mirrored" and settings.checkpoint_every_steps == 20
+    # What the executor decodes: the config, still without data.
+    decoded = from_custom_config(custom)
+    assert decoded.data is None and decoded.train.train_steps == 120
+    transform = Transform(
+        examples=channels["examples"],
+        schema=channels["schema"],
+        module_file=TAXI_MODULE,
+        config=PipelineConfig(),
+    )
+    assert from_custom_config(transform.exec_properties["custom_config"]) == PipelineConfig()
+
+
+def test_a_config_mapping_without_data_serves_a_user_module(channels):
+    trainer = _user_module_trainer(channels, NO_DATA_CONFIG)
+    assert proto_utils.json_to_proto(
+        trainer.exec_properties["train_args"], tfx.proto.TrainArgs()
+    ) == tfx.proto.TrainArgs(num_steps=120)
+    custom = trainer.exec_properties["custom_config"]
+    decoded = from_custom_config(custom)
+    assert decoded.name == "own-module" and decoded.data is None
+    settings = dropin.settings_from_custom_config(custom)
+    assert settings.strategy.kind == "mirrored" and settings.checkpoint_every_steps == 20
+    transform = Transform(
+        examples=channels["examples"],
+        schema=channels["schema"],
+        module_file=TAXI_MODULE,
+        config={"name": "own-module", "transform": {"num_shards": 3}},
+    )
+    settings = dropin.settings_from_custom_config(transform.exec_properties["custom_config"])
+    assert settings.transform.num_shards == 3
+
+
+def test_a_config_mapping_names_its_bad_field(channels):
+    with pytest.raises(
+        ConfigError, match=r"^config\.train\.train_steps: expected an integer >= 1, got 0"
+    ):
+        _user_module_trainer(channels, {"train": {"train_steps": 0}})
+    with pytest.raises(
+        ConfigError, match=r"^config\.trian: unknown key 'trian'; allowed keys: beam_args, data,"
+    ):
+        _user_module_trainer(channels, {"name": "x", "trian": {}})
+
+
+def test_generated_functions_refuse_a_config_without_data_naming_it(channels):
+    with pytest.raises(
+        ConfigError,
+        match=r"^data: without module_file or preprocessing_fn, the generated preprocessing_fn "
+        r"needs the data section: set exactly one of 'builtin'",
+    ):
+        Transform(examples=channels["examples"], schema=channels["schema"], config=PipelineConfig())
+    with pytest.raises(
+        ConfigError,
+        match=r"^data: without module_file or run_fn, the Trainer's generated model needs the data section",
+    ):
+        Trainer(examples=channels["examples"], config=PipelineConfig())
 
 
 # --------------------------------------------------------------------------- #

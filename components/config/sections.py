@@ -1059,7 +1059,7 @@ class PipelineConfig:
                     f"{role}.conv",
                     "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
                 )
-        student_steps = self.distillation.student_train_steps or self.train.train_steps
+        student_steps = self.student_train_steps()
         if self.distillation.enabled and self.train.warmup_steps >= student_steps:
             fail(
                 "distillation.student_train_steps",
@@ -1102,6 +1102,14 @@ class PipelineConfig:
                 "(whatever the vocabulary sizes), and distillation.require_compression is true; shrink "
                 "student.hidden_units / student.embedding_dim or set distillation.require_compression: false",
             )
+
+    def student_train_steps(self) -> int:
+        """Optimizer steps of the student: `distillation.student_train_steps`, else `train.train_steps`.
+
+        The Distiller, the scratch baseline (the student's shape trained alone
+        for the same steps) and the config's own checks all read it here.
+        """
+        return self.distillation.student_train_steps or self.train.train_steps
 
     def transform_view(self) -> PipelineConfig:
         """This config with only what Transform reads; every other section at its default.

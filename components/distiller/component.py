@@ -97,7 +97,7 @@ class Distiller(base_component.BaseComponent):
             schema=schema,
             train_args=trainer_pb2.TrainArgs(
                 splits=["train"],
-                num_steps=config.distillation.student_train_steps or config.train.train_steps,
+                num_steps=config.student_train_steps(),
             ),
             eval_args=trainer_pb2.EvalArgs(splits=["eval"], num_steps=config.train.eval_steps),
             run_fn=run_fn,

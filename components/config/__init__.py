@@ -2,14 +2,13 @@
 
 - `sections`: the config sections (fields, defaults, docs, rules); read this
   to write a config.
-- `loading`: YAML / plain data / `custom_config` JSON to a validated config,
-  and the JSON Schema.
+- `loading`: YAML / plain data to a validated config, and the JSON Schema
+  (`components.payload` carries it in `custom_config`).
 - `secret_scan`: rejects values that look like credentials.
 - `validation`: how sections validate and how errors name the field path.
 """
 
 from components.config.loading import (
-    from_custom_config,
     from_dict,
     json_schema,
     load_config_file,
@@ -18,7 +17,6 @@ from components.config.loading import (
 from components.config.secret_scan import reject_secret
 from components.config.sections import (
     BUILTIN_DATASETS,
-    CONFIG_KEY,
     MAX_TEACHERS,
     AugmentationConfig,
     CategoricalTransform,
@@ -45,7 +43,6 @@ from components.config.validation import ConfigError
 
 __all__ = [
     "BUILTIN_DATASETS",
-    "CONFIG_KEY",
     "MAX_TEACHERS",
     "AugmentationConfig",
     "CategoricalTransform",
@@ -68,7 +65,6 @@ __all__ = [
     "Toleration",
     "TrainConfig",
     "TransformConfig",
-    "from_custom_config",
     "from_dict",
     "json_schema",
     "load_config_file",

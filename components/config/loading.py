@@ -1,4 +1,4 @@
-"""Loading and dumping configs: YAML files, plain data, JSON in `custom_config`.
+"""Loading and dumping configs: YAML files, plain data, JSON.
 
 pydantic's `TypeAdapter` does the typed work; this module only chooses the
 input mode and maps its errors to `ConfigError`s that name the field path.
@@ -14,7 +14,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from components.config.sections import CONFIG_KEY, PipelineConfig
+from components.config.sections import PipelineConfig
 from components.config.validation import ConfigError, config_error
 
 
@@ -62,24 +62,6 @@ def load_config_file(path: str | Path) -> PipelineConfig:
     except yaml.YAMLError as e:
         raise ConfigError(f"config: {path} is not valid YAML: {e}") from e
     return from_dict(data or {})
-
-
-def from_custom_config(custom_config: str | dict | None) -> PipelineConfig | None:
-    """Parses and validates the config a component carries in `custom_config`.
-
-    Args:
-      custom_config: The component's `custom_config` execution property (TFX
-        passes it to executors as a JSON string) or the decoded dict.
-
-    Returns:
-      The validated config, or None when the component carries none (a stock
-      user module without tfxkit config).
-    """
-    if isinstance(custom_config, str):
-        custom_config = json.loads(custom_config) if custom_config else {}
-    if not custom_config or CONFIG_KEY not in custom_config:
-        return None
-    return PipelineConfig.from_json(custom_config[CONFIG_KEY])
 
 
 def json_schema() -> dict[str, Any]:

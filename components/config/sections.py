@@ -3,8 +3,8 @@
 One `PipelineConfig` (nested frozen dataclasses) is loaded from YAML and
 validated before anything runs (`components.config.loading`). It crosses into
 TFX components once, as JSON under a single `custom_config` key
-(`CONFIG_KEY`), and executors parse it back with `PipelineConfig.from_json` on
-their first line.
+(`components.payload.CONFIG_KEY`), and executors parse it back on their first
+line (`components.payload.decode`).
 
 Every section is validated when it is constructed, `dataclasses.replace`
 included. Every error is a `ConfigError` whose message starts with the dotted
@@ -27,7 +27,6 @@ from components.config.secret_scan import reject_secrets
 from components.config.validation import fail, section
 from components.kubeflow.placement import TPU_TOPOLOGY_DIMS, accelerator_node_labels, is_tpu
 
-CONFIG_KEY = "tfxkit_config"
 BUILTIN_DATASETS = ("taxi", "digits", "fashion_mnist")
 BUILTIN_FORMATS = {"taxi": "csv", "digits": "tfrecord", "fashion_mnist": "tfrecord"}
 

@@ -1,7 +1,7 @@
 """The distiller's `run_fn`: train the student on its teachers and export it.
 
 Thin: unpack TFX's `FnArgs` (the executor adds the teacher model directories
-to `custom_config`), check the teachers against the student's task before
+to the payload, see `components.payload`), check the teachers against the student's task before
 any training, then train with the Trainer's own `training.fit` (strategies,
 gradient accumulation, mixed precision, backups) and export with the
 Trainer's own serving export, so the student serves exactly like its
@@ -17,14 +17,10 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import distillation, strategies
+from components import distillation, payload, strategies
 from components.config import PipelineConfig
 from components.distiller import teachers as teachers_lib
 from components.trainer import training
-
-# `custom_config` key under which the executor passes the teachers' serving
-# model directories (in the order of the component's teacher inputs).
-TEACHER_DIRS_KEY = "tfxkit_teacher_model_dirs"
 
 
 def train_student(
@@ -102,7 +98,7 @@ def run_fn(fn_args) -> None:
     if task is None:
         return
     config, choice = task
-    teacher_dirs = list((fn_args.custom_config or {}).get(TEACHER_DIRS_KEY) or [])
+    teacher_dirs = list(payload.of(fn_args).teacher_dirs)
     inputs = training.TrainingInputs.from_fn_args(fn_args, config)
     student, _ = train_student(config, inputs, teacher_dirs, choice)
     training.export_and_release(student, config, inputs, choice)

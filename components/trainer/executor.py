@@ -33,8 +33,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import dropin, legacy_keras, models, strategies
-from components.config import from_custom_config
+from components import dropin, legacy_keras, models, payload, strategies
 from components.kubeflow import env as tfxkit_env
 from components.kubeflow import jobs
 from components.trainer import data_accessor
@@ -44,7 +43,9 @@ class Executor(tfx_trainer_executor.GenericExecutor):
     """Fails fast on an invalid config, before any input is read."""
 
     def Do(self, input_dict, output_dict, exec_properties):
-        config = from_custom_config(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY))
+        decoded = payload.decode_exec_properties(exec_properties)
+        decoded, exec_properties = self.prepare(decoded, input_dict, exec_properties)
+        config = decoded.config
         if config is not None and jobs.should_launch(config, os.environ):
             invocation = {
                 "input_dict": artifact_utils.jsonify_artifact_dict(input_dict),
@@ -56,13 +57,36 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             )
             jobs.launch(config, invocation, model_run, os.environ, log=logging.info)
             return
-        settings = dropin.settings_from_custom_config(
-            exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
-        )
-        if settings is not None:
-            self._run_user_module(settings, input_dict, output_dict, exec_properties)
+        if decoded.settings is not None:
+            self._run_user_module(decoded.settings, input_dict, output_dict, exec_properties)
             return
-        super().Do(input_dict, output_dict, exec_properties)
+        self._run_fn(decoded, input_dict, output_dict, exec_properties)
+
+    def prepare(self, decoded: payload.Payload, input_dict, exec_properties):
+        """What a subclass adds to the payload before training or launching a job.
+
+        Returns:
+          `(payload, exec_properties)`: the execution properties are what a
+          job's replicas re-run this executor on, so they must carry it too.
+        """
+        del input_dict  # the Trainer adds nothing
+        return decoded, exec_properties
+
+    def _run_fn(self, decoded: payload.Payload, input_dict, output_dict, exec_properties) -> None:
+        """TFX's GenericExecutor.Do, with the decoded payload handed to the run_fn."""
+        self._log_startup(input_dict, output_dict, exec_properties)
+        fn_args = payload.attach(self._GetFnArgs(input_dict, output_dict, exec_properties), decoded)
+        run_fn = udf_utils.get_fn(exec_properties, "run_fn")
+        logging.info("Training model.")
+        run_fn(fn_args)
+        # As stock TFX: on a multi-worker job the run_fn exports once (the chief).
+        if not fileio.exists(fn_args.serving_model_dir):
+            raise RuntimeError("run_fn failed to generate model.")
+        logging.info(
+            "Training complete. Model written to %s. ModelRun written to %s",
+            fn_args.serving_model_dir,
+            fn_args.model_run_dir,
+        )
 
     def _run_user_module(self, settings, input_dict, output_dict, exec_properties) -> None:
         """Runs the user's `run_fn` under the configured strategy, with the fast data accessor."""

@@ -25,8 +25,8 @@ import tf_keras as keras
 from absl import logging
 
 from components import augment as augment_lib
-from components import distillation, ingestion, layout, models, strategies
-from components.config import ConfigError, ModelConfig, PipelineConfig, from_custom_config
+from components import distillation, ingestion, layout, models, payload, strategies
+from components.config import ConfigError, ModelConfig, PipelineConfig
 from components.export import export_from_task
 from components.transform.preprocessing import num_ids
 
@@ -551,7 +551,7 @@ def prepare_task(
     Returns:
       `(config, strategy choice)` for a task that trains, else None.
     """
-    config = from_custom_config(fn_args.custom_config)
+    config = payload.of(fn_args).config
     if config is None:
         raise ValueError(
             f"{component}: custom_config carries no tfxkit config; use the tfxkit {component} component"

@@ -15,7 +15,6 @@ from components.config import (
     ConfigError,
     PipelineConfig,
     Placement,
-    from_custom_config,
     from_dict,
     json_schema,
     to_dict,
@@ -52,8 +51,6 @@ def test_yaml_path_loads(tmp_path):
 
 def test_json_round_trip(taxi_config):
     assert PipelineConfig.from_json(taxi_config.to_json()) == taxi_config
-    assert from_custom_config({"tfxkit_config": taxi_config.to_json()}) == taxi_config
-    assert from_custom_config('{"other": 1}') is None
 
 
 def _mutate(path, value):

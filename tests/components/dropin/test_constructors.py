@@ -11,8 +11,9 @@ from tfx import v1 as tfx
 from tfx.types import Channel, standard_artifacts
 from tfx.utils import proto_utils
 
-from components import dropin
-from components.config import CONFIG_KEY, ConfigError
+from components import dropin, payload
+from components.config import ConfigError
+from components.payload import CONFIG_KEY
 from components.trainer.component import Trainer
 from components.transform.component import Transform
 
@@ -69,7 +70,7 @@ def test_stock_transform_call_with_every_argument_keeps_the_exec_properties(chan
     }
     custom = json.loads(ours.exec_properties["custom_config"])
     assert custom["mine"] == 1
-    assert dropin.DropInSettings.from_json(custom[dropin.DROPIN_KEY]) == dropin.DropInSettings()
+    assert dropin.DropInSettings.from_json(custom[payload.DROPIN_KEY]) == dropin.DropInSettings()
     assert set(ours.outputs) == set(stock.outputs)
     assert set(ours.inputs) == set(stock.inputs)
 
@@ -90,7 +91,7 @@ def test_stock_trainer_call_with_every_argument_keeps_the_exec_properties(channe
     for key in ("train_args", "eval_args", "module_file", "run_fn"):
         assert ours.exec_properties[key] == stock.exec_properties[key], key
     custom = json.loads(ours.exec_properties["custom_config"])
-    assert custom["epochs"] == 2 and dropin.DROPIN_KEY in custom and CONFIG_KEY not in custom
+    assert custom["epochs"] == 2 and payload.DROPIN_KEY in custom and CONFIG_KEY not in custom
     assert set(ours.inputs) == set(stock.inputs)
 
 
@@ -101,7 +102,7 @@ def test_trainer_accepts_transformed_examples_and_a_run_fn_path(channels):
         run_fn="tests.components.trainer.stock_user_module.run_fn",
         config={"strategy": {"kind": "one_device"}},
     )
-    settings = dropin.settings_from_custom_config(trainer.exec_properties["custom_config"])
+    settings = payload.decode(trainer.exec_properties["custom_config"]).settings
     assert settings.strategy.kind == "one_device"
 
 
@@ -112,7 +113,7 @@ def test_product_settings_are_optional_and_need_no_data_section(channels):
         module_file=TAXI_MODULE,
         config=dropin.DropInSettings(transform=dropin.TransformConfig(num_shards=3)),
     )
-    settings = dropin.settings_from_custom_config(transform.exec_properties["custom_config"])
+    settings = payload.decode(transform.exec_properties["custom_config"]).settings
     assert settings.transform.num_shards == 3
 
 
@@ -130,7 +131,7 @@ def test_a_full_config_travels_beside_the_settings(channels, taxi_config):
     custom = json.loads(trainer.exec_properties["custom_config"])
     assert json.loads(custom[CONFIG_KEY])["name"] == taxi_config.name
     assert (
-        dropin.DropInSettings.from_json(custom[dropin.DROPIN_KEY]).strategy == taxi_config.strategy
+        dropin.DropInSettings.from_json(custom[payload.DROPIN_KEY]).strategy == taxi_config.strategy
     )
 
 
@@ -271,7 +272,7 @@ def test_reserved_custom_config_keys_are_named(channels):
         Trainer(
             examples=channels["examples"],
             module_file=PENGUIN_MODULE,
-            custom_config={dropin.DROPIN_KEY: "x"},
+            custom_config={payload.DROPIN_KEY: "x"},
         )
 
 

@@ -22,7 +22,6 @@ the user's own `custom_config` entries.
 from __future__ import annotations
 
 import ast
-import hashlib
 import importlib.util
 import json
 import os
@@ -33,6 +32,7 @@ from typing import Any, Literal, Self
 import pydantic
 from pydantic import model_validator
 
+from components import backup
 from components.config import (
     ConfigError,
     IngestionConfig,
@@ -41,8 +41,6 @@ from components.config import (
     TransformConfig,
 )
 from components.config.validation import config_error, fail, section
-
-BACKUPS_DIR = "backups"
 
 
 @section()
@@ -262,25 +260,19 @@ def check_steps(train_args: Any, eval_args: Any, config: PipelineConfig | None) 
 def backup_dir(fn_args) -> str:
     """Where `backup_and_restore(fn_args)` keeps its backup.
 
-    Beside the execution's model run directories, keyed by the training
-    inputs and arguments, so a re-run of a killed Trainer (a new execution,
-    a new model run directory) finds it and anything changed starts afresh.
+    Beside the execution's model run directories (`backup.location`), keyed
+    by the training inputs and arguments, so a re-run of a killed Trainer (a
+    new execution, a new model run directory) finds it and anything changed
+    starts afresh.
     """
-    key = hashlib.sha256(
-        json.dumps(
-            [
-                list(fn_args.train_files or []),
-                list(fn_args.eval_files or []),
-                fn_args.transform_output,
-                fn_args.train_steps,
-                {k: v for k, v in (fn_args.custom_config or {}).items() if isinstance(v, str)},
-            ],
-            sort_keys=True,
-            default=str,
-        ).encode()
-    ).hexdigest()[:16]
-    node_dir = os.path.dirname(os.path.dirname(fn_args.model_run_dir.rstrip("/")))
-    return os.path.join(node_dir, BACKUPS_DIR, f"user-{key}")
+    key = [
+        list(fn_args.train_files or []),
+        list(fn_args.eval_files or []),
+        fn_args.transform_output,
+        fn_args.train_steps,
+        {k: v for k, v in (fn_args.custom_config or {}).items() if isinstance(v, str)},
+    ]
+    return backup.location(fn_args.model_run_dir, key, prefix="user-")
 
 
 def backup_and_restore(fn_args, **kwargs):
@@ -298,9 +290,8 @@ def backup_and_restore(fn_args, **kwargs):
     """
     # Imported here: `components.payload` decodes these settings, so it imports this module.
     from components import payload
-    from components.trainer import training
 
     settings = payload.of(fn_args).settings or DropInSettings()
     kwargs.setdefault("save_freq", settings.checkpoint_every_steps)
     kwargs.setdefault("delete_checkpoint", False)
-    return training.TrainingBackup(backup_dir(fn_args), **kwargs)
+    return backup.TrainingBackup(backup_dir(fn_args), **kwargs)

@@ -17,9 +17,10 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import distillation, payload, strategies
+from components import distillation, strategies
 from components.config import PipelineConfig
 from components.distiller import teachers as teachers_lib
+from components.trainer import task as task_lib
 from components.trainer import training
 
 
@@ -93,12 +94,10 @@ def train_student(
 
 def run_fn(fn_args) -> None:
     """Trains and exports the student (TFX `run_fn` contract)."""
-    # Before loading the teachers: see training.prepare_task.
-    task = training.prepare_task(fn_args, "Distiller")
+    # Before loading the teachers: the strategy comes first (see components.trainer.task).
+    task = task_lib.from_fn_args(fn_args, "Distiller")
     if task is None:
         return
-    config, choice = task
-    teacher_dirs = list(payload.of(fn_args).teacher_dirs)
-    inputs = training.TrainingInputs.from_fn_args(fn_args, config)
-    student, _ = train_student(config, inputs, teacher_dirs, choice)
-    training.export_and_release(student, config, inputs, choice)
+    inputs = training.TrainingInputs.from_fn_args(fn_args, task.config)
+    student, _ = train_student(task.config, inputs, task.payload.teacher_dirs, task.choice)
+    task_lib.export(student, task.config, inputs, task.choice)

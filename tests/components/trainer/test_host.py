@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import pytest
 from tfx.components.trainer.fn_args_utils import FnArgs
+from tfx.types import artifact_utils, standard_artifacts
 
+from components import payload
 from components.kubeflow import env
-from components.trainer import host, launcher
+from components.trainer import executor, host, launcher
 
 
 def _fn_args(tmp_path) -> FnArgs:
@@ -45,3 +48,51 @@ def test_the_step_launches_a_job_only_on_kubeflow_for_a_multi_worker_strategy(
     assert not launcher.should_launch(taxi_config)
     # A user module without a full config has no Kubeflow settings: it trains in the step.
     assert not launcher.should_launch(None)
+
+
+# What `recording_run_fn` saw, for the executor test below.
+SEEN: list = []
+
+
+def recording_run_fn(fn_args) -> None:
+    """A run_fn that records what the executor handed it and writes a model."""
+    attached = payload.of(fn_args)
+    # The same object twice only if the executor attached it: decoding makes a new one each time.
+    SEEN.append((fn_args.custom_config, attached, attached is payload.of(fn_args)))
+    os.makedirs(fn_args.serving_model_dir)
+
+
+def test_the_executor_decodes_once_and_the_run_fn_gets_that_payload(taxi_config, tmp_path):
+    def artifact(cls, name, **props):
+        a = cls()
+        a.uri = str(tmp_path / name)
+        os.makedirs(a.uri, exist_ok=True)
+        for key, value in props.items():
+            setattr(a, key, value)
+        return a
+
+    examples = artifact(
+        standard_artifacts.Examples,
+        "examples",
+        split_names=artifact_utils.encode_split_names(["train", "eval"]),
+    )
+    custom_config = payload.encode({"mine": 1}, config=taxi_config)
+    SEEN.clear()
+    executor.Executor().Do(
+        {"examples": [examples]},
+        {
+            "model": [artifact(standard_artifacts.Model, "model")],
+            "model_run": [artifact(standard_artifacts.ModelRun, "model_run")],
+        },
+        {
+            "custom_config": json.dumps(custom_config),
+            "train_args": '{"num_steps": 2, "splits": ["train"]}',
+            "eval_args": '{"num_steps": 1, "splits": ["eval"]}',
+            "run_fn": f"{__name__}.recording_run_fn",
+        },
+    )
+    ((seen_custom_config, attached, not_parsed_again),) = SEEN
+    # The user-visible dict is TFX's; the payload beside it is the executor's own decode.
+    assert seen_custom_config == custom_config
+    assert attached.config == taxi_config and dict(attached.user) == {"mine": 1}
+    assert not_parsed_again

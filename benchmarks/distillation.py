@@ -196,14 +196,11 @@ class Bench:
         )
         return inputs.serving_model_dir
 
-    def student_steps(self, config: PipelineConfig) -> int:
-        return config.distillation.student_train_steps or config.train.train_steps
-
     def train_classifier(self, config: PipelineConfig, role: str, run: str) -> str:
         """Trains on hard labels: the teacher, or the student from scratch with the
         distilled student's steps, schedule and augmentation."""
         shape = config.teacher if role == "teacher" else config.student
-        inputs = self.inputs(run, 0 if role == "teacher" else self.student_steps(config))
+        inputs = self.inputs(run, 0 if role == "teacher" else config.student_train_steps())
 
         def build_and_compile():
             model = training.build_model(config, self.tft_output, shape, role)
@@ -216,7 +213,7 @@ class Bench:
     def distil(
         self, config: PipelineConfig, teacher_dirs, run: str, timer: SteadyStateTimer | None = None
     ) -> str:
-        inputs = self.inputs(run, self.student_steps(config))
+        inputs = self.inputs(run, config.student_train_steps())
         teacher_dirs = [teacher_dirs] if isinstance(teacher_dirs, str) else list(teacher_dirs)
         student, _ = train_student(
             config, inputs, teacher_dirs, self.choice, callbacks=[timer] if timer else ()
@@ -374,7 +371,7 @@ def bench_dataset(
         "labeled_fraction": config.data.labeled_fraction,
         "mixup": students.train.augmentation.mixup,
         "train_steps": config.train.train_steps,
-        "student_steps": bench.student_steps(config),
+        "student_steps": config.student_train_steps(),
     }
     for role in rows:
         mean, std = mean_std([r["accuracy"] for r in rows[role]])

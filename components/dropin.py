@@ -15,15 +15,14 @@ constructors:
 - `backup_and_restore(fn_args)`: the one-line crash-recovery helper for a
   user's `run_fn`.
 
-The settings travel to the executors as JSON under `DROPIN_KEY` in
-`custom_config`, beside the user's own entries.
+The settings travel to the executors through `components.payload`, beside
+the user's own `custom_config` entries.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import hashlib
 import importlib.util
 import json
 import os
@@ -34,8 +33,8 @@ from typing import Any, Literal, Self
 import pydantic
 from pydantic import model_validator
 
+from components import backup
 from components.config import (
-    CONFIG_KEY,
     ConfigError,
     IngestionConfig,
     PipelineConfig,
@@ -44,9 +43,6 @@ from components.config import (
     module_config_from_dict,
 )
 from components.config.validation import config_error, fail, section
-
-DROPIN_KEY = "tfxkit_dropin"
-BACKUPS_DIR = "backups"
 
 
 @section()
@@ -153,36 +149,6 @@ def resolve_settings(config: Any) -> tuple[PipelineConfig | None, DropInSettings
         f"config: expected a PipelineConfig, DropInSettings, a mapping of DropInSettings fields or "
         f"None, got {type(config).__name__}"
     )
-
-
-def settings_from_custom_config(custom_config: str | dict | None) -> DropInSettings | None:
-    """The drop-in settings a component carries in `custom_config`, or None."""
-    if isinstance(custom_config, str):
-        custom_config = json.loads(custom_config) if custom_config else {}
-    if not custom_config or DROPIN_KEY not in custom_config:
-        return None
-    return DropInSettings.from_json(custom_config[DROPIN_KEY])
-
-
-def with_settings(
-    custom_config: dict | None, settings: DropInSettings, config: PipelineConfig | None
-) -> dict:
-    """The user's `custom_config` with the settings (and the full config, if any) added.
-
-    Raises:
-      ConfigError: naming `custom_config` when it is not a dict or already
-        uses a tfxkit key.
-    """
-    if custom_config is not None and not isinstance(custom_config, dict):
-        raise ConfigError(f"custom_config: expected a dict, got {type(custom_config).__name__}")
-    user = dict(custom_config or {})
-    clash = sorted({DROPIN_KEY, CONFIG_KEY} & set(user))
-    if clash:
-        raise ConfigError(f"custom_config: keys {clash} are reserved for tfxkit; rename them")
-    user[DROPIN_KEY] = settings.to_json()
-    if config is not None:
-        user[CONFIG_KEY] = config.to_json()
-    return user
 
 
 # --------------------------------------------------------------------------- #
@@ -302,25 +268,19 @@ def check_steps(train_args: Any, eval_args: Any, config: PipelineConfig | None) 
 def backup_dir(fn_args) -> str:
     """Where `backup_and_restore(fn_args)` keeps its backup.
 
-    Beside the execution's model run directories, keyed by the training
-    inputs and arguments, so a re-run of a killed Trainer (a new execution,
-    a new model run directory) finds it and anything changed starts afresh.
+    Beside the execution's model run directories (`backup.location`), keyed
+    by the training inputs and arguments, so a re-run of a killed Trainer (a
+    new execution, a new model run directory) finds it and anything changed
+    starts afresh.
     """
-    key = hashlib.sha256(
-        json.dumps(
-            [
-                list(fn_args.train_files or []),
-                list(fn_args.eval_files or []),
-                fn_args.transform_output,
-                fn_args.train_steps,
-                {k: v for k, v in (fn_args.custom_config or {}).items() if isinstance(v, str)},
-            ],
-            sort_keys=True,
-            default=str,
-        ).encode()
-    ).hexdigest()[:16]
-    node_dir = os.path.dirname(os.path.dirname(fn_args.model_run_dir.rstrip("/")))
-    return os.path.join(node_dir, BACKUPS_DIR, f"user-{key}")
+    key = [
+        list(fn_args.train_files or []),
+        list(fn_args.eval_files or []),
+        fn_args.transform_output,
+        fn_args.train_steps,
+        {k: v for k, v in (fn_args.custom_config or {}).items() if isinstance(v, str)},
+    ]
+    return backup.location(fn_args.model_run_dir, key, prefix="user-")
 
 
 def backup_and_restore(fn_args, **kwargs):
@@ -336,9 +296,10 @@ def backup_and_restore(fn_args, **kwargs):
       fn_args: The `FnArgs` the tfxkit Trainer passed to `run_fn`.
       **kwargs: Passed on to `BackupAndRestore` (e.g. `save_freq`).
     """
-    from components.trainer import training
+    # Imported here: `components.payload` decodes these settings, so it imports this module.
+    from components import payload
 
-    settings = settings_from_custom_config(fn_args.custom_config) or DropInSettings()
+    settings = payload.of(fn_args).settings or DropInSettings()
     kwargs.setdefault("save_freq", settings.checkpoint_every_steps)
     kwargs.setdefault("delete_checkpoint", False)
-    return training.TrainingBackup(backup_dir(fn_args), **kwargs)
+    return backup.TrainingBackup(backup_dir(fn_args), **kwargs)

@@ -20,8 +20,8 @@ would otherwise break downstream:
 
 The stock executors do the reading; `conform` rewrites each `tf.Example`.
 `CsvExampleGen` / `ImportExampleGen` here are TFX's with these executors.
-The rules travel in `custom_config` under `RULES_KEY` and hold only what the
-rewrite needs, so other config changes do not invalidate ExampleGen's cache.
+The rules travel in `custom_config` (through `components.payload`) and hold
+only what the rewrite needs, so other config changes do not invalidate ExampleGen's cache.
 """
 
 from __future__ import annotations
@@ -31,20 +31,15 @@ from typing import Any
 
 import apache_beam as beam
 import tensorflow as tf
-from google.protobuf import json_format, struct_pb2
 from tfx.components.example_gen import component as example_gen_component
 from tfx.components.example_gen.csv_example_gen import executor as csv_executor
 from tfx.components.example_gen.import_example_gen import executor as import_executor
 from tfx.dsl.components.base import executor_spec
 from tfx.proto import example_gen_pb2
-from tfx.types import standard_component_specs
-from tfx.utils import proto_utils
 
+from components import payload
 from components.config import DataConfig
 from components.data import BOM
-
-RULES_KEY = "tfxkit_example_rules"
-
 
 # The tf.Example value list each configured kind is written as.
 VALUE_LISTS = {
@@ -75,21 +70,13 @@ class ExampleRules:
 
     def custom_config(self) -> example_gen_pb2.CustomConfig:
         """ExampleGen's `custom_config` (a proto holding an `Any`): the rules as a Struct."""
-        rules = struct_pb2.Struct()
-        rules.update({RULES_KEY: {"exclude": list(self.exclude), "kinds": dict(self.kinds)}})
-        out = example_gen_pb2.CustomConfig()
-        out.custom_config.Pack(rules)
-        return out
+        return payload.encode_example_rules(
+            {"exclude": list(self.exclude), "kinds": dict(self.kinds)}
+        )
 
     @classmethod
     def from_exec_properties(cls, exec_properties: dict[str, Any]) -> ExampleRules:
-        raw = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
-        rules: dict[str, Any] = {}
-        if raw:
-            config = proto_utils.json_to_proto(raw, example_gen_pb2.CustomConfig())
-            struct = struct_pb2.Struct()
-            if config.custom_config.Unpack(struct):
-                rules = json_format.MessageToDict(struct).get(RULES_KEY, {})
+        rules = payload.decode_example_rules(exec_properties)
         return cls(
             exclude=tuple(rules.get("exclude", ())),
             kinds=tuple(sorted(rules.get("kinds", {}).items())),

@@ -71,6 +71,22 @@ def export_serving_model(
     model.save(export_dir, save_format="tf", signatures=signatures, include_optimizer=False)
 
 
+def scratch_export_dir(scratch_dir: str, task_type: str, task_id: int) -> str:
+    """Where a non-chief task saves its throwaway copy of the model (under `scratch_dir`).
+
+    One directory per task, inside the model run directory and never the
+    model artifact; `discard_scratch_export` removes it.
+    """
+    return os.path.join(scratch_dir, f"workertemp_{task_type}_{task_id}", "serving_model")
+
+
+def discard_scratch_export(export_dir: str) -> None:
+    """Deletes a `scratch_export_dir` with its task directory."""
+    task_dir = os.path.dirname(export_dir)
+    if tf.io.gfile.exists(task_dir):
+        tf.io.gfile.rmtree(task_dir)
+
+
 def export_from_task(
     model: keras.Model,
     tft_output: tft.TFTransformOutput,
@@ -88,7 +104,9 @@ def export_from_task(
     variables aggregated across replicas (metrics, sync-on-read state) is a
     collective operation all workers join. Only the chief writes into the
     model artifact; the others save to a task-specific directory under
-    `scratch_dir` (the model run directory, never the artifact) and delete it.
+    `scratch_dir` (`scratch_export_dir`: the model run directory, never the
+    artifact) and delete it. A user's run_fn saves there itself
+    (`components.trainer.host`).
 
     Args:
       model, tft_output, label_key: As for `export_serving_model`.
@@ -103,7 +121,7 @@ def export_from_task(
     if is_chief:
         export_serving_model(model, tft_output, label_key, export_dir)
         return export_dir
-    temp_dir = os.path.join(scratch_dir, f"workertemp_{task_type}_{task_id}", "serving_model")
+    temp_dir = scratch_export_dir(scratch_dir, task_type, task_id)
     export_serving_model(model, tft_output, label_key, temp_dir)
-    tf.io.gfile.rmtree(os.path.dirname(temp_dir))
+    discard_scratch_export(temp_dir)
     return temp_dir

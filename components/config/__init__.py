@@ -5,8 +5,8 @@
   (transform, ingestion, strategy), `training` (train, augmentation, teacher /
   student model shapes), `distillation`, `evaluation`, `kubeflow` (placements,
   job backend) and `pipeline` (`PipelineConfig`, the cross-section rules).
-- `loading`: YAML / plain data / `custom_config` JSON to a validated config,
-  and the JSON Schema.
+- `loading`: YAML / plain data to a validated config, and the JSON Schema
+  (`components.payload` carries it in `custom_config`).
 - `secret_scan`: rejects values that look like credentials.
 - `validation`: how sections validate, convert from and to plain data, and
   how errors name the field path.
@@ -34,7 +34,6 @@ from components.config.kubeflow import (
     Toleration,
 )
 from components.config.loading import (
-    from_custom_config,
     from_dict,
     json_schema,
     load_config,
@@ -43,7 +42,6 @@ from components.config.loading import (
     to_dict,
 )
 from components.config.pipeline import (
-    CONFIG_KEY,
     PipelineConfig,
 )
 from components.config.runtime import (
@@ -63,7 +61,6 @@ from components.config.validation import ConfigError
 
 __all__ = [
     "BUILTIN_DATASETS",
-    "CONFIG_KEY",
     "MAX_TEACHERS",
     "AugmentationConfig",
     "CategoricalTransform",
@@ -86,7 +83,6 @@ __all__ = [
     "Toleration",
     "TrainConfig",
     "TransformConfig",
-    "from_custom_config",
     "from_dict",
     "json_schema",
     "load_config",

@@ -1,4 +1,4 @@
-"""Loading and dumping configs: YAML files, plain data, JSON in `custom_config`.
+"""Loading and dumping configs: YAML files, plain data, JSON.
 
 pydantic's `TypeAdapter` does the typed work (`components.config.validation`,
 which maps its errors to `ConfigError`s that name the field path); this
@@ -7,14 +7,13 @@ module only chooses the input mode.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from components.config.pipeline import CONFIG_KEY, PipelineConfig
+from components.config.pipeline import PipelineConfig
 from components.config.validation import ConfigError, adapter, from_plain, to_plain
 
 
@@ -77,24 +76,6 @@ def load_config_file(path: str | Path) -> PipelineConfig:
 # imported it keeps working (`pipelines.configs.load_config` also takes
 # shipped names).
 load_config = load_config_file
-
-
-def from_custom_config(custom_config: str | dict | None) -> PipelineConfig | None:
-    """Parses and validates the config a component carries in `custom_config`.
-
-    Args:
-      custom_config: The component's `custom_config` execution property (TFX
-        passes it to executors as a JSON string) or the decoded dict.
-
-    Returns:
-      The validated config, or None when the component carries none (a stock
-      user module without tfxkit config).
-    """
-    if isinstance(custom_config, str):
-        custom_config = json.loads(custom_config) if custom_config else {}
-    if not custom_config or CONFIG_KEY not in custom_config:
-        return None
-    return PipelineConfig.from_json(custom_config[CONFIG_KEY])
 
 
 def json_schema() -> dict[str, Any]:

@@ -3,8 +3,8 @@
 One `PipelineConfig` (nested frozen dataclasses) is loaded from YAML and
 validated before anything runs (`components.config.loading`). It crosses into
 TFX components once, as JSON under a single `custom_config` key
-(`CONFIG_KEY`), and executors parse it back with `PipelineConfig.from_json` on
-their first line.
+(`components.payload.CONFIG_KEY`), and executors parse it back on their first
+line (`components.payload.decode`).
 
 Every section is validated when it is constructed, `dataclasses.replace`
 included. Every error is a `ConfigError` whose message starts with the dotted
@@ -29,8 +29,6 @@ from components.config.runtime import IngestionConfig, StrategyConfig, Transform
 from components.config.secret_scan import reject_secrets
 from components.config.training import ModelConfig, TrainConfig, min_trainable_params
 from components.config.validation import ConfigError, fail, from_plain, section, to_plain
-
-CONFIG_KEY = "tfxkit_config"
 
 
 @section()
@@ -80,7 +78,7 @@ class PipelineConfig:
                     f"{role}.conv",
                     "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
                 )
-        student_steps = self.distillation.student_train_steps or self.train.train_steps
+        student_steps = self.student_train_steps()
         if self.distillation.enabled and self.train.warmup_steps >= student_steps:
             fail(
                 "distillation.student_train_steps",
@@ -141,6 +139,14 @@ class PipelineConfig:
                 "a config without one serves only your own module (module_file, run_fn or preprocessing_fn)"
             )
         return self.data
+
+    def student_train_steps(self) -> int:
+        """Optimizer steps of the student: `distillation.student_train_steps`, else `train.train_steps`.
+
+        The Distiller, the scratch baseline (the student's shape trained alone
+        for the same steps) and the config's own checks all read it here.
+        """
+        return self.distillation.student_train_steps or self.train.train_steps
 
     def transform_view(self) -> PipelineConfig:
         """This config with only what Transform reads; every other section at its default.

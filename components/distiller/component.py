@@ -19,7 +19,8 @@ from tfx.types import BaseChannel, standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ChannelParameter
 from tfx.utils import json_utils
 
-from components.config import CONFIG_KEY, MAX_TEACHERS, PipelineConfig
+from components import payload
+from components.config import MAX_TEACHERS, PipelineConfig
 from components.distiller import executor
 
 DEFAULT_RUN_FN = "components.distiller.run_fn.run_fn"
@@ -67,6 +68,8 @@ class Distiller(base_component.BaseComponent):
 
     Raises:
       ValueError: with no teacher or more than `MAX_TEACHERS` teachers.
+      ConfigError: naming `custom_config` when it is not a dict or uses a
+        key reserved for tfxkit.
     """
 
     SPEC_CLASS = DistillerSpec
@@ -98,11 +101,11 @@ class Distiller(base_component.BaseComponent):
             schema=schema,
             train_args=trainer_pb2.TrainArgs(
                 splits=["train"],
-                num_steps=config.distillation.student_train_steps or config.train.train_steps,
+                num_steps=config.student_train_steps(),
             ),
             eval_args=trainer_pb2.EvalArgs(splits=["eval"], num_steps=config.train.eval_steps),
             run_fn=run_fn,
-            custom_config=json_utils.dumps({**(custom_config or {}), CONFIG_KEY: config.to_json()}),
+            custom_config=json_utils.dumps(payload.encode(custom_config, config=config)),
             model=types.Channel(type=standard_artifacts.Model),
             model_run=types.Channel(type=standard_artifacts.ModelRun),
             **{teacher_key(i): channel for i, channel in enumerate(teacher_models)},

@@ -1,18 +1,18 @@
 """Distiller executor: the Trainer's executor with the teachers passed to `run_fn`.
 
-The teacher model directories are added to `custom_config` before the
-Trainer executor runs, so they reach `run_fn` both in-process and when the
-Trainer executor hands the invocation to the replicas of a multi-worker job.
+The teacher model directories are added to the payload (and to the
+execution properties, through `components.payload`) before the Trainer
+executor trains, so they reach `run_fn` both in-process and when the Trainer
+executor hands the invocation to the replicas of a multi-worker job.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 
-from tfx.types import standard_component_specs
 from tfx.utils import path_utils
 
-from components.distiller.run_fn import TEACHER_DIRS_KEY
+from components import payload
 from components.trainer import executor as trainer_executor
 
 TEACHER_KEY_PREFIX = "teacher_model_"
@@ -38,10 +38,9 @@ def teacher_model_dirs(input_dict) -> list[str]:
 class Executor(trainer_executor.Executor):
     """Validates the config, adds the teacher directories, then trains."""
 
-    def Do(self, input_dict, output_dict, exec_properties):
-        key = standard_component_specs.CUSTOM_CONFIG_KEY
-        custom_config = exec_properties.get(key) or "{}"
-        if isinstance(custom_config, str):
-            custom_config = json.loads(custom_config)
-        custom_config = {**custom_config, TEACHER_DIRS_KEY: teacher_model_dirs(input_dict)}
-        super().Do(input_dict, output_dict, {**exec_properties, key: json.dumps(custom_config)})
+    def prepare(self, decoded: payload.Payload, input_dict, exec_properties):
+        dirs = teacher_model_dirs(input_dict)
+        return (
+            dataclasses.replace(decoded, teacher_dirs=tuple(dirs)),
+            payload.with_teacher_dirs(exec_properties, dirs),
+        )

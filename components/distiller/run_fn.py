@@ -1,7 +1,7 @@
 """The distiller's `run_fn`: train the student on its teachers and export it.
 
 Thin: unpack TFX's `FnArgs` (the executor adds the teacher model directories
-to `custom_config`), check the teachers against the student's task before
+to the payload, see `components.payload`), check the teachers against the student's task before
 any training, then train with the Trainer's own `training.fit` (strategies,
 gradient accumulation, mixed precision, backups) and export with the
 Trainer's own serving export, so the student serves exactly like its
@@ -20,12 +20,9 @@ from absl import logging
 from components import distillation, strategies
 from components.config import PipelineConfig
 from components.distiller import teachers as teachers_lib
+from components.trainer import task as task_lib
 from components.trainer import training
 from components.trainer.inputs import MASK_UNLABELED
-
-# `custom_config` key under which the executor passes the teachers' serving
-# model directories (in the order of the component's teacher inputs).
-TEACHER_DIRS_KEY = "tfxkit_teacher_model_dirs"
 
 
 def train_student(
@@ -98,12 +95,10 @@ def train_student(
 
 def run_fn(fn_args) -> None:
     """Trains and exports the student (TFX `run_fn` contract)."""
-    # Before loading the teachers: see training.prepare_task.
-    task = training.prepare_task(fn_args, "Distiller")
+    # Before loading the teachers: the strategy comes first (see components.trainer.task).
+    task = task_lib.from_fn_args(fn_args, "Distiller")
     if task is None:
         return
-    config, choice = task
-    teacher_dirs = list((fn_args.custom_config or {}).get(TEACHER_DIRS_KEY) or [])
-    inputs = training.TrainingInputs.from_fn_args(fn_args, config)
-    student, _ = train_student(config, inputs, teacher_dirs, choice)
-    training.export_and_release(student, config, inputs, choice)
+    inputs = training.TrainingInputs.from_fn_args(fn_args, task.config)
+    student, _ = train_student(task.config, inputs, task.payload.teacher_dirs, task.choice)
+    task_lib.export(student, task.config, inputs, task.choice)

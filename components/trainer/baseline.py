@@ -28,11 +28,10 @@ def baseline_config(config: PipelineConfig) -> PipelineConfig:
     The result trains one model, so its distillation stage is off (the
     student-smaller-than-teacher rule does not apply to it).
     """
-    steps = config.distillation.student_train_steps or config.train.train_steps
     return dataclasses.replace(
         config,
         teacher=config.student,
-        train=dataclasses.replace(config.train, train_steps=steps),
+        train=dataclasses.replace(config.train, train_steps=config.student_train_steps()),
         distillation=dataclasses.replace(
             config.distillation, enabled=False, scratch_baseline=False
         ),

@@ -16,8 +16,8 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 from tfx.types import BaseChannel
 
-from components import dropin
-from components.config import CONFIG_KEY, ConfigError, PipelineConfig
+from components import dropin, payload
+from components.config import ConfigError, PipelineConfig
 from components.trainer import executor
 
 DEFAULT_RUN_FN = "components.trainer.run_fn.run_fn"
@@ -81,7 +81,7 @@ class Trainer(tfx.components.Trainer):
                     "(a user run_fn compiles and fits its own); set it to 1"
                 )
             dropin.check_steps(train_args, eval_args, full)
-            custom_config = dropin.with_settings(custom_config, settings, full)
+            custom_config = payload.encode(custom_config, config=full, settings=settings)
             if full is not None:
                 # A full config's step counts are the run's (`check_steps` holds
                 # given args to them), as before user modules got the drop-in
@@ -102,11 +102,7 @@ class Trainer(tfx.components.Trainer):
                 )
             config.require_data("without module_file or run_fn, the Trainer's generated model")
             dropin.check_steps(train_args, eval_args, config)
-            if custom_config is not None and not isinstance(custom_config, dict):
-                raise ConfigError(
-                    f"custom_config: expected a dict, got {type(custom_config).__name__}"
-                )
-            custom_config = {**(custom_config or {}), CONFIG_KEY: config.to_json()}
+            custom_config = payload.encode(custom_config, config=config)
             run_fn = DEFAULT_RUN_FN
             train_args = train_args or tfx.proto.TrainArgs(
                 splits=["train"], num_steps=config.train.train_steps

@@ -11,7 +11,7 @@ them is `components.trainer.training.fit`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -19,12 +19,55 @@ import tf_keras as keras
 from absl import logging
 
 from components import augment as augment_lib
-from components import distillation, ingestion, layout, stored_input, strategies
+from components import backup, distillation, ingestion, layout, stored_input, strategies
 from components.config import PipelineConfig
 
-if TYPE_CHECKING:
-    # training imports this module (fit reads its datasets from here).
-    from components.trainer.training import TrainingInputs
+
+@dataclasses.dataclass(frozen=True)
+class TrainingInputs:
+    """Paths and step counts of one training run.
+
+    Attributes:
+      train_files: File patterns of the transformed train split.
+      eval_files: File patterns of the transformed eval split.
+      transform_output: Transform graph directory (TFTransformOutput).
+      serving_model_dir: Where the serving SavedModel is exported.
+      model_run_dir: Scratch space: logs, caches, backups.
+      train_steps: Optimizer steps.
+      eval_steps: Evaluation batches.
+      backup_dir: Crash-recovery backup location ('' = `<model_run_dir>/backup`).
+    """
+
+    train_files: tuple[str, ...]
+    eval_files: tuple[str, ...]
+    transform_output: str
+    serving_model_dir: str
+    model_run_dir: str
+    train_steps: int
+    eval_steps: int
+    backup_dir: str = ""
+
+    @classmethod
+    def from_fn_args(cls, fn_args, config: PipelineConfig) -> TrainingInputs:
+        inputs = cls(
+            train_files=tuple(fn_args.train_files),
+            eval_files=tuple(fn_args.eval_files),
+            transform_output=fn_args.transform_output,
+            serving_model_dir=fn_args.serving_model_dir,
+            model_run_dir=fn_args.model_run_dir,
+            train_steps=fn_args.train_steps or config.train.train_steps,
+            eval_steps=fn_args.eval_steps or config.train.eval_steps,
+        )
+        # Keyed by everything that determines training: the same inputs and
+        # config find the same backup (see `backup.location`).
+        key = [
+            inputs.train_files,
+            inputs.eval_files,
+            inputs.transform_output,
+            config.to_json(),
+            inputs.train_steps,
+        ]
+        return dataclasses.replace(inputs, backup_dir=backup.location(fn_args.model_run_dir, key))
 
 
 # What the training input does with examples whose label `data.labeled_fraction` withholds.

@@ -1,12 +1,13 @@
 """The Trainer's default `run_fn`: train and export the teacher.
 
-Thin: unpack TFX's `FnArgs`, then `components.trainer.training` does the work.
-The same `run_fn` runs unchanged as every replica of a multi-worker job: the
-strategy comes from the config and `TF_CONFIG` (as the TFJob operator or
-Vertex AI set it). Workers and parameter servers of a parameter-server
-cluster serve until they are stopped; the evaluator task has nothing to do
-(TFX's Evaluator evaluates the exported model); every training task trains,
-and only the chief writes the serving model.
+Thin: the task lifecycle (`components.trainer.task`: role, export, backup)
+around `components.trainer.training`. The same `run_fn` runs unchanged as
+every replica of a multi-worker job: the strategy comes from the config and
+`TF_CONFIG` (as the TFJob operator or Vertex AI set it). Workers and
+parameter servers of a parameter-server cluster serve until they are
+stopped; the evaluator task has nothing to do (TFX's Evaluator evaluates the
+exported model); every training task trains, and only the chief writes the
+serving model.
 """
 
 from __future__ import annotations
@@ -19,16 +20,16 @@ from absl import logging
 
 from components import strategies
 from components.config import PipelineConfig
+from components.trainer import task as task_lib
 from components.trainer import training
 
 
 def run_fn(fn_args) -> None:
     """Trains and exports the teacher (TFX `run_fn` contract)."""
-    task = training.prepare_task(fn_args, "Trainer")
+    task = task_lib.from_fn_args(fn_args, "Trainer")
     if task is None:
         return
-    config, choice = task
-    run(config, training.TrainingInputs.from_fn_args(fn_args, config), choice)
+    run(task.config, training.TrainingInputs.from_fn_args(fn_args, task.config), task.choice)
 
 
 def run(
@@ -52,6 +53,6 @@ def run(
     model, results = training.fit(
         config, inputs, build_and_compile, choice=choice, callbacks=callbacks
     )
-    written = training.export_and_release(model, config, inputs, choice)
+    written = task_lib.export(model, config, inputs, choice)
     logging.info("Trainer: %s wrote %s", "chief" if choice.is_chief else "non-chief task", written)
     return model, results

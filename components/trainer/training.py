@@ -1,20 +1,18 @@
 """The training workflow shared by the teacher Trainer and the distiller.
 
-No TFX types: `TrainingInputs` carries plain paths (built from TFX's `FnArgs`
-in `run_fn`), so the workflow is testable on temp directories.
+No TFX types: `inputs.TrainingInputs` carries plain paths (built from TFX's
+`FnArgs` in `run_fn`), so the workflow is testable on temp directories.
 
 `fit` trains any compiled Keras model under the configured `tf.distribute`
 strategy (see `components.strategies`), with mixed precision, gradient
-accumulation and a crash-recovery backup in the model run directory; the
-caller exports (only the chief writes the model, see `export_from_task`) and
-then calls `remove_backup`.
+accumulation and a crash-recovery backup beside the execution's model run
+directory (`backup_dir`); the task lifecycle (`components.trainer.task`)
+resolves the role before and exports (only the chief writes the model) and
+removes the backup after.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -24,69 +22,10 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import models, strategies
-from components.config import ConfigError, ModelConfig, PipelineConfig, from_custom_config
-from components.export import export_from_task
-from components.trainer.inputs import DROP_UNLABELED, distributed_datasets
+from components import backup, models, strategies
+from components.config import ConfigError, ModelConfig, PipelineConfig
+from components.trainer.inputs import DROP_UNLABELED, TrainingInputs, distributed_datasets
 from components.transform.preprocessing import num_ids
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingInputs:
-    """Paths and step counts of one training run.
-
-    Attributes:
-      train_files: File patterns of the transformed train split.
-      eval_files: File patterns of the transformed eval split.
-      transform_output: Transform graph directory (TFTransformOutput).
-      serving_model_dir: Where the serving SavedModel is exported.
-      model_run_dir: Scratch space: logs, caches, backups.
-      train_steps: Optimizer steps.
-      eval_steps: Evaluation batches.
-      backup_dir: Crash-recovery backup location ('' = `<model_run_dir>/backup`).
-    """
-
-    train_files: tuple[str, ...]
-    eval_files: tuple[str, ...]
-    transform_output: str
-    serving_model_dir: str
-    model_run_dir: str
-    train_steps: int
-    eval_steps: int
-    backup_dir: str = ""
-
-    @classmethod
-    def from_fn_args(cls, fn_args, config: PipelineConfig) -> TrainingInputs:
-        inputs = cls(
-            train_files=tuple(fn_args.train_files),
-            eval_files=tuple(fn_args.eval_files),
-            transform_output=fn_args.transform_output,
-            serving_model_dir=fn_args.serving_model_dir,
-            model_run_dir=fn_args.model_run_dir,
-            train_steps=fn_args.train_steps or config.train.train_steps,
-            eval_steps=fn_args.eval_steps or config.train.eval_steps,
-        )
-        # An orchestrator that re-runs a killed Trainer creates a new
-        # execution with a new model_run_dir (<root>/<node>/model_run/<id>),
-        # so the backup lives beside those, keyed by everything that
-        # determines training: the same inputs and config find the same
-        # backup and resume; anything changed starts afresh.
-        fingerprint = hashlib.sha256(
-            json.dumps(
-                [
-                    inputs.train_files,
-                    inputs.eval_files,
-                    inputs.transform_output,
-                    config.to_json(),
-                    inputs.train_steps,
-                ],
-                sort_keys=True,
-            ).encode()
-        ).hexdigest()[:16]
-        node_dir = os.path.dirname(os.path.dirname(fn_args.model_run_dir.rstrip("/")))
-        return dataclasses.replace(
-            inputs, backup_dir=os.path.join(node_dir, "backups", fingerprint)
-        )
 
 
 def build_model(
@@ -161,9 +100,11 @@ def fit(
        `strategy.distribute_datasets_from_function`, or through a
        `DatasetCreator` scheduled on every worker by the `ClusterCoordinator`
        under the parameter-server strategy;
-    4. training backs up to `<model_run_dir>/backup` every
+    4. training backs up to `backup_dir(inputs)` (beside the execution's
+       model run directory when the inputs come from `from_fn_args`) every
        `train.checkpoint_every_steps` steps and resumes from there when the
-       process is started again with the same inputs (see `remove_backup`).
+       process is started again with the same inputs (the task removes it
+       after the export, see `components.trainer.task.export`).
 
     Loss scaling across replicas: Keras's compiled losses average per-example
     losses over the local batch and divide by the replicas in sync, so the
@@ -215,12 +156,14 @@ def fit(
             # epochs are no longer than the backup interval.
             steps_per_epoch = min(steps_per_epoch, config.train.checkpoint_every_steps)
             save_freq = "epoch"
-        backup = TrainingBackup(backup_dir(inputs), save_freq=save_freq, delete_checkpoint=False)
+        backups = backup.TrainingBackup(
+            backup_dir(inputs), save_freq=save_freq, delete_checkpoint=False
+        )
         model.fit(
             train_data,
             steps_per_epoch=steps_per_epoch,
             epochs=math.ceil(inputs.train_steps / steps_per_epoch),
-            callbacks=[backup, _ResumeLog(backup.backup_dir), *callbacks],
+            callbacks=[backups, _ResumeLog(backups.backup_dir), *callbacks],
             verbose=2,
         )
         results = model.evaluate(eval_data, steps=inputs.eval_steps, return_dict=True, verbose=0)
@@ -268,38 +211,12 @@ BACKUP_DIR_NAME = "backup"
 
 
 def backup_dir(inputs: TrainingInputs) -> str:
-    """Where `fit` keeps its crash-recovery backup (see `TrainingInputs.from_fn_args`)."""
+    """Where `fit` keeps its crash-recovery backup (see `TrainingInputs.from_fn_args`).
+
+    Inputs built by hand (tests, benchmarks) without a `backup_dir` keep it
+    inside their model run directory.
+    """
     return inputs.backup_dir or os.path.join(inputs.model_run_dir, BACKUP_DIR_NAME)
-
-
-def remove_backup(inputs: TrainingInputs, choice: strategies.StrategyChoice) -> None:
-    """Deletes the backup once the model is safely exported (chief only).
-
-    Until then a re-run resumes from the last backup instead of retraining;
-    other workers' backup copies live in temporary directories Keras removes.
-    """
-    path = backup_dir(inputs)
-    if choice.is_chief and tf.io.gfile.exists(path):
-        tf.io.gfile.rmtree(path)
-        logging.info("Trainer: removed the training backup %s after export", path)
-
-
-class TrainingBackup(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` that also covers the one-device and central-storage strategies.
-
-    tf_keras keeps an allow-list of strategies; its backup is a
-    `tf.train.Checkpoint` of the model, its optimizer and two counters, which
-    these two strategies save and restore like any other checkpoint (the
-    fault-tolerance test resumes a one-device run from it).
-    """
-
-    def __init__(self, backup_dir: str, **kwargs):
-        super().__init__(backup_dir, **kwargs)
-        self._supported_strategies = (
-            *self._supported_strategies,
-            tf.distribute.OneDeviceStrategy,
-            tf.distribute.experimental.CentralStorageStrategy,
-        )
 
 
 class _ResumeLog(keras.callbacks.Callback):
@@ -315,74 +232,3 @@ class _ResumeLog(keras.callbacks.Callback):
             logging.info("Trainer: resumed from the backup in %s at step %d", self._directory, step)
         else:
             logging.info("Trainer: no backup in %s; training from step 0", self._directory)
-
-
-def prepare_task(
-    fn_args, component: str
-) -> tuple[PipelineConfig, strategies.StrategyChoice] | None:
-    """The first steps of every tfxkit `run_fn`, in the order TensorFlow needs.
-
-    Parses the config, then creates the strategy before any other TensorFlow
-    op runs in this process (logical devices and collective ops must be set up
-    first). A parameter-server `ps` task serves until the job ends and an
-    evaluator task has nothing to do (the Evaluator component evaluates the
-    export); both get None.
-
-    Args:
-      fn_args: TFX's `FnArgs`.
-      component: Name used in log lines and errors (`Trainer`, `Distiller`).
-
-    Returns:
-      `(config, strategy choice)` for a task that trains, else None.
-    """
-    config = from_custom_config(fn_args.custom_config)
-    if config is None:
-        raise ValueError(
-            f"{component}: custom_config carries no tfxkit config; use the tfxkit {component} component"
-        )
-    choice = strategies.create_strategy(config.strategy)
-    if choice.role == strategies.ROLE_SERVER:
-        logging.info(
-            "%s: serving as %s:%d of the parameter-server cluster",
-            component,
-            choice.task_type,
-            choice.task_id,
-        )
-        strategies.start_server(choice.tf_config).join()
-        return None
-    if choice.role == strategies.ROLE_EVALUATOR:
-        logging.info(
-            "%s: evaluator task; the Evaluator component evaluates the export, nothing to do",
-            component,
-        )
-        return None
-    return config, choice
-
-
-def export_and_release(
-    model: keras.Model,
-    config: PipelineConfig,
-    inputs: TrainingInputs,
-    choice: strategies.StrategyChoice,
-) -> str:
-    """Exports the serving model (chief only), then removes the training backup.
-
-    The backup goes only after a successful export, so a task killed during
-    the export still resumes from it.
-
-    Returns:
-      Where this task wrote (the serving dir on the chief, a task scratch
-      directory, since removed, elsewhere).
-    """
-    written = export_from_task(
-        model,
-        tft.TFTransformOutput(inputs.transform_output),
-        config.data.label.name,
-        inputs.serving_model_dir,
-        is_chief=choice.is_chief,
-        task_type=choice.task_type,
-        task_id=choice.task_id,
-        scratch_dir=inputs.model_run_dir,
-    )
-    remove_backup(inputs, choice)
-    return written

@@ -16,8 +16,8 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 from tfx.types import BaseChannel
 
-from components import dropin
-from components.config import CONFIG_KEY, ConfigError, PipelineConfig
+from components import dropin, payload
+from components.config import ConfigError, PipelineConfig
 from components.transform import executor
 
 DEFAULT_PREPROCESSING_FN = "components.transform.preprocessing.preprocessing_fn"
@@ -73,7 +73,7 @@ class Transform(tfx.components.Transform):
                 functions[stats_options_updater_fn] = "stats_options_updater_fn"
             dropin.check_module_file(module_file, functions)
             dropin.check_function_path(preprocessing_fn, "preprocessing_fn")
-            custom_config = dropin.with_settings(custom_config, settings, full)
+            custom_config = payload.encode(custom_config, config=full, settings=settings)
         else:
             if not isinstance(config, PipelineConfig):
                 raise ConfigError(
@@ -85,12 +85,8 @@ class Transform(tfx.components.Transform):
             config.require_data(
                 "without module_file or preprocessing_fn, the generated preprocessing_fn"
             )
-            if custom_config is not None and not isinstance(custom_config, dict):
-                raise ConfigError(
-                    f"custom_config: expected a dict, got {type(custom_config).__name__}"
-                )
             # Only what Transform reads, so other settings do not invalidate its cache.
-            custom_config = {**(custom_config or {}), CONFIG_KEY: config.transform_view().to_json()}
+            custom_config = payload.encode(custom_config, config=config.transform_view())
             preprocessing_fn = DEFAULT_PREPROCESSING_FN
         super().__init__(
             examples=examples,

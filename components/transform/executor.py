@@ -20,8 +20,7 @@ import os
 from tfx.components.transform import executor as tfx_transform_executor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import dropin
-from components.config import from_custom_config
+from components import payload
 from components.transform import tfx_compat, writer
 
 # Prefix TFX gives the transformed examples of a split (`<split uri>/transformed_examples-*`).
@@ -43,13 +42,11 @@ class Executor(tfx_transform_executor.Executor):
     """Fails fast on an unsupported TFX / TFT or an invalid config, then runs TFX's Transform with the tfxkit writer."""
 
     def Do(self, input_dict, output_dict, exec_properties):
+        decoded = payload.decode_exec_properties(exec_properties)
         # Before anything runs: the patches below are only right for the TFX / TFT they were written for.
         tfx_compat.check()
-        custom_config = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
         # A user module carries drop-in settings (with or without a full config).
-        config = dropin.settings_from_custom_config(custom_config) or from_custom_config(
-            custom_config
-        )
+        config = decoded.settings or decoded.config
         if config is None or getattr(config, "stock_output", False):
             with tfx_compat.without_deep_copy():
                 super().Do(input_dict, output_dict, exec_properties)

@@ -23,7 +23,8 @@ from typing import Any
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components.config import CONFIG_KEY, FeatureConfig, PipelineConfig
+from components import payload
+from components.config import ConfigError, FeatureConfig, PipelineConfig
 
 
 def vocabulary_name(feature: FeatureConfig) -> str:
@@ -138,6 +139,16 @@ def build_preprocessing_fn(config: PipelineConfig):
 
 
 def preprocessing_fn(inputs: dict[str, Any], custom_config: dict[str, Any]) -> dict[str, tf.Tensor]:
-    """The entry point TFX's Transform executor calls (via `custom_config`)."""
-    config = PipelineConfig.from_json(custom_config[CONFIG_KEY])
+    """The entry point TFX's Transform executor calls (via `custom_config`).
+
+    Raises:
+      ConfigError: naming the key when `custom_config` carries no tfxkit
+        config (this function is the tfxkit Transform's own).
+    """
+    config = payload.decode(custom_config).config
+    if config is None:
+        raise ConfigError(
+            f"custom_config: no {payload.CONFIG_KEY!r}; the generated preprocessing_fn needs the "
+            "config the tfxkit Transform writes"
+        )
     return build_preprocessing_fn(config)(inputs)

@@ -16,7 +16,8 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
-from components.config import CONFIG_KEY, PipelineConfig
+from components import payload
+from components.config import PipelineConfig
 from components.validation import executor
 
 
@@ -46,7 +47,7 @@ class DataGate(base_component.BaseComponent):
         config.require_data("DataGate")
         super().__init__(
             spec=DataGateSpec(
-                custom_config=json.dumps({CONFIG_KEY: config.to_json()}),
+                custom_config=json.dumps(payload.encode(config=config)),
                 statistics=statistics,
                 schema=schema,
                 anomalies=anomalies,

@@ -11,7 +11,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components.config import from_custom_config
+from components import payload
 from components.validation.checks import gate_messages
 
 SCHEMA_FILE = "schema.pbtxt"
@@ -32,7 +32,7 @@ class Executor(base_executor.BaseExecutor):
     """Collects every problem (see `checks`), raises if any, else publishes the schema."""
 
     def Do(self, input_dict, output_dict, exec_properties):
-        config = from_custom_config(exec_properties.get("custom_config"))
+        config = payload.decode_exec_properties(exec_properties).config
         stats_artifact = artifact_utils.get_single_instance(input_dict["statistics"])
         anomalies_artifact = artifact_utils.get_single_instance(input_dict["anomalies"])
         splits = artifact_utils.decode_split_names(stats_artifact.split_names)

@@ -15,7 +15,6 @@ from components.config import (
     ConfigError,
     PipelineConfig,
     Placement,
-    from_custom_config,
     from_dict,
     json_schema,
     load_config_file,
@@ -53,8 +52,6 @@ def test_yaml_path_loads(tmp_path):
 
 def test_json_round_trip(taxi_config):
     assert PipelineConfig.from_json(taxi_config.to_json()) == taxi_config
-    assert from_custom_config({"tfxkit_config": taxi_config.to_json()}) == taxi_config
-    assert from_custom_config('{"other": 1}') is None
 
 
 def _mutate(path, value):
@@ -607,3 +604,16 @@ def test_parameter_lower_bound_counts_what_the_model_builder_builds(name):
         built = build_classifier(config.data, model, ids, "m")
         expected = sum(int(np.prod(w.shape)) for w in built.trainable_weights)
         assert min_trainable_params(config.data, model) == expected
+
+
+def test_student_train_steps_default_to_the_teachers(taxi_config):
+    # 0 means "as many as the teacher"; any other value is the student's own count.
+    assert taxi_config.distillation.student_train_steps == 0
+    assert taxi_config.student_train_steps() == taxi_config.train.train_steps
+    patient = dataclasses.replace(
+        taxi_config,
+        distillation=dataclasses.replace(
+            taxi_config.distillation, student_train_steps=3 * taxi_config.train.train_steps
+        ),
+    )
+    assert patient.student_train_steps() == 3 * taxi_config.train.train_steps

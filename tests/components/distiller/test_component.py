@@ -14,12 +14,13 @@ import tf_keras as keras
 from tfx.types import channel, standard_artifacts
 
 from components import distillation, models
-from components.config import CONFIG_KEY, MAX_TEACHERS, PipelineConfig
+from components.config import MAX_TEACHERS, PipelineConfig
 from components.distiller import teachers as teachers_lib
 from components.distiller.component import Distiller, teacher_key
 from components.distiller.executor import teacher_model_dirs
 from components.distiller.run_fn import train_student
 from components.export import TRANSFORMED_LOGITS_SIGNATURE
+from components.payload import CONFIG_KEY
 from components.trainer import training
 
 # --------------------------------------------------------------------------- #

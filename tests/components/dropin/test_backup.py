@@ -7,7 +7,7 @@ import os
 import attr
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components import dropin
+from components import dropin, payload
 
 
 def _fn_args(tmp_path, execution: int, **overrides) -> FnArgs:
@@ -18,7 +18,7 @@ def _fn_args(tmp_path, execution: int, **overrides) -> FnArgs:
         transform_output="/graph",
         train_steps=5,
         model_run_dir=str(tmp_path / "Trainer" / "model_run" / str(execution)),
-        custom_config={dropin.DROPIN_KEY: settings.to_json(), "user": "x"},
+        custom_config={payload.DROPIN_KEY: settings.to_json(), "user": "x"},
     )
     return attr.evolve(args, **overrides)
 

@@ -11,15 +11,14 @@ from tfx import v1 as tfx
 from tfx.types import Channel, standard_artifacts
 from tfx.utils import proto_utils
 
-from components import dropin
+from components import dropin, payload
 from components.config import (
-    CONFIG_KEY,
     ConfigError,
     PipelineConfig,
     StrategyConfig,
     TrainConfig,
-    from_custom_config,
 )
+from components.payload import CONFIG_KEY
 from components.trainer.component import Trainer
 from components.transform.component import Transform
 
@@ -76,7 +75,7 @@ def test_stock_transform_call_with_every_argument_keeps_the_exec_properties(chan
     }
     custom = json.loads(ours.exec_properties["custom_config"])
     assert custom["mine"] == 1
-    assert dropin.DropInSettings.from_json(custom[dropin.DROPIN_KEY]) == dropin.DropInSettings()
+    assert dropin.DropInSettings.from_json(custom[payload.DROPIN_KEY]) == dropin.DropInSettings()
     assert set(ours.outputs) == set(stock.outputs)
     assert set(ours.inputs) == set(stock.inputs)
 
@@ -97,7 +96,7 @@ def test_stock_trainer_call_with_every_argument_keeps_the_exec_properties(channe
     for key in ("train_args", "eval_args", "module_file", "run_fn"):
         assert ours.exec_properties[key] == stock.exec_properties[key], key
     custom = json.loads(ours.exec_properties["custom_config"])
-    assert custom["epochs"] == 2 and dropin.DROPIN_KEY in custom and CONFIG_KEY not in custom
+    assert custom["epochs"] == 2 and payload.DROPIN_KEY in custom and CONFIG_KEY not in custom
     assert set(ours.inputs) == set(stock.inputs)
 
 
@@ -108,7 +107,7 @@ def test_trainer_accepts_transformed_examples_and_a_run_fn_path(channels):
         run_fn="tests.components.trainer.stock_user_module.run_fn",
         config={"strategy": {"kind": "one_device"}},
     )
-    settings = dropin.settings_from_custom_config(trainer.exec_properties["custom_config"])
+    settings = payload.decode(trainer.exec_properties["custom_config"]).settings
     assert settings.strategy.kind == "one_device"
 
 
@@ -119,7 +118,7 @@ def test_product_settings_are_optional_and_need_no_data_section(channels):
         module_file=TAXI_MODULE,
         config=dropin.DropInSettings(transform=dropin.TransformConfig(num_shards=3)),
     )
-    settings = dropin.settings_from_custom_config(transform.exec_properties["custom_config"])
+    settings = payload.decode(transform.exec_properties["custom_config"]).settings
     assert settings.transform.num_shards == 3
 
 
@@ -137,7 +136,7 @@ def test_a_full_config_travels_beside_the_settings(channels, taxi_config):
     custom = json.loads(trainer.exec_properties["custom_config"])
     assert json.loads(custom[CONFIG_KEY])["name"] == taxi_config.name
     assert (
-        dropin.DropInSettings.from_json(custom[dropin.DROPIN_KEY]).strategy == taxi_config.strategy
+        dropin.DropInSettings.from_json(custom[payload.DROPIN_KEY]).strategy == taxi_config.strategy
     )
 
 
@@ -165,10 +164,10 @@ def test_a_pipeline_config_without_data_serves_a_user_module(channels):
         trainer.exec_properties["eval_args"], tfx.proto.EvalArgs()
     ) == tfx.proto.EvalArgs(num_steps=7)
     custom = trainer.exec_properties["custom_config"]
-    settings = dropin.settings_from_custom_config(custom)
+    settings = payload.decode(custom).settings
     assert settings.strategy.kind == "mirrored" and settings.checkpoint_every_steps == 20
     # What the executor decodes: the config, still without data.
-    decoded = from_custom_config(custom)
+    decoded = payload.decode(custom).config
     assert decoded.data is None and decoded.train.train_steps == 120
     transform = Transform(
         examples=channels["examples"],
@@ -176,7 +175,7 @@ def test_a_pipeline_config_without_data_serves_a_user_module(channels):
         module_file=TAXI_MODULE,
         config=PipelineConfig(),
     )
-    assert from_custom_config(transform.exec_properties["custom_config"]) == PipelineConfig()
+    assert payload.decode(transform.exec_properties["custom_config"]).config == PipelineConfig()
 
 
 def test_a_config_mapping_without_data_serves_a_user_module(channels):
@@ -185,9 +184,9 @@ def test_a_config_mapping_without_data_serves_a_user_module(channels):
         trainer.exec_properties["train_args"], tfx.proto.TrainArgs()
     ) == tfx.proto.TrainArgs(num_steps=120)
     custom = trainer.exec_properties["custom_config"]
-    decoded = from_custom_config(custom)
+    decoded = payload.decode(custom).config
     assert decoded.name == "own-module" and decoded.data is None
-    settings = dropin.settings_from_custom_config(custom)
+    settings = payload.decode(custom).settings
     assert settings.strategy.kind == "mirrored" and settings.checkpoint_every_steps == 20
     transform = Transform(
         examples=channels["examples"],
@@ -195,7 +194,7 @@ def test_a_config_mapping_without_data_serves_a_user_module(channels):
         module_file=TAXI_MODULE,
         config={"name": "own-module", "transform": {"num_shards": 3}},
     )
-    settings = dropin.settings_from_custom_config(transform.exec_properties["custom_config"])
+    settings = payload.decode(transform.exec_properties["custom_config"]).settings
     assert settings.transform.num_shards == 3
 
 
@@ -361,7 +360,7 @@ def test_reserved_custom_config_keys_are_named(channels):
         Trainer(
             examples=channels["examples"],
             module_file=PENGUIN_MODULE,
-            custom_config={dropin.DROPIN_KEY: "x"},
+            custom_config={payload.DROPIN_KEY: "x"},
         )
 
 

@@ -16,8 +16,9 @@ import jsonschema
 import pytest
 import yaml
 
-from components.config import CONFIG_KEY, ConfigError, Placement, StrategyConfig, Toleration
+from components.config import ConfigError, Placement, StrategyConfig, Toleration
 from components.kubeflow import backend, env, jobs, tfjob
+from components.payload import CONFIG_KEY
 from tests.components.kubeflow.kube_api import (
     FakeKubernetes,
     api_client,

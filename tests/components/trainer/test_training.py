@@ -28,8 +28,9 @@ import tensorflow as tf
 import tf_keras as keras
 
 from components import strategies
-from components.config import CONFIG_KEY, ConfigError
+from components.config import ConfigError
 from components.models import accumulate_gradients
+from components.payload import CONFIG_KEY
 from components.trainer import run_fn, training
 from tests.components.trainer import penguins
 from tests.conftest import shared_file

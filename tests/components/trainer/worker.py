@@ -44,7 +44,8 @@ def run_job(job: dict, servers: list) -> dict:
     import numpy as np
 
     from components import cluster, strategies
-    from components.config import CONFIG_KEY, PipelineConfig
+    from components.config import PipelineConfig
+    from components.payload import CONFIG_KEY
     from components.trainer import run_fn, training
     from tests.components.trainer.penguins import layer_weights
 

@@ -8,7 +8,8 @@ import json
 import pytest
 from tfx import v1 as tfx
 
-from components.config import CONFIG_KEY, from_custom_config
+from components import payload
+from components.payload import CONFIG_KEY
 from components.transform.component import Transform
 
 CUSTOM_CONFIG = "custom_config"
@@ -58,7 +59,7 @@ def test_settings_transform_reads_change_its_execution(taxi_config):
 
 
 def test_the_executor_reads_back_the_sections_it_uses(taxi_config):
-    config = from_custom_config(_exec_config(taxi_config))
+    config = payload.decode(_exec_config(taxi_config)).config
     assert (config.data, config.transform, config.strategy) == (
         taxi_config.data,
         taxi_config.transform,

@@ -29,8 +29,9 @@ from tfx.utils import io_utils, proto_utils
 from tfx_bsl.public import tfxio
 
 from components import layout as transform_layout
-from components.config import CONFIG_KEY, PipelineConfig
+from components.config import PipelineConfig
 from components.data import taxi_csv_path
+from components.payload import CONFIG_KEY
 from components.trainer import component as trainer_component
 from components.trainer import training
 from components.trainer.inputs import make_datasets

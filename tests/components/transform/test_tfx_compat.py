@@ -13,7 +13,7 @@ from tfx.components.transform import labels
 from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 
-from components.config import CONFIG_KEY
+from components.payload import CONFIG_KEY
 from components.transform import executor, tfx_compat
 from tests.conftest import tiny
 

@@ -1,0 +1,98 @@
+"""`components.trainer.host` and `launcher`: what the thin Trainer executor delegates to."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+from tfx.components.trainer.fn_args_utils import FnArgs
+from tfx.types import artifact_utils, standard_artifacts
+
+from components import payload
+from components.kubeflow import env
+from components.trainer import executor, host, launcher
+
+
+def _fn_args(tmp_path) -> FnArgs:
+    return FnArgs(
+        serving_model_dir=str(tmp_path / "model" / "Format-Serving"),
+        model_run_dir=str(tmp_path / "model_run"),
+    )
+
+
+def test_a_product_run_fn_that_writes_no_model_fails_as_under_stock_tfx(tmp_path):
+    ran = []
+    with pytest.raises(RuntimeError, match=r"^run_fn failed to generate model\.$"):
+        host.run_product_fn(ran.append, _fn_args(tmp_path))
+    assert len(ran) == 1
+
+
+def test_a_product_run_fn_that_writes_its_model_passes(tmp_path):
+    host.run_product_fn(lambda fn_args: os.makedirs(fn_args.serving_model_dir), _fn_args(tmp_path))
+    assert os.path.isdir(tmp_path / "model" / "Format-Serving")
+
+
+def test_the_step_launches_a_job_only_on_kubeflow_for_a_multi_worker_strategy(
+    taxi_config, monkeypatch
+):
+    workers = dataclasses.replace(
+        taxi_config,
+        strategy=dataclasses.replace(taxi_config.strategy, kind="multi_worker_mirrored", workers=2),
+    )
+    monkeypatch.delenv(env.ORCHESTRATOR, raising=False)
+    assert not launcher.should_launch(workers)
+    monkeypatch.setenv(env.ORCHESTRATOR, env.KUBEFLOW)
+    assert launcher.should_launch(workers)
+    assert not launcher.should_launch(taxi_config)
+    # A user module without a full config has no Kubeflow settings: it trains in the step.
+    assert not launcher.should_launch(None)
+
+
+# What `recording_run_fn` saw, for the executor test below.
+SEEN: list = []
+
+
+def recording_run_fn(fn_args) -> None:
+    """A run_fn that records what the executor handed it and writes a model."""
+    attached = payload.of(fn_args)
+    # The same object twice only if the executor attached it: decoding makes a new one each time.
+    SEEN.append((fn_args.custom_config, attached, attached is payload.of(fn_args)))
+    os.makedirs(fn_args.serving_model_dir)
+
+
+def test_the_executor_decodes_once_and_the_run_fn_gets_that_payload(taxi_config, tmp_path):
+    def artifact(cls, name, **props):
+        a = cls()
+        a.uri = str(tmp_path / name)
+        os.makedirs(a.uri, exist_ok=True)
+        for key, value in props.items():
+            setattr(a, key, value)
+        return a
+
+    examples = artifact(
+        standard_artifacts.Examples,
+        "examples",
+        split_names=artifact_utils.encode_split_names(["train", "eval"]),
+    )
+    custom_config = payload.encode({"mine": 1}, config=taxi_config)
+    SEEN.clear()
+    executor.Executor().Do(
+        {"examples": [examples]},
+        {
+            "model": [artifact(standard_artifacts.Model, "model")],
+            "model_run": [artifact(standard_artifacts.ModelRun, "model_run")],
+        },
+        {
+            "custom_config": json.dumps(custom_config),
+            "train_args": '{"num_steps": 2, "splits": ["train"]}',
+            "eval_args": '{"num_steps": 1, "splits": ["eval"]}',
+            "run_fn": f"{__name__}.recording_run_fn",
+        },
+    )
+    ((seen_custom_config, attached, not_parsed_again),) = SEEN
+    # The user-visible dict is TFX's; the payload beside it is the executor's own decode.
+    assert seen_custom_config == custom_config
+    assert attached.config == taxi_config and dict(attached.user) == {"mine": 1}
+    assert not_parsed_again

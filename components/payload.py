@@ -6,7 +6,7 @@ place that knows the keys and their encodings:
 
 - `CONFIG_KEY`: the `PipelineConfig` as JSON (Trainer, Transform, Distiller,
   DataGate, and a user module's Trainer / Transform given a full config);
-- `DROPIN_KEY`: the `components.dropin.DropInSettings` as JSON (a user
+- `DROPIN_KEY`: the `components.config.DropInSettings` as JSON (a user
   module's Trainer / Transform);
 - `TEACHER_DIRS_KEY`: the teachers' serving model directories, added by the
   Distiller's executor so that they also reach the replicas of a
@@ -37,7 +37,7 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from components.config import ConfigError, PipelineConfig
-from components.dropin import DropInSettings
+from components.config.dropin import DropInSettings
 
 CONFIG_KEY = "tfxkit_config"
 DROPIN_KEY = "tfxkit_dropin"

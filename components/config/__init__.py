@@ -7,6 +7,7 @@
   job backend) and `pipeline` (`PipelineConfig`, the cross-section rules).
 - `loading`: YAML / plain data to a validated config, and the JSON Schema
   (`components.payload` carries it in `custom_config`).
+- `dropin`: `DropInSettings`, the settings for a user's own module file.
 - `secret_scan`: rejects values that look like credentials.
 - `validation`: how sections validate, convert from and to plain data, and
   how errors name the field path.
@@ -25,6 +26,7 @@ from components.config.distillation import (
     MAX_TEACHERS,
     DistillationConfig,
 )
+from components.config.dropin import DropInSettings
 from components.config.evaluation import (
     EvaluationConfig,
 )
@@ -60,6 +62,7 @@ from components.config.training import (
 from components.config.validation import ConfigError
 
 __all__ = [
+    "DropInSettings",
     "BUILTIN_DATASETS",
     "MAX_TEACHERS",
     "AugmentationConfig",

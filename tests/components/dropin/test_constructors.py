@@ -17,6 +17,7 @@ from components.config import (
     PipelineConfig,
     StrategyConfig,
     TrainConfig,
+    TransformConfig,
 )
 from components.payload import CONFIG_KEY
 from components.trainer.component import Trainer
@@ -116,7 +117,7 @@ def test_product_settings_are_optional_and_need_no_data_section(channels):
         examples=channels["examples"],
         schema=channels["schema"],
         module_file=TAXI_MODULE,
-        config=dropin.DropInSettings(transform=dropin.TransformConfig(num_shards=3)),
+        config=dropin.DropInSettings(transform=TransformConfig(num_shards=3)),
     )
     settings = payload.decode(transform.exec_properties["custom_config"]).settings
     assert settings.transform.num_shards == 3

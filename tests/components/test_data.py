@@ -177,3 +177,16 @@ def test_data_path_check_imports_no_tensorflow(tmp_path):
     lines = result.stdout.splitlines()
     assert lines[0].startswith(f"data.path: {str(tmp_path / 'missing.csv')!r} does not exist")
     assert lines[-1] == "no tensorflow"
+
+
+def test_csv_files_with_other_columns_are_refused_naming_the_difference(tmp_path):
+    (tmp_path / "a.csv").write_text("alcohol,label,region\n12.5,1,north\n")
+    (tmp_path / "b.csv").write_text("alcohol,label,taste\n11.0,0,dry\n")
+    data = _data(str(tmp_path))
+    with pytest.raises(DataError) as e:
+        check_input(data, resolve_input(data, str(tmp_path / "out")))
+    assert str(e.value).startswith(
+        f"data.path: {str(tmp_path / 'b.csv')!r} has other columns (also taste; without region) "
+        f"than {str(tmp_path / 'a.csv')!r} (alcohol, label, region); the CSV files of one input "
+        "must share one header line"
+    )

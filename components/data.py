@@ -4,7 +4,11 @@
 (directory + file pattern), writing built-in datasets once where needed.
 `check_input` reads the header (CSV) or first records (TFRecord) and fails with a
 `DataError` naming the file and column (a missing column, another delimiter, a
-feature size the data does not have) before any component runs.
+feature size the data does not have, a compressed or non-TFRecord file, CSV
+files whose headers differ) before any component runs, and warns about
+columns that are neither features, the label nor excluded.
+`check_data_path` needs no TensorFlow: the console script runs it before the
+heavy imports, so a wrong local path is reported at once.
 """
 
 from __future__ import annotations
@@ -15,11 +19,24 @@ import fnmatch
 import io
 import json
 import os
+import re
 
-import tensorflow as tf
 from absl import logging
 
 from components.config import DataConfig
+
+
+class _TensorFlow:
+    """`tensorflow`, imported on first use: importing this module (for
+    `check_data_path`, `DataError`) stays free of it."""
+
+    def __getattr__(self, name: str):
+        import tensorflow
+
+        return getattr(tensorflow, name)
+
+
+tf = _TensorFlow()
 
 # The UTF-8 byte-order mark some spreadsheet programs put before a CSV's header.
 BOM = "\ufeff"
@@ -169,6 +186,36 @@ def write_fashion_mnist(directory: str, source_dir: str | None = None) -> str:
     return directory
 
 
+def check_data_path(data: DataConfig) -> None:
+    """Checks that a local `data.path` exists and is not an empty directory.
+
+    Needs no TensorFlow (see the module docstring). A relative path is
+    resolved against the current directory, and the message says so. URIs
+    (`gs://...`) and built-in data are left to `resolve_input`.
+
+    Raises:
+      DataError: naming the path as given, the absolute path and the fix.
+    """
+    path = data.path
+    if data.builtin or not path or "://" in path:
+        return
+    absolute = os.path.abspath(path)
+    where = (
+        repr(path)
+        if os.path.isabs(path)
+        else f"{path!r} (resolved against the current directory {os.getcwd()!r}: {absolute!r})"
+    )
+    if not os.path.exists(absolute):
+        raise DataError(
+            f"data.path: {where} does not exist; point it at a {data.format.upper()} file or a "
+            "directory of them (an absolute path does not depend on where tfxkit runs)"
+        )
+    if os.path.isdir(absolute) and not any(not n.startswith(".") for n in os.listdir(absolute)):
+        raise DataError(
+            f"data.path: {where} is an empty directory; put the {data.format.upper()} files there"
+        )
+
+
 def resolve_input(data: DataConfig, data_root: str) -> ResolvedInput:
     """Returns the ExampleGen input for `data`.
 
@@ -179,6 +226,7 @@ def resolve_input(data: DataConfig, data_root: str) -> ResolvedInput:
     Raises:
       DataError: if `data.path` does not exist or holds no matching files.
     """
+    check_data_path(data)
     if data.builtin == "taxi":
         path = taxi_csv_path()
     elif data.builtin == "digits":
@@ -227,12 +275,33 @@ def _directory_pattern(path: str, fmt: str) -> str:
 _OTHER_DELIMITERS = {";": "semicolon", "\t": "tab", "|": "pipe"}
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _first_bytes(path: str, n: int) -> bytes:
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return f.read(n)
+    except tf.errors.OpError as e:
+        raise DataError(f"data.path: cannot read {path!r}: {e.message}") from e
+
+
 def _csv_header(path: str) -> list[str]:
+    if _first_bytes(path, len(GZIP_MAGIC)) == GZIP_MAGIC:
+        raise DataError(
+            f"data.path: {path!r} is gzip-compressed (it starts with the gzip signature 1f 8b), "
+            "and CSV input is read as plain text; decompress it first (gunzip, or "
+            "gzip -dc FILE > FILE.csv), or write the data as TFRecord (data.format: tfrecord "
+            "reads .gz shards)"
+        )
     try:
         with tf.io.gfile.GFile(path, "r") as f:
             first = f.readline()
     except (tf.errors.OpError, UnicodeDecodeError) as e:
-        raise DataError(f"data.path: cannot read {path!r}: {e}") from e
+        raise DataError(
+            f"data.path: cannot read {path!r} as UTF-8 CSV text ({e}); save it as "
+            "comma-separated UTF-8 text, or set data.format: tfrecord for TFRecord files"
+        ) from e
     # A UTF-8 byte-order mark (spreadsheet exports) is not part of the first
     # column's name; the ExampleGen executor strips it too.
     first = first.lstrip(BOM)
@@ -270,10 +339,32 @@ def _first_example_sizes(path: str) -> dict[str, int]:
                 sizes[key] = max(sizes.get(key, 0), count)
             seen += 1
     except tf.errors.OpError as e:
-        raise DataError(f"data.path: {path!r} is not a readable TFRecord file: {e.message}") from e
+        if not seen:
+            _refuse_text_as_tfrecord(path)
+        # TensorFlow prefixes the function it ran ({{function_node ...}}): not the cause.
+        cause = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", e.message).strip()
+        raise DataError(f"data.path: {path!r} is not a readable TFRecord file: {cause}") from e
     if not seen:
         raise DataError(f"data.path: {path!r} holds no records")
     return sizes
+
+
+def _refuse_text_as_tfrecord(path: str) -> None:
+    """Raises when the file starts like text (a CSV given `data.format: tfrecord`)."""
+    head = _first_bytes(path, 200)
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:
+            return  # binary, not a character cut at the end of `head`
+        text = head[: e.start].decode("utf-8")
+    text = text.lstrip(BOM)
+    line = text.splitlines()[0] if text.strip() else ""
+    if line and all(c.isprintable() or c in "\t\r\n" for c in text):
+        raise DataError(
+            f"data.path: {path!r} is not a readable TFRecord file: it holds text (it starts "
+            f"{line[:80]!r}), yet data.format is 'tfrecord'; for a CSV file set data.format: csv"
+        )
 
 
 def _compression_of(path: str) -> str:
@@ -287,12 +378,21 @@ def check_input(data: DataConfig, resolved: ResolvedInput) -> None:
       DataError: naming the file and the missing column.
     """
     wanted = [data.label.name] + [f.name for f in data.features]
+    first_header: tuple[str, list[str]] | None = None
+    unused: dict[str, str] = {}  # column -> the first file that has it
     for path in resolved.files:
         if data.format == "csv":
-            columns, sizes = set(_csv_header(path)), {}
+            header = _csv_header(path)
+            columns, sizes = set(header), {}
+            if first_header is None:
+                first_header = (path, header)
+            else:
+                _check_same_header(first_header, path, header)
         else:
             sizes = _first_example_sizes(path)
             columns = set(sizes)
+        for column in sorted(columns - set(wanted) - set(data.exclude)):
+            unused.setdefault(column, path)
         missing = [c for c in wanted if c not in columns]
         if missing:
             role = "label" if missing[0] == data.label.name else "feature"
@@ -310,3 +410,49 @@ def check_input(data: DataConfig, resolved: ResolvedInput) -> None:
                     f"but has at most {found} value(s) per example in the first records of {path!r}; "
                     f"set size: {found} (1 for a scalar)"
                 )
+    if unused:
+        _warn_unused(unused)
+
+
+def _check_same_header(first: tuple[str, list[str]], path: str, header: list[str]) -> None:
+    """CsvExampleGen reads the files of one input with one header: refused up front."""
+    first_path, first_header = first
+    if header == first_header:
+        return
+    if sorted(header) == sorted(first_header):
+        found = f"the same columns in another order ({', '.join(header)})"
+    else:
+        extra = sorted(set(header) - set(first_header))
+        missing = sorted(set(first_header) - set(header))
+        found = (
+            "other columns ("
+            + "; ".join(
+                part
+                for part in (
+                    f"also {', '.join(extra)}" if extra else "",
+                    f"without {', '.join(missing)}" if missing else "",
+                )
+                if part
+            )
+            + ")"
+        )
+    raise DataError(
+        f"data.path: {path!r} has {found} than {first_path!r} ({', '.join(first_header)}); "
+        "the CSV files of one input must share one header line: re-save them with the "
+        f"header of {os.path.basename(first_path)!r}"
+    )
+
+
+def _warn_unused(unused: dict[str, str]) -> None:
+    """Names the columns dropped because they are neither features, the label nor excluded."""
+    names = sorted(unused)
+    where = sorted(set(unused.values()))
+    logging.warning(
+        "data: column(s) %s in %s are neither data.features, the label nor data.exclude; "
+        "they are dropped at ExampleGen, so the model and its serving signature do not use "
+        "them: add them to data.features to train on them, or to data.exclude to silence "
+        "this warning",
+        ", ".join(repr(n) for n in names),
+        ", ".join(repr(w) for w in where[:3])
+        + (f" and {len(where) - 3} more" if len(where) > 3 else ""),
+    )

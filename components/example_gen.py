@@ -1,13 +1,20 @@
 """ExampleGen executors that make the examples follow the `data` config.
 
 TFX's CsvExampleGen infers each column's type from its values and keeps every
-column; ImportExampleGen keeps every key. Three things the config promises
+column; ImportExampleGen keeps every key. Four things the config promises
 would otherwise break downstream:
 
-- `data.exclude`: excluded columns must reach no component. They are dropped
-  here, so statistics, the inferred schema, the drift check, Transform (and
-  with it the serving signature) and the Evaluator never see them, and data
-  that lacks an excluded column is not a schema change;
+- only the label and the features are the model's inputs: `data.exclude`
+  columns and every other column (an id, a date) must reach no component.
+  They are dropped here, so statistics, the inferred schema, the drift check,
+  Transform (and with it the serving signature, which would otherwise require
+  them in every request) and the Evaluator never see them, and data that
+  lacks such a column is not a schema change;
+- integer columns (the label, `int_categorical` features) written as
+  whole-number floats (`1.0`, as pandas writes an integer column holding a
+  NaN): when every float value of such a column is a whole number, the
+  column is written as int64 ids; one fractional value keeps the whole
+  column float, for the DataGate to refuse (never truncated);
 - a feature's configured kind: a `kind: float` column whose values happen to
   be whole numbers is inferred as int64, and a column left empty in the
   sample as string, which would make those the serving input types. Values
@@ -27,6 +34,7 @@ only what the rewrite needs, so other config changes do not invalidate ExampleGe
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import apache_beam as beam
@@ -57,6 +65,8 @@ class ExampleRules:
       exclude: Keys removed from every example (`data.exclude`).
       kinds: `(key, kind)` of every feature and of the label
         (`int_categorical`): the value list type the examples must use.
+        When set, keys not listed here are removed too: only configured
+        columns reach any component.
     """
 
     exclude: tuple[str, ...] = ()
@@ -102,19 +112,76 @@ def _retype(feature: tf.train.Feature, kind: str) -> None:
         target.value.extend(str(v).encode() for v in values)
 
 
-def conform(example: tf.train.Example, rules: ExampleRules) -> tf.train.Example:
-    """Applies `rules` to one example (in place) and returns it."""
+def _is_whole(value: float) -> bool:
+    return math.isfinite(value) and value == int(value)
+
+
+def _as_ids(feature: tf.train.Feature) -> None:
+    """A float list of whole numbers, rewritten as the int64 ids it holds."""
+    values = [int(v) for v in feature.float_list.value]
+    feature.ClearField("float_list")
+    feature.int64_list.SetInParent()
+    feature.int64_list.value.extend(values)
+
+
+class WholeNumberColumns(beam.CombineFn):
+    """The integer-kind keys whose float values, over all examples, are whole numbers.
+
+    Accumulator: key -> whether every float value seen so far is whole (keys
+    with no float value are absent).
+    """
+
+    def __init__(self, rules: ExampleRules):
+        self._int_keys = tuple(k for k, kind in rules.kinds if kind == "int_categorical")
+
+    def create_accumulator(self) -> dict[str, bool]:
+        return {}
+
+    def add_input(self, accumulator: dict[str, bool], example) -> dict[str, bool]:
+        if not isinstance(example, tf.train.Example):
+            return accumulator
+        features = example.features.feature
+        for key in self._int_keys:
+            if key in features and features[key].WhichOneof("kind") == "float_list":
+                whole = all(_is_whole(v) for v in features[key].float_list.value)
+                accumulator[key] = accumulator.get(key, True) and whole
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> dict[str, bool]:
+        merged: dict[str, bool] = {}
+        for accumulator in accumulators:
+            for key, whole in accumulator.items():
+                merged[key] = merged.get(key, True) and whole
+        return merged
+
+    def extract_output(self, accumulator: dict[str, bool]) -> frozenset[str]:
+        return frozenset(key for key, whole in accumulator.items() if whole)
+
+
+def conform(
+    example: tf.train.Example, rules: ExampleRules, whole_floats: frozenset[str] = frozenset()
+) -> tf.train.Example:
+    """Applies `rules` to one example (in place) and returns it.
+
+    Args:
+      example: A raw example.
+      rules: What to drop and which value list each configured key uses.
+      whole_floats: Integer-kind keys whose float values are whole numbers in
+        every example (`WholeNumberColumns`): written as int64 ids.
+    """
     if not isinstance(example, tf.train.Example):
         return example  # other payloads (serialized protos, sequence examples) pass as read
     features = example.features.feature
     for key in [k for k in features if k.startswith(BOM)]:
         features[key.lstrip(BOM)].CopyFrom(features[key])
         del features[key]
-    for key in rules.exclude:
-        if key in features:
-            del features[key]
+    kinds = dict(rules.kinds)
+    for key in [k for k in features if k in rules.exclude or (kinds and k not in kinds)]:
+        del features[key]
     for key, kind in rules.kinds:
         if key in features:
+            if key in whole_floats and features[key].WhichOneof("kind") == "float_list":
+                _as_ids(features[key])
             _retype(features[key], kind)
     return example
 
@@ -127,10 +194,14 @@ def _conforming(stock_transform):
         pipeline: beam.Pipeline, exec_properties: dict[str, Any], split_pattern: str
     ) -> beam.pvalue.PCollection:
         rules = ExampleRules.from_exec_properties(exec_properties)
-        return (
-            pipeline
-            | "StockRead" >> stock_transform(exec_properties, split_pattern)
-            | "ConformToConfig" >> beam.Map(conform, rules)
+        records = pipeline | "StockRead" >> stock_transform(exec_properties, split_pattern)
+        # Whether a float column is whole numbers is known only after every
+        # example: one fractional label must keep the whole column float.
+        whole_floats = records | "WholeNumberColumns" >> beam.CombineGlobally(
+            WholeNumberColumns(rules)
+        )
+        return records | "ConformToConfig" >> beam.Map(
+            conform, rules, beam.pvalue.AsSingleton(whole_floats)
         )
 
     return ConformedRecords

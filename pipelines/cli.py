@@ -17,12 +17,27 @@ def _config_help() -> str:
     return f"shipped config name ({', '.join(names)}) or a YAML path"
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return f"tfxkit {metadata.version('tfxkit')}"
+    except metadata.PackageNotFoundError:
+        return "tfxkit (version unknown: the package is not installed, only on the path)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tfxkit", description=__doc__)
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the pipeline locally")
     run.add_argument("--config", default="taxi", help=_config_help())
-    run.add_argument("--runner", default="beam", choices=["beam", "local"])
+    run.add_argument(
+        "--runner",
+        default="beam",
+        choices=["beam", "local"],
+        help="TFX orchestrator: beam (BeamDagRunner, the default) or local (LocalDagRunner)",
+    )
     run.add_argument("--output", default="runs", help="output directory (default: runs)")
     comp = sub.add_parser(
         "compile", help="compile for Kubeflow Pipelines (KFP v2 YAML with node-pool placement)"
@@ -56,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    # Imported after parsing so that `--help` stays fast (components.data imports TensorFlow).
+    # Imported after parsing so that `--help` stays fast; TensorFlow only once
+    # the checks that need none of it have passed.
     from components.config import ConfigError
     from pipelines.configs import load_config, schema_text
 
@@ -69,8 +85,20 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
     except ConfigError as e:
         print(f"tfxkit: invalid config: {e}", file=sys.stderr)
+        if args.command == "run":
+            from pipelines import rundir
+
+            # This run's own record, so the previous run's result does not stand for it.
+            rundir.record_refusal(args.output, rundir.CONFIG_CHECK_STAGE, f"ConfigError: {e}")
         return 2
     if args.command == "compile":
+        from pipelines import precheck
+
+        try:
+            precheck.check_for_cluster(config)
+        except ConfigError as e:
+            print(f"tfxkit: cannot compile: {e}", file=sys.stderr)
+            return 2
         from pipelines import kubeflow_runner
 
         try:
@@ -95,7 +123,17 @@ def _run(config, output: str, runner: str) -> int:
     try:
         output = rundir.check_output_dir(output)
         with rundir.exclusive_run(output), rundir.log_to_file(output) as run_log:
-            from components.data import DataError
+            from components.data import DataError, check_data_path
+
+            try:
+                check_data_path(config.data)
+            except DataError as e:
+                error = f"DataError: {e}"
+                summary = rundir.refused_summary(rundir.INPUT_CHECK_STAGE, error)
+                rundir.write_refusal(output, {**summary, "log": run_log.path})
+                print(f"tfxkit: {error}", file=run_log.file)
+                print(f"tfxkit: bad input data: {e}", file=run_log.err)
+                return 2
             from pipelines import local_runner
 
             try:
@@ -129,9 +167,12 @@ def _submit(args) -> int:
         package, name = args.package, args.name
         try:
             if args.config:
-                from pipelines import kubeflow_runner
+                from pipelines import precheck
 
                 config = load_config(args.config)
+                precheck.check_for_cluster(config)
+                from pipelines import kubeflow_runner
+
                 package = kubeflow_runner.compile_pipeline(
                     config, os.path.join(tmp, f"{config.name}.yaml")
                 ).path

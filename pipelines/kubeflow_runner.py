@@ -42,7 +42,7 @@ from components.data import FASHION_MNIST_SPLITS, ResolvedInput
 from components.kubeflow import backend, jobs
 from components.kubeflow import env as tfxkit_env
 from components.kubeflow.placement import kubernetes_executor_config, resource_spec
-from pipelines import roles
+from pipelines import precheck, roles
 from pipelines.pipeline import PipelinePaths, create_pipeline
 
 
@@ -67,20 +67,7 @@ def cluster_input(config: PipelineConfig) -> ResolvedInput:
     Raises:
       ConfigError: built-in data without `kubeflow.data_uri`, or a local path.
     """
-    config.require_data("the tfxkit pipeline")
-    uri = config.kubeflow.data_uri
-    if not uri:
-        if config.data.builtin:
-            raise ConfigError(
-                f"kubeflow.data_uri: data.builtin {config.data.builtin!r} lives on the machine that compiles; "
-                "copy it to a bucket (kubeflow/README.md, step 1) and set kubeflow.data_uri to that directory"
-            )
-        uri = config.data.path
-    if "://" not in uri:
-        raise ConfigError(
-            f"kubeflow.data_uri: {uri!r} is a local path, which pods on the cluster cannot read; "
-            "use a directory URI such as gs://<bucket>/data/<name>"
-        )
+    uri = precheck.cluster_data_uri(config)
     if config.data.builtin == "fashion_mnist":
         # The bucket holds the layout `components.data.write_fashion_mnist` writes.
         return ResolvedInput(
@@ -95,16 +82,10 @@ def cluster_paths(config: PipelineConfig) -> PipelinePaths:
     Raises:
       ConfigError: naming the missing or local URI.
     """
-    kf = config.kubeflow
-    for name in ("pipeline_root", "serving_dir"):
-        value = getattr(kf, name)
-        if "://" not in value:
-            got = f"got {value!r}" if value else "it is empty"
-            raise ConfigError(
-                f"kubeflow.{name}: expected a URI every pod can reach, such as gs://<bucket>/{config.name}/"
-                f"{'root' if name == 'pipeline_root' else 'serving'} ({got})"
-            )
-    return PipelinePaths(pipeline_root=kf.pipeline_root, serving_dir=kf.serving_dir)
+    precheck.check_cluster_paths(config)
+    return PipelinePaths(
+        pipeline_root=config.kubeflow.pipeline_root, serving_dir=config.kubeflow.serving_dir
+    )
 
 
 def _check_placements(config: PipelineConfig, pipeline) -> None:

@@ -23,6 +23,7 @@ from components.data import check_input, resolve_input
 from pipelines import progress, report
 from pipelines.pipeline import PipelinePaths, create_pipeline
 from pipelines.rundir import (  # noqa: F401 - ConcurrentRunError and exclusive_run re-exported
+    INPUT_CHECK_STAGE,
     ConcurrentRunError,
     OutputDirError,
     RunLog,
@@ -30,6 +31,7 @@ from pipelines.rundir import (  # noqa: F401 - ConcurrentRunError and exclusive_
     disk_full_error,
     exclusive_run,
     log_to_file,
+    refused_summary,
 )
 from pipelines.summary import format_summary, summarize_run, write_summary
 
@@ -98,26 +100,21 @@ def _run_locked(
         output_dir,
     )
     paths = paths_for(config, output_dir)
-    try:
-        data = resolve_input(config.data, os.path.join(output_dir, "data"))
-        check_input(config.data, data)
-        pipeline = create_pipeline(config, data, paths)
-    except Exception as e:
-        _finish(
-            {
-                "status": "failed",
-                "stage": "input check (before any component ran)",
-                "error": f"{type(e).__name__}: {e}",
-                "components": {},
-                "metrics": {},
-                "blessed": None,
-                "pushed_model": None,
-            },
-            output_dir,
-            stream,
-            run_log,
-        )
-        raise
+    # The input check's warnings (files it ignores, columns no feature uses)
+    # reach the console as the run's do.
+    with progress.console_logging(stream, run_log):
+        try:
+            data = resolve_input(config.data, os.path.join(output_dir, "data"))
+            check_input(config.data, data)
+            pipeline = create_pipeline(config, data, paths)
+        except Exception as e:
+            _finish(
+                refused_summary(INPUT_CHECK_STAGE, f"{type(e).__name__}: {e}"),
+                output_dir,
+                stream,
+                run_log,
+            )
+            raise
     dag_runner = BeamDagRunner() if runner == "beam" else tfx.orchestration.LocalDagRunner()
 
     error = None

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import fcntl
 import io
+import json
 import os
 import re
 import sys
@@ -18,6 +19,10 @@ import uuid
 from collections.abc import Iterator
 
 LOG_NAME = "tfxkit.log"
+SUMMARY_NAME = "summary.json"
+# `stage` of a run refused before any component ran.
+CONFIG_CHECK_STAGE = "config check (before any component ran)"
+INPUT_CHECK_STAGE = "input check (before any component ran)"
 
 
 class OutputDirError(ValueError):
@@ -254,3 +259,53 @@ def log_to_file(output_dir: str) -> Iterator[RunLog]:
             with contextlib.suppress(Exception):
                 stream.flush()
                 stream.close()
+
+
+def refused_summary(stage: str, error: str) -> dict:
+    """The `summary.json` of a run refused before any component ran."""
+    return {
+        "status": "failed",
+        "stage": stage,
+        "error": error,
+        "components": {},
+        "metrics": {},
+        "blessed": None,
+        "pushed_model": None,
+    }
+
+
+def write_refusal(output_dir: str, summary: dict) -> None:
+    """Writes `summary` as `<output_dir>/summary.json` (a local directory; no TensorFlow)."""
+    path = os.path.join(output_dir, SUMMARY_NAME)
+    with open(path + ".tmp", "w") as f:
+        f.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def record_refusal(output: str, stage: str, error: str) -> str | None:
+    """Records a run refused before it got its output directory (an invalid config).
+
+    Every run writes its own `summary.json`, so a refused run must not leave
+    the previous run's `succeeded` and pushed model standing for it. Writes
+    `tfxkit.log` (this run's: the error) and `summary.json` into `output` when
+    it can be used; writes nothing when it cannot be or another run holds it
+    (that run's record is its own).
+
+    Args:
+      output: The `--output` directory (created if missing).
+      stage: What refused the run (`CONFIG_CHECK_STAGE`).
+      error: The error, as the summary's `error`.
+
+    Returns:
+      The `summary.json` path written, or None.
+    """
+    try:
+        output_dir = check_output_dir(output)
+        with exclusive_run(output_dir):
+            log = os.path.join(output_dir, LOG_NAME)
+            with open(log, "w") as f:
+                f.write(f"tfxkit: run refused at the {stage}: {error}\n")
+            write_refusal(output_dir, {**refused_summary(stage, error), "log": log})
+    except (OutputDirError, ConcurrentRunError, OSError):
+        return None
+    return os.path.join(output_dir, SUMMARY_NAME)

@@ -112,11 +112,12 @@ def config_messages(
         )
     else:
         if label.type == statistics_pb2.FeatureNameStatistics.FLOAT:
-            # A cast would truncate 0.7 to 0 and train on wrong classes.
+            # A cast would truncate 0.7 to 0 and train on wrong classes. A column of
+            # whole-number floats (1.0) reaches here as int64 ids (`components.example_gen`).
             messages.append(
                 f"data.label.name: label '{data.label.name}' has FLOAT values (between {label.num_stats.min:g} and "
-                f"{label.num_stats.max:g}) in split '{split}'; {label_fix}, written without a decimal point: "
-                "fractional labels are refused, not truncated"
+                f"{label.num_stats.max:g}) in split '{split}'; {label_fix}: fractional labels are refused, "
+                "not truncated (a column of whole-number floats such as 1.0 is read as the ids it holds)"
             )
         common = label.num_stats.common_stats
         # A CSV cell left empty is an empty value list (present, no value);
@@ -178,5 +179,9 @@ def gate_messages(
         if split in anomalies_by_split:
             messages += anomaly_messages(split, anomalies_by_split[split], "ExampleValidator")
         if baseline is not None and stats.datasets and stats.datasets[0].num_examples:
-            messages += drift_messages(split, stats, baseline, data.exclude)
+            # Only configured columns reach the statistics (`components.example_gen`);
+            # a baseline from before may hold others, whose absence now is not drift.
+            kept = {data.label.name, *(f.name for f in data.features), *_features(stats)}
+            gone = tuple(f.name for f in baseline.feature if f.name not in kept)
+            messages += drift_messages(split, stats, baseline, tuple(data.exclude) + gone)
     return messages

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
 
 from components.config import DataConfig, FeatureConfig, LabelConfig
-from components.data import DataError, check_input, resolve_input
+from components.data import DataError, check_data_path, check_input, resolve_input
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A fresh interpreter that imports no TensorFlow answers in seconds; the
+# bound only stops a hung process.
+CHECK_TIMEOUT_SECONDS = 120
 
 
 def _data(path: str, fmt: str = "csv", size: int = 1) -> DataConfig:
@@ -72,3 +82,111 @@ def test_tfrecord_feature_size_the_data_does_not_have_is_refused_naming_feature(
         f"per example in the first records of {path!r}; set size: 1 (1 for a scalar)"
     )
     check_input(_data(path, fmt="tfrecord"), resolve_input(data, str(tmp_path)))
+
+
+def test_columns_neither_features_label_nor_excluded_are_named_in_a_warning(tmp_path, caplog):
+    (tmp_path / "wine.csv").write_text("row_id,alcohol,region,label,taste\n7,12.5,north,1,dry\n")
+    data = _data(str(tmp_path / "wine.csv"))
+    check_input(data, resolve_input(data, str(tmp_path)))
+    warning = (
+        f"data: column(s) 'region', 'row_id', 'taste' in {str(tmp_path / 'wine.csv')!r} are "
+        "neither data.features, the label nor data.exclude; they are dropped at ExampleGen"
+    )
+    assert warning in caplog.text
+    assert "add them to data.features to train on them, or to data.exclude" in caplog.text
+    caplog.clear()
+    excluded = dataclasses.replace(data, exclude=("row_id", "region", "taste"))
+    check_input(excluded, resolve_input(excluded, str(tmp_path)))
+    assert "data: column(s)" not in caplog.text
+
+
+def test_gzip_compressed_csv_is_refused_naming_file_and_fix(tmp_path):
+    path = tmp_path / "wine.csv"
+    path.write_bytes(gzip.compress(b"alcohol,label\n12.5,1\n"))
+    data = _data(str(path))
+    with pytest.raises(DataError) as e:
+        check_input(data, resolve_input(data, str(tmp_path)))
+    assert str(e.value).startswith(
+        f"data.path: {str(path)!r} is gzip-compressed (it starts with the gzip signature 1f 8b)"
+    )
+    assert "decompress it first" in str(e.value)
+
+
+def test_csv_files_whose_headers_differ_in_column_order_are_refused(tmp_path):
+    (tmp_path / "a.csv").write_text("alcohol,label\n12.5,1\n")
+    (tmp_path / "b.csv").write_text("label,alcohol\n0,11.0\n")
+    data = _data(str(tmp_path))
+    with pytest.raises(DataError) as e:
+        check_input(data, resolve_input(data, str(tmp_path / "out")))
+    assert str(e.value) == (
+        f"data.path: {str(tmp_path / 'b.csv')!r} has the same columns in another order (label, alcohol) "
+        f"than {str(tmp_path / 'a.csv')!r} (alcohol, label); the CSV files of one input must share one "
+        "header line: re-save them with the header of 'a.csv'"
+    )
+
+
+def test_csv_file_given_format_tfrecord_is_refused_naming_the_format(tmp_path):
+    path = tmp_path / "wine.csv"
+    path.write_text("alcohol,label\n12.5,1\n")
+    data = _data(str(path), fmt="tfrecord")
+    with pytest.raises(DataError) as e:
+        check_input(data, resolve_input(data, str(tmp_path)))
+    assert str(e.value) == (
+        f"data.path: {str(path)!r} is not a readable TFRecord file: it holds text (it starts "
+        "'alcohol,label'), yet data.format is 'tfrecord'; for a CSV file set data.format: csv"
+    )
+    assert "function_node" not in str(e.value)
+
+
+def test_missing_relative_path_names_the_directory_it_was_resolved_against(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as e:
+        check_data_path(_data("data/wine.csv"))
+    assert str(e.value) == (
+        f"data.path: 'data/wine.csv' (resolved against the current directory {str(tmp_path)!r}: "
+        f"{str(tmp_path / 'data' / 'wine.csv')!r}) does not exist; point it at a CSV file or a "
+        "directory of them (an absolute path does not depend on where tfxkit runs)"
+    )
+    (tmp_path / "data").mkdir()
+    with pytest.raises(DataError, match=r"is an empty directory; put the CSV files there"):
+        check_data_path(_data("data"))
+    (tmp_path / "data" / "wine.csv").write_text("alcohol,label\n12.5,1\n")
+    check_data_path(_data("data/wine.csv"))
+
+
+@pytest.mark.multiprocess
+def test_data_path_check_imports_no_tensorflow(tmp_path):
+    code = (
+        "import sys\n"
+        "from components.config import DataConfig, FeatureConfig, LabelConfig\n"
+        "from components.data import DataError, check_data_path\n"
+        "data = DataConfig(path=sys.argv[1], label=LabelConfig(name='label', num_classes=2),\n"
+        "                  features=(FeatureConfig(name='alcohol', kind='float'),))\n"
+        "try:\n    check_data_path(data)\nexcept DataError as e:\n    print(e)\n"
+        "print('imported tensorflow' if 'tensorflow' in sys.modules else 'no tensorflow')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "missing.csv")],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT_SECONDS,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"data.path: {str(tmp_path / 'missing.csv')!r} does not exist")
+    assert lines[-1] == "no tensorflow"
+
+
+def test_csv_files_with_other_columns_are_refused_naming_the_difference(tmp_path):
+    (tmp_path / "a.csv").write_text("alcohol,label,region\n12.5,1,north\n")
+    (tmp_path / "b.csv").write_text("alcohol,label,taste\n11.0,0,dry\n")
+    data = _data(str(tmp_path))
+    with pytest.raises(DataError) as e:
+        check_input(data, resolve_input(data, str(tmp_path / "out")))
+    assert str(e.value).startswith(
+        f"data.path: {str(tmp_path / 'b.csv')!r} has other columns (also taste; without region) "
+        f"than {str(tmp_path / 'a.csv')!r} (alcohol, label, region); the CSV files of one input "
+        "must share one header line"
+    )

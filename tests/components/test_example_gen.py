@@ -94,3 +94,45 @@ def test_conform_leaves_values_it_cannot_convert_exactly_for_the_data_gate():
     assert _feature(example, "fare") == ("bytes_list", [b"abc"])
     assert _feature(example, "hour") == ("float_list", [1.5])
     assert _feature(example, "label") == ("float_list", [pytest.approx(0.7)])
+
+
+def test_columns_neither_features_nor_label_reach_no_component(tmp_path):
+    # A wide CSV: an id and a date beside the configured columns. Kept, they
+    # would become required inputs of the served model's signature.
+    (tmp_path / "data.csv").write_text(
+        "row_id,fare,hour,tract,zip,day,label\n17,3.5,1,4,60601,2024-01-02,0\n"
+    )
+    (example,) = _read(CsvExecutor(), str(tmp_path), "data.csv")
+    assert sorted(example.features.feature) == ["fare", "hour", "label", "tract", "zip"]
+
+
+def test_whole_number_float_ids_are_written_as_int64(tmp_path):
+    # pandas writes an integer column holding a NaN as floats: 0.0, 1.0, ...
+    (tmp_path / "data.csv").write_text(
+        "fare,hour,tract,zip,label\n3.5,1.0,4,60601,0.0\n4.5,2.0,,60602,1.0\n5.5,3.0,5,60603,\n"
+    )
+    examples = _read(CsvExecutor(), str(tmp_path), "data.csv")
+    assert sorted(_feature(e, "label") for e in examples) == [
+        ("int64_list", []),
+        ("int64_list", [0]),
+        ("int64_list", [1]),
+    ]
+    assert sorted(_feature(e, "hour") for e in examples) == [
+        ("int64_list", [1]),
+        ("int64_list", [2]),
+        ("int64_list", [3]),
+    ]
+    assert sorted(_feature(e, "fare") for e in examples)[0] == ("float_list", [3.5])
+
+
+def test_one_fractional_value_keeps_the_whole_column_float(tmp_path):
+    # Rewriting only the whole rows would mix types in one column; the
+    # DataGate refuses the float column, naming the fractional values.
+    (tmp_path / "data.csv").write_text(
+        "fare,hour,tract,zip,label\n3.5,1,4,60601,1.0\n4.5,2,5,60602,0.7\n"
+    )
+    examples = _read(CsvExecutor(), str(tmp_path), "data.csv")
+    assert sorted(_feature(e, "label") for e in examples) == [
+        ("float_list", [pytest.approx(0.7)]),
+        ("float_list", [1.0]),
+    ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gzip
 import hashlib
 import io
 import json
@@ -38,6 +39,7 @@ from ml_metadata.proto import metadata_store_pb2
 from components.config import ConfigError, PipelineConfig, from_dict, to_dict
 from components.data import DataError, taxi_csv_path
 from pipelines import local_runner
+from pipelines.configs import load_config
 from pipelines.rundir import OutputDirError
 from pipelines.summary import latest_run_executions, open_store
 from tests.pipelines.full_disk import FullDiskUnavailable, full_disk
@@ -475,6 +477,102 @@ def _evaluator_reruns(work: str, base: PipelineConfig) -> PipelineConfig:
     )
 
 
+# Columns a wide CSV carries beside the configured ones: an id and a date.
+UNUSED_COLUMNS = ("trip_id", "pickup_date")
+
+
+def _with_unused_columns(fields, rows):
+    for i, row in enumerate(rows):
+        row.update(trip_id=f"t-{i:05d}", pickup_date=f"2024-01-{i % 28 + 1:02d}")
+    return [*UNUSED_COLUMNS, *fields], rows
+
+
+def _newest_model(out: str) -> str:
+    serving = os.path.join(out, "serving", "taxi")
+    return os.path.join(serving, max((v for v in os.listdir(serving) if v.isdigit()), key=int))
+
+
+def _serves_without_unused_columns(out: str, baseline_dir: str) -> str:
+    """The pushed model answers a raw tf.Example holding only the configured
+    features, and the run named the columns it dropped."""
+    with open(os.path.join(out, "tfxkit.log")) as f:
+        log = f.read()
+    named = ", ".join(repr(c) for c in sorted(UNUSED_COLUMNS))
+    if f"data: column(s) {named} in" not in log:
+        return f"no warning naming {named} in tfxkit.log"
+    # The catalogue's runs are the shipped taxi pipeline on other data.
+    config = load_config("taxi")
+    _, rows = read_taxi_rows(1)
+    example = tf.train.Example()
+    for feature in config.data.features:
+        value, slot = rows[0][feature.name] or "0", example.features.feature[feature.name]
+        if feature.kind == "float":
+            slot.float_list.value.append(float(value))
+        elif feature.kind == "int_categorical":
+            slot.int64_list.value.append(int(value))
+        else:
+            slot.bytes_list.value.append(value.encode())
+    serve = tf.saved_model.load(_newest_model(out)).signatures["serving_default"]
+    try:
+        probabilities = serve(examples=tf.constant([example.SerializeToString()]))["probabilities"]
+    except (tf.errors.InvalidArgumentError, ValueError) as e:
+        return f"the pushed model refused an example without {named}: {str(e)[:300]}"
+    if probabilities.shape != (1, config.data.label.num_classes):
+        return f"the pushed model returned probabilities of shape {probabilities.shape}"
+    return ""
+
+
+def _cli_run_with_invalid_config(config: PipelineConfig, out: str) -> tuple[str, str]:
+    """`tfxkit run` (a child process, as a user runs it) with the config saved
+    as YAML and one value out of range (distillation.temperature = 0)."""
+    data = to_dict(config)
+    data["distillation"]["temperature"] = 0
+    path = os.path.join(os.path.dirname(out), "invalid.yaml")
+    with open(path, "w") as f:
+        json.dump(data, f)  # JSON is YAML
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "run", "--config", path, "--output", out],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
+        timeout=CHILD_RUN_TIMEOUT_SECONDS,
+    )
+    outcome = {0: "proceeds", 2: "rejected"}.get(result.returncode, "fails")
+    return outcome, f"exit {result.returncode}: {result.stderr.strip()}"
+
+
+def _gzip_csv(work: str, base: PipelineConfig) -> PipelineConfig:
+    fields, rows = read_taxi_rows()
+    path = write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows)
+    with open(path, "rb") as f:
+        packed = gzip.compress(f.read())
+    with open(path, "wb") as f:
+        f.write(packed)  # compressed, yet named .csv (as a download often is)
+    return with_data(base, path)
+
+
+def _headers_in_another_order(work: str, base: PipelineConfig) -> PipelineConfig:
+    fields, rows = read_taxi_rows()
+    directory = os.path.join(work, "data")
+    half = len(rows) // 2
+    write_csv(os.path.join(directory, "part-0.csv"), fields, rows[:half])
+    write_csv(os.path.join(directory, "part-1.csv"), fields[::-1], rows[half:])
+    return with_data(base, directory)
+
+
+def _csv_as_tfrecord(work: str, base: PipelineConfig) -> PipelineConfig:
+    fields, rows = read_taxi_rows()
+    return with_data(
+        base, write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows), "tfrecord"
+    )
+
+
+def _whole_number_floats(fields, rows):
+    # As pandas writes an integer column once it held a NaN.
+    return fields, [{**row, "big_tipper": f"{float(row['big_tipper']):.1f}"} for row in rows]
+
+
 CASES: tuple[Case, ...] = (
     Case(
         "malformed_csv_row",
@@ -534,6 +632,17 @@ CASES: tuple[Case, ...] = (
         "run succeeds: excluded columns are dropped at ExampleGen, so no component (statistics, schema, drift "
         "check, Transform, serving signature, Evaluator) depends on them",
         _csv_case(lambda f, r: ([c for c in f if c != "trip_start_timestamp"], r)),
+    ),
+    Case(
+        "unused_csv_column",
+        "a CSV with columns that are neither features, the label nor excluded (trip_id, pickup_date)",
+        "proceeds",
+        "",
+        "run succeeds with a warning naming the columns and the fix (add them to data.features, or "
+        "to data.exclude to silence it); they are dropped at ExampleGen, so the pushed model serves "
+        "examples without them",
+        _csv_case(_with_unused_columns),
+        check=_serves_without_unused_columns,
     ),
     Case(
         "dropped_feature_column",
@@ -678,6 +787,57 @@ CASES: tuple[Case, ...] = (
         "no pushed_model (the previous run's result does not survive)",
         _csv_case(_without_label),
         check=_own_failed_summary(r"label column 'big_tipper' is not in"),
+    ),
+    Case(
+        "rerun_rejected_config",
+        "a re-run into a directory that holds a pushed run, refused by config validation "
+        "(tfxkit run with distillation.temperature = 0)",
+        "rejected",
+        r"exit 2: tfxkit: invalid config: distillation\.temperature: expected a number > 0",
+        "refused before anything runs, naming the field and the expected form; exit 2; "
+        "summary.json is this run's: status failed, stage, the error, no pushed_model",
+        lambda work, base: base,
+        execute=_cli_run_with_invalid_config,
+        check=_own_failed_summary(r"distillation\.temperature: expected a number > 0"),
+    ),
+    Case(
+        "whole_number_float_labels",
+        "labels written as whole-number floats (big_tipper = 0.0 / 1.0, as pandas writes them "
+        "after a NaN)",
+        "proceeds",
+        "",
+        "run succeeds: a label column whose values are all whole numbers is read as the class ids "
+        "it holds (one fractional value keeps it refused, as fractional_label)",
+        _csv_case(_whole_number_floats),
+    ),
+    Case(
+        "gzip_compressed_csv",
+        "a gzip-compressed CSV named taxi.csv",
+        "rejected",
+        r"data\.path: '.*taxi\.csv' is gzip-compressed \(it starts with the gzip signature 1f 8b\), "
+        r"and CSV input is read as plain text; decompress it first",
+        "refused before any component runs, naming the file, the compression and the fix (decompress)",
+        _gzip_csv,
+    ),
+    Case(
+        "csv_headers_in_different_order",
+        "two CSV files of one input whose headers list the same columns in another order",
+        "rejected",
+        r"data\.path: '.*part-1\.csv' has the same columns in another order \(.*\) than "
+        r"'.*part-0\.csv' \(.*\); the CSV files of one input must share one header line",
+        "refused before any component runs, naming both files, the two headers and the fix (one "
+        "header line for all files)",
+        _headers_in_another_order,
+    ),
+    Case(
+        "csv_read_as_tfrecord",
+        "a CSV file configured as data.format: tfrecord",
+        "rejected",
+        r"data\.path: '.*taxi\.csv' is not a readable TFRecord file: it holds text \(it starts "
+        r"'pickup_community_area,.*'\), yet data\.format is 'tfrecord'; for a CSV file set data\.format: csv",
+        "refused before any component runs, naming the file, what it holds and the fix "
+        "(data.format: csv); no raw TensorFlow text",
+        _csv_as_tfrecord,
     ),
     Case(
         "killed_mid_evaluator",

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import re
 import subprocess
 import sys
 
 import jsonschema
 import pytest
+import yaml
 
-from pipelines import cli
+from pipelines import cli, rundir
 from pipelines.configs import SCHEMA_FILE
 
 REPO = SCHEMA_FILE.parents[2]
@@ -101,3 +104,116 @@ def test_output_under_a_file_fails_clearly_without_a_traceback(tmp_path):
     )
     assert "Traceback" not in result.stderr
     assert blocker.read_text() == "keep me"
+
+
+@pytest.mark.multiprocess
+def test_version_prints_the_installed_package_version():
+    from importlib import metadata
+
+    result = _cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"tfxkit {metadata.version('tfxkit')}"
+
+
+def test_every_run_option_has_help_text(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "--runner {beam,local} TFX orchestrator: beam (BeamDagRunner, the default) or local" in text
+    )
+    assert "--output OUTPUT output directory" in text
+
+
+def _config_file(tmp_path, data_uri=None, **data) -> str:
+    config = yaml.safe_load((REPO / "pipelines" / "configs" / "taxi.yaml").read_text())
+    config["data"].pop("builtin")
+    config["data"].update(data)
+    if data_uri is not None:
+        config["kubeflow"]["data_uri"] = data_uri
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def _previous_run(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text(
+        '{"status": "succeeded", "pushed_model": "/old/serving/taxi/1"}\n'
+    )
+    return out
+
+
+@pytest.mark.multiprocess
+def test_missing_relative_data_path_is_refused_at_once_naming_the_absolute_path(tmp_path):
+    out = _previous_run(tmp_path)
+    result = _cli(
+        "run", "--config", _config_file(tmp_path, path="no/such.csv"), "--output", str(out)
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        f"tfxkit: bad input data: data.path: 'no/such.csv' (resolved against the current directory "
+        f"{str(REPO)!r}: {str(REPO / 'no' / 'such.csv')!r}) does not exist; point it at a CSV file "
+        "or a directory of them (an absolute path does not depend on where tfxkit runs)"
+    )
+    # Checked before TensorFlow is imported (about half a minute on a busy machine).
+    assert result.stderr.rstrip().endswith("no tensorflow")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["pushed_model"] is None
+    assert summary["stage"] == "input check (before any component ran)"
+    assert "'no/such.csv' (resolved against the current directory" in summary["error"]
+
+
+@pytest.mark.multiprocess
+def test_compile_with_local_data_is_refused_before_tensorflow_is_imported(tmp_path):
+    data = tmp_path / "taxi.csv"
+    data.write_text("fare,big_tipper\n1.0,0\n")
+    config = _config_file(tmp_path, data_uri="", path=str(data))
+    result = _cli("compile", "--config", config, "--output", str(tmp_path / "p.yaml"))
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        f"tfxkit: cannot compile: kubeflow.data_uri: {str(data)!r} is a local path, which pods on "
+        "the cluster cannot read; use a directory URI such as gs://<bucket>/data/<name>"
+    )
+    assert result.stderr.rstrip().endswith("no tensorflow")
+    assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(
+    "config_text, error",
+    [
+        ("name: taxi\ndata: {builtin: taxi\n", r"is not valid YAML"),
+        (None, r"distillation\.temperature: expected a number > 0"),
+    ],
+    ids=["yaml_error", "invalid_value"],
+)
+def test_config_refusal_replaces_the_previous_runs_summary(tmp_path, config_text, error):
+    out = _previous_run(tmp_path)
+    config = tmp_path / "bad.yaml"
+    if config_text is None:
+        data = yaml.safe_load((REPO / "pipelines" / "configs" / "taxi.yaml").read_text())
+        data["distillation"] = {"temperature": 0}
+        config_text = yaml.safe_dump(data)
+    config.write_text(config_text)
+    result = _cli("run", "--config", str(config), "--output", str(out))
+    assert result.returncode == 2
+    assert re.match(rf"tfxkit: invalid config: .*{error}", result.stderr)
+    assert "Traceback" not in result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["pushed_model"] is None
+    assert summary["stage"] == "config check (before any component ran)"
+    assert re.search(error, summary["error"])
+    assert re.search(error, (out / "tfxkit.log").read_text())
+
+
+def test_config_refusal_leaves_a_running_runs_summary_alone(tmp_path):
+    out = _previous_run(tmp_path)
+    # Another run holds the output directory: its record is its own.
+    with open(out / ".tfxkit.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert rundir.record_refusal(str(out), rundir.CONFIG_CHECK_STAGE, "ConfigError: x") is None
+    assert json.loads((out / "summary.json").read_text())["status"] == "succeeded"
+    assert rundir.record_refusal(str(out), rundir.CONFIG_CHECK_STAGE, "ConfigError: x")
+    assert json.loads((out / "summary.json").read_text())["status"] == "failed"

@@ -340,3 +340,19 @@ def test_unreadable_tfrecord_names_the_file(tmp_path, digits_config):
         ValueError, match=r"data\.path: '.*broken\.tfrecord' is not a readable TFRecord file"
     ):
         local_runner.run(config, str(tmp_path / "out"))
+
+
+def test_input_check_warnings_reach_the_console(tmp_path, taxi_config, capfd):
+    # The README says the package's warnings are shown: the input check's
+    # too, not only the log file (here the run is then refused: no label).
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.move(str(_copy_taxi_without(tmp_path, "big_tipper")), data / "taxi.csv")
+    (data / "README.txt").write_text("Chicago taxi trips.\n")
+    with pytest.raises(ValueError, match=r"label column 'big_tipper' is not in"):
+        local_runner.run(_user_csv_config(taxi_config, data), str(tmp_path / "out"))
+    console = capfd.readouterr().err
+    assert (
+        f"WARNING: data.path: reading the 1 .csv file(s) in {str(data)!r} and ignoring README.txt"
+        in console
+    )

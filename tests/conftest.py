@@ -13,6 +13,7 @@ from typing import TypeVar
 import numpy as np
 import pytest
 
+from benchmarks.tiny import tiny
 from components.config import PipelineConfig
 from pipelines.configs import load_config
 
@@ -89,31 +90,6 @@ def taxi_config() -> PipelineConfig:
 @pytest.fixture(scope="session")
 def digits_config() -> PipelineConfig:
     return load_config("digits")
-
-
-def tiny(config: PipelineConfig, **train_overrides) -> PipelineConfig:
-    """The same pipeline with step counts small enough for tests."""
-    train = dataclasses.replace(
-        config.train,
-        train_steps=20,
-        eval_steps=2,
-        steps_per_epoch=10,
-        checkpoint_every_steps=10,
-        warmup_steps=min(config.train.warmup_steps, 5),
-        **train_overrides,
-    )
-    # Thresholds any model passes: a tiny run tests the plumbing, not quality.
-    evaluation = dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0)
-    # A patient student stays patient: twice the teacher's tiny step count.
-    student_steps = 40 if config.distillation.student_train_steps else 0
-    # The scratch baseline is one more Trainer per run: the tests that check
-    # it turn it back on.
-    distillation = dataclasses.replace(
-        config.distillation, student_train_steps=student_steps, scratch_baseline=False
-    )
-    return dataclasses.replace(
-        config, train=train, evaluation=evaluation, distillation=distillation
-    )
 
 
 @pytest.fixture(scope="session")

@@ -84,6 +84,14 @@ def pytest_collection_modifyitems(config, items):
         items[:] = shuffled_by_module(items, seed, module_of)
 
 
+def pytest_configure(config):
+    # Under pytest-xdist (`--dist loadscope`) the workers are handed whole
+    # modules in the collection order, which xdist would otherwise re-sort
+    # by size: a shuffled run hands them out in the seeded order.
+    if shuffle_seed(config) is not None and hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_report_header(config):
     seed = shuffle_seed(config)
     return None if seed is None else f"test order: shuffled, seed {seed} (--shuffle-seed {seed})"

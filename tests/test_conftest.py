@@ -6,7 +6,13 @@ import os
 
 import pytest
 
-from tests.conftest import once_per_run, shared_file, shuffled_by_module
+from tests.conftest import (
+    LONGEST_MODULES,
+    longest_first,
+    once_per_run,
+    shared_file,
+    shuffled_by_module,
+)
 
 ITEMS = [f"tests/m{m}.py::test_{t}" for m in range(6) for t in range(8)]
 
@@ -92,3 +98,15 @@ def test_once_per_run_builds_again_after_a_failure_from_an_empty_directory(tmp_p
     with pytest.raises(RuntimeError, match="build failed"):
         once_per_run(factory, "run", fail)
     assert once_per_run(factory, "run", lambda d: sorted(os.listdir(d))) == []
+
+
+def test_longest_modules_come_first_and_the_rest_keep_their_order():
+    longest, second = LONGEST_MODULES[0], LONGEST_MODULES[1]
+    items = ["tests/a.py::t1", f"{second}::t1", "tests/b.py::t1", f"{longest}::t1", f"{second}::t2"]
+    assert longest_first(items, _module) == [
+        f"{longest}::t1",
+        f"{second}::t1",
+        f"{second}::t2",
+        "tests/a.py::t1",
+        "tests/b.py::t1",
+    ]

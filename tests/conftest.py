@@ -1,4 +1,5 @@
-"""Shared fixtures: shipped configs and small variants of them; the shuffled-order option."""
+"""Shared fixtures: shipped configs and small variants of them, pipeline runs built once
+per test run; the shuffled-order option and the order pytest-xdist workers get."""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ UV_VERSION := $(shell sed -n 's/^uv==//p' requirements.lock)
 CONFIG ?= fashion_mnist
 OUTPUT ?= runs
 RUNNER ?= beam
+# Test workers (pytest-xdist); 0 runs every test in the pytest process.
+PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 BENCHES ?= ingestion strategies distillation gradient_checkpointing reliability
 
@@ -29,8 +31,11 @@ $(STAMP): requirements.lock pyproject.toml
 run: setup fashion-mnist
 	$(BIN)/tfxkit run --config $(CONFIG) --runner $(RUNNER) --output $(OUTPUT)
 
+# --dist loadscope: a module's tests stay on one worker, so its module
+# fixtures are built once; session fixtures that run a pipeline are built once
+# for all workers (tests/conftest.py, once_per_run).
 test: setup fashion-mnist
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # Fashion-MNIST ships in Debian (dataset-fashion-mnist). Root installs it when
 # missing; anyone else is told how (see components/fashion_mnist.py).

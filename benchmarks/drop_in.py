@@ -74,7 +74,7 @@ def run_side(side: str, root: str, train_steps: int | None) -> dict:
     """Runs one side in this process and returns its figures."""
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-    from tests.components.dropin import tfx_examples
+    from benchmarks import tfx_examples
 
     example = tfx_examples.TAXI
     module = tfx_examples.load_pipeline(

@@ -1,18 +1,23 @@
-"""Shared fixtures: shipped configs and small variants of them; the shuffled-order option."""
+"""Shared fixtures: shipped configs and small variants of them, pipeline runs built once
+per test run; the shuffled-order option and the order pytest-xdist workers get."""
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import gzip
+import json
 import os
 import random
+import shutil
 import struct
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 
+from benchmarks.tiny import tiny
 from components.config import PipelineConfig
 from pipelines.configs import load_config
 
@@ -69,11 +74,49 @@ def shuffled_by_module(items: Sequence[T], seed: int, module_of: Callable[[T], s
     return [item for module in modules for item in by_module[module]]
 
 
+def module_of(item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+# The modules that take longest (measured on two cores), longest first: under
+# pytest-xdist they are handed out before the rest, so none of them starts
+# last and leaves one worker running alone. Only the order depends on it.
+LONGEST_MODULES = (
+    "tests/pipelines/test_reliability.py",
+    "tests/components/trainer/test_training.py",
+    "tests/pipelines/test_local_runner.py",
+    "tests/components/dropin/test_user_run_fn.py",
+    "tests/pipelines/test_distillation_pipeline.py",
+    "tests/components/dropin/test_tfx_examples_e2e.py",
+    "tests/components/transform/test_executor.py",
+    "tests/pipelines/test_fashion_mnist_pipeline.py",
+    "tests/test_packaging.py",
+    "tests/components/test_distillation.py",
+    "tests/components/dropin/test_legacy_keras.py",
+)
+
+
+def longest_first(items: Sequence[T], module_of: Callable[[T], str]) -> list[T]:
+    """`items` with LONGEST_MODULES' items first, in that order; the rest keep theirs."""
+    rank = {module: i for i, module in enumerate(LONGEST_MODULES)}
+    return sorted(items, key=lambda item: rank.get(module_of(item), len(rank)))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     seed = shuffle_seed(config)
     if seed is not None:
-        items[:] = shuffled_by_module(items, seed, lambda item: item.nodeid.split("::", 1)[0])
+        items[:] = shuffled_by_module(items, seed, module_of)
+    elif hasattr(config, "workerinput"):  # a pytest-xdist worker
+        items[:] = longest_first(items, module_of)
+
+
+def pytest_configure(config):
+    # Under pytest-xdist (`--dist loadscope`) the workers are handed whole
+    # modules in the collection order (longest first, or the seeded order),
+    # which xdist would otherwise re-sort by number of tests.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_report_header(config):
@@ -91,35 +134,55 @@ def digits_config() -> PipelineConfig:
     return load_config("digits")
 
 
-def tiny(config: PipelineConfig, **train_overrides) -> PipelineConfig:
-    """The same pipeline with step counts small enough for tests."""
-    train = dataclasses.replace(
-        config.train,
-        train_steps=20,
-        eval_steps=2,
-        steps_per_epoch=10,
-        checkpoint_every_steps=10,
-        warmup_steps=min(config.train.warmup_steps, 5),
-        **train_overrides,
-    )
-    # Thresholds any model passes: a tiny run tests the plumbing, not quality.
-    evaluation = dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0)
-    # A patient student stays patient: twice the teacher's tiny step count.
-    student_steps = 40 if config.distillation.student_train_steps else 0
-    # The scratch baseline is one more Trainer per run: the tests that check
-    # it turn it back on.
-    distillation = dataclasses.replace(
-        config.distillation, student_train_steps=student_steps, scratch_baseline=False
-    )
+def once_per_run(tmp_path_factory, name: str, build: Callable[[str], Any]) -> Any:
+    """`build(directory)`, run once per test run whatever the number of workers.
+
+    Under pytest-xdist every worker has its own session, so a session fixture
+    would run once per worker. The workers of one run share the parent of
+    their base temporary directories: the first to ask builds `<it>/<name>`
+    under a lock while the others wait, then every one reads the result back.
+    Without workers it is a directory of this session's base temporary
+    directory. A failed build leaves no result, so the next asker tries again.
+
+    Args:
+      build: Fills the (empty) directory it is given; returns JSON data.
+
+    Returns:
+      `build`'s result, as read back from JSON, and the same in every worker.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    result_file = base / f"{name}.json"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result_file.exists():
+            directory = base / name
+            shutil.rmtree(directory, ignore_errors=True)  # an earlier attempt's leftovers
+            directory.mkdir()
+            result = build(str(directory))
+            partial = base / f"{name}.json.partial"
+            partial.write_text(json.dumps(result))
+            os.replace(partial, result_file)
+        return json.loads(result_file.read_text())
+
+
+def digits_distillation_config(digits_config: PipelineConfig) -> PipelineConfig:
+    """Tiny digits, distilled from two teachers, with a gate the student cannot pass."""
+    config = tiny(digits_config)
     return dataclasses.replace(
-        config, train=train, evaluation=evaluation, distillation=distillation
+        config,
+        distillation=dataclasses.replace(config.distillation, enabled=True, num_teachers=2),
+        evaluation=dataclasses.replace(config.evaluation, min_accuracy=1.0),
     )
 
 
 @pytest.fixture(scope="session")
 def digits_distillation_run(tmp_path_factory, digits_config):
     """One tiny digits run with distillation from two teachers, shared by the
-    distiller component tests and the gate tests.
+    distiller component tests and the gate tests (once per test run, see
+    `once_per_run`): they read it and change nothing (a test that runs again
+    does so on a copy).
 
     The student must reach accuracy 1.0 (`evaluation.min_accuracy`), which
     20 steps cannot, so this run is not blessed and pushes nothing.
@@ -129,14 +192,13 @@ def digits_distillation_run(tmp_path_factory, digits_config):
     """
     from pipelines import local_runner
 
-    config = tiny(digits_config)
-    config = dataclasses.replace(
-        config,
-        distillation=dataclasses.replace(config.distillation, enabled=True, num_teachers=2),
-        evaluation=dataclasses.replace(config.evaluation, min_accuracy=1.0),
-    )
-    output = str(tmp_path_factory.mktemp("digits_distillation"))
-    return output, config, local_runner.run(config, output, runner="beam")
+    config = digits_distillation_config(digits_config)
+
+    def run(output: str) -> dict:
+        return {"output": output, "summary": local_runner.run(config, output, runner="beam")}
+
+    result = once_per_run(tmp_path_factory, "digits_distillation", run)
+    return result["output"], config, result["summary"]
 
 
 def write_fashion_idx(directory, sizes=None, seed=0) -> dict:
@@ -167,15 +229,22 @@ COMPILED_CONFIGS = ("taxi", "digits")
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """Shipped name -> (config, kfp component loaded from the compiled file, path), compiled once."""
+    """Shipped name -> (config, kfp component loaded from the compiled file, path),
+    compiled once per test run (see `once_per_run`)."""
     from kfp import components as kfp_components
 
     from pipelines import kubeflow_runner
 
-    directory = tmp_path_factory.mktemp("kfp")
-    out = {}
-    for name in COMPILED_CONFIGS:
-        config = load_config(name)
-        path = kubeflow_runner.compile_pipeline(config, str(directory / f"{name}.yaml")).path
-        out[name] = (config, kfp_components.load_component_from_file(path), path)
-    return out
+    def compile_all(directory: str) -> dict[str, str]:
+        return {
+            name: kubeflow_runner.compile_pipeline(
+                load_config(name), os.path.join(directory, f"{name}.yaml")
+            ).path
+            for name in COMPILED_CONFIGS
+        }
+
+    paths = once_per_run(tmp_path_factory, "kfp", compile_all)
+    return {
+        name: (load_config(name), kfp_components.load_component_from_file(path), path)
+        for name, path in paths.items()
+    }

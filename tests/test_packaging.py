@@ -7,6 +7,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 
 import pytest
 
@@ -99,3 +100,10 @@ def test_wheel_installs_and_imports_beside_the_locked_dependencies(wheel, tmp_pa
         timeout=300,
     )
     assert help_run.returncode == 0 and "run" in help_run.stdout
+
+
+def test_wheel_ships_the_packages_without_tests_or_benchmark_helpers(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        top = {name.split("/", 1)[0] for name in z.namelist() if "/" in name}
+    assert {"components", "pipelines"} <= top
+    assert not top & {"tests", "benchmarks"}, sorted(top)

@@ -2,9 +2,9 @@
 Evaluator (student = candidate, teacher = baseline) -> Pusher.
 
 The e2e tests share `digits_distillation_run` (two teachers, a gate the
-student cannot pass) and then re-run it in the same directory with reachable
-thresholds (the config travels into every component, so the whole DAG runs
-again), after which the Pusher must push the student.
+student cannot pass); one re-runs a copy of it with reachable thresholds (the
+config travels into every component, so the whole DAG runs again), after
+which the Pusher must push the student.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import dataclasses
 import filecmp
 import json
 import os
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -149,8 +150,11 @@ def test_unreachable_gate_blesses_nothing_and_pushes_nothing(digits_distillation
 
 
 @pytest.mark.e2e
-def test_reachable_gate_pushes_the_student_not_the_teacher(digits_distillation_run):
-    output, config, _ = digits_distillation_run
+def test_reachable_gate_pushes_the_student_not_the_teacher(digits_distillation_run, tmp_path):
+    # A copy: the shared run stays as the other tests (other workers too) read it.
+    output = str(tmp_path / "out")
+    shutil.copytree(digits_distillation_run[0], output)
+    config = digits_distillation_run[1]
     reachable = dataclasses.replace(
         config,
         evaluation=dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0),
@@ -216,7 +220,7 @@ RENAMED = {
 
 @pytest.mark.e2e
 def test_renamed_nodes_keep_summary_and_report_correct(tmp_path, monkeypatch, digits_config):
-    from tests.conftest import tiny
+    from benchmarks.tiny import tiny
 
     def renamed_pipeline(*args, **kwargs):
         pipeline = create_pipeline(*args, **kwargs)

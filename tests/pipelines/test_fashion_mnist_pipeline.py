@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks.tiny import tiny
 from components import fashion_mnist
 from components.config import AugmentationConfig
 from pipelines import local_runner
 from pipelines.configs import load_config
-from tests.conftest import tiny, write_fashion_idx
+from tests.conftest import write_fashion_idx
 
 SIZES = {"train": 96, "eval": 40}
 

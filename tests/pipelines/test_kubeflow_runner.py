@@ -17,7 +17,6 @@ from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
 from components.config import ConfigError, PipelineConfig, from_dict
 from components.kubeflow import jobs, tfjob, trainjob
-from components.kubeflow import placement as kube_placement
 from pipelines import cli, kubeflow_runner, local_runner
 from pipelines.configs import SHIPPED_CONFIG_DIR, load_config
 from pipelines.pipeline import create_pipeline
@@ -90,53 +89,91 @@ def test_cli_compile_writes_a_file_kfp_loads(name, tmp_path, capsys):
     assert set(platform_doc["platforms"]) == {"kubernetes"}
 
 
+# A gibibyte in the gigabytes KFP's container resources count memory in.
+GIB = 2**30 / 1e9
+GPU_TOLERATION = ("nvidia.com/gpu", "Exists", "", "NoSchedule")
+L4_NODES = {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+CPU_POOL = {"cloud.google.com/gke-nodepool": "cpu-pool"}
+ONE_GPU = {"type": "nvidia.com/gpu", "count": "1"}
+
+# What each shipped config's placements must compile to, written out from the
+# YAML in pipelines/configs/ (not computed by the placement code under test):
+# task -> (container resources, node selector, tolerations). Every other
+# task with a container runs on the pipeline image with no resources and no
+# Kubernetes config.
+DIGITS_TRAINER = (
+    {"cpuRequest": 4.0, "memoryRequest": 16 * GIB, "accelerator": ONE_GPU},
+    L4_NODES,
+    [GPU_TOLERATION],
+)
+PLACED = {
+    "taxi": {
+        "Trainer": (
+            {
+                "cpuRequest": 6.0,
+                "memoryRequest": 24 * GIB,
+                "memoryLimit": 24 * GIB,
+                "accelerator": ONE_GPU,
+            },
+            L4_NODES,
+            [GPU_TOLERATION],
+        ),
+        "Transform": ({"cpuRequest": 1.0, "memoryRequest": 4 * GIB}, CPU_POOL, []),
+        "StatisticsGen": ({"cpuRequest": 4.0, "memoryRequest": 8 * GIB}, CPU_POOL, []),
+        "Evaluator": ({"cpuRequest": 4.0, "memoryRequest": 16 * GIB}, CPU_POOL, []),
+    },
+    "digits": {
+        "Trainer": DIGITS_TRAINER,
+        "Transform": ({"cpuRequest": 2.0, "memoryRequest": 4 * GIB}, {}, []),
+        # Training steps without an entry of their own are placed as the Trainer.
+        "StudentBaseline": DIGITS_TRAINER,
+        "Distiller": DIGITS_TRAINER,
+    },
+}
+# The entries each shipped YAML writes (the rest of PLACED is the Trainer's default).
+CONFIGURED = {
+    "taxi": {"Trainer", "Transform", "StatisticsGen", "Evaluator"},
+    "digits": {"Trainer", "Transform"},
+}
+IMAGE = "us-docker.pkg.dev/tfxkit-demo/tfxkit/tfxkit:0.1.0"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_each_configured_component_is_placed(compiled, name):
     config, component, _ = compiled[name]
     kf = config.kubeflow
-    assert kf.placements, "the shipped configs place components"
+    assert set(kf.placements) == CONFIGURED[name], "the tables above follow the shipped YAML"
+    placed = set()
     for task_id in component.pipeline_spec.root.dag.tasks:
         container = _executor(component, task_id).get("container")
         if container is None:  # a resolver runs inside the orchestrator
-            assert task_id not in kf.placements
+            assert task_id not in PLACED[name]
             continue
-        # Training steps without an entry of their own are placed as the Trainer.
-        training = task_id in TRAINING_TASKS[name]
-        placement = kf.placements.get(task_id, kf.placements["Trainer"] if training else None)
         k8s = _k8s_config(component, task_id)
         expected_env = {"TFXKIT_ORCHESTRATOR": "kubeflow", "TFXKIT_COMPONENT_ID": task_id}
-        if training:
-            expected_env["TFXKIT_PLACEMENT_ID"] = task_id if task_id in kf.placements else "Trainer"
+        if task_id in TRAINING_TASKS[name]:
+            # Whose placement the step (and its training job's replicas) carries.
+            expected_env["TFXKIT_PLACEMENT_ID"] = (
+                task_id if task_id in CONFIGURED[name] else "Trainer"
+            )
         assert {e["name"]: e["value"] for e in container["env"]} == expected_env
-        if placement is None:
-            assert container["image"] == kf.image
-            assert "resources" not in container and k8s is None
+        assert container["image"] == IMAGE
+        if task_id not in PLACED[name]:
+            assert "resources" not in container and k8s is None, task_id
             continue
-        assert container["image"] == (placement.image or kf.image)
-        resources = container.get("resources", {})
-        expected = {}
-        if placement.cpu_request:
-            expected["cpuRequest"] = kube_placement.cpu_quantity(placement.cpu_request)
-        if placement.cpu_limit:
-            expected["cpuLimit"] = kube_placement.cpu_quantity(placement.cpu_limit)
-        if placement.memory_request:
-            expected["memoryRequest"] = kube_placement.memory_quantity(placement.memory_request)
-        if placement.memory_limit:
-            expected["memoryLimit"] = kube_placement.memory_quantity(placement.memory_limit)
-        if placement.accelerator_type:
-            expected["accelerator"] = {
-                "type": "nvidia.com/gpu",
-                "count": str(placement.accelerator_count),
-            }
-        assert resources == expected
-        selector = dict(k8s.node_selector.labels) if k8s else {}
-        assert selector == kube_placement.node_selector(placement)
-        tolerations = (
-            [(t.key, t.operator, t.value, t.effect) for t in k8s.tolerations] if k8s else []
+            continue
+        placed.add(task_id)
+        resources, selector, tolerations = PLACED[name][task_id]
+        got = dict(container["resources"])
+        assert got.pop("accelerator", None) == resources.get("accelerator"), task_id
+        assert got == pytest.approx({k: v for k, v in resources.items() if k != "accelerator"}), (
+            task_id
         )
-        assert tolerations == [
-            (t.key, t.operator, t.value, t.effect) for t in placement.tolerations
-        ]
+        assert (dict(k8s.node_selector.labels) if k8s else {}) == selector, task_id
+        assert [
+            (t.key, t.operator, t.value, t.effect) for t in (k8s.tolerations if k8s else [])
+        ] == tolerations, task_id
+    assert placed == set(PLACED[name])
 
 
 def test_taxi_trainer_is_on_one_l4_with_the_gpu_toleration(compiled):

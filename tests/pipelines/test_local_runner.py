@@ -22,11 +22,11 @@ import tensorflow as tf
 import yaml
 from ml_metadata.proto import metadata_store_pb2
 
+from benchmarks.tiny import tiny
 from components.config import to_dict
 from components.data import taxi_csv_path
 from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
-from tests.conftest import tiny
 
 EXPECTED_NODES = {
     "StatisticsGen",

@@ -16,12 +16,9 @@ import pytest
 import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
-from pipelines import local_runner
-from pipelines.summary import latest_run_executions, open_store
-from tests.conftest import tiny
-from tests.pipelines import full_disk as full_disk_module
-from tests.pipelines.full_disk import FullDiskUnavailable, full_disk
-from tests.pipelines.reliability_cases import (
+from benchmarks import full_disk as full_disk_module
+from benchmarks.full_disk import FullDiskUnavailable, full_disk
+from benchmarks.reliability_cases import (
     CASES,
     Case,
     CaseUnavailable,
@@ -31,6 +28,9 @@ from tests.pipelines.reliability_cases import (
     run_in_child,
     serving_versions,
 )
+from benchmarks.tiny import tiny
+from pipelines import local_runner
+from pipelines.summary import latest_run_executions, open_store
 
 LOCK_WAIT_SECONDS = 120
 

@@ -19,7 +19,7 @@ import sys
 
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-from tests.components.dropin import tfx_examples
+from benchmarks import tfx_examples
 
 
 def main(spec_path: str) -> None:

@@ -19,7 +19,7 @@ from tfx.types import Channel, artifact_utils, standard_artifacts
 from tfx.types import standard_component_specs as specs
 
 from components.trainer.component import Trainer
-from tests.components.dropin import test_data_accessor as data
+from tests.components.trainer import test_data_accessor as data
 
 MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "user_module.py")
 STEPS = 6

@@ -16,8 +16,8 @@ import sys
 import pytest
 import tensorflow as tf
 
+from benchmarks import tfx_examples
 from components.layout import read_layout
-from tests.components.dropin import tfx_examples
 
 TRAIN_STEPS = 5
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -709,7 +710,7 @@ def test_killed_trainer_resumes_from_its_backup_and_exports(penguin_data):
 
 
 def test_run_fn_reads_tf_config_from_the_environment_and_evaluator_does_nothing(
-    penguin_data, monkeypatch, tmp_path
+    penguin_data, monkeypatch, tmp_path, caplog
 ):
     from tfx.components.trainer.fn_args_utils import FnArgs
 
@@ -720,7 +721,10 @@ def test_run_fn_reads_tf_config_from_the_environment_and_evaluator_does_nothing(
         "TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "evaluator", "index": 0}})
     )
     auto = penguins.with_sections(config, strategy={"kind": "auto"})
-    run_fn.run_fn(FnArgs(**inputs, custom_config={CONFIG_KEY: auto.to_json()}))
+    with caplog.at_level(logging.INFO, logger="absl"):
+        run_fn.run_fn(FnArgs(**inputs, custom_config={CONFIG_KEY: auto.to_json()}))
+    # The task resolved as the evaluator: a return for any other reason fails here.
+    assert "Trainer: evaluator task" in caplog.text
     assert not os.path.exists(inputs["serving_model_dir"]) and not os.path.exists(
         inputs["model_run_dir"]
     )

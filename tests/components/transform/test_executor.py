@@ -28,6 +28,7 @@ from tfx.types import standard_component_specs as specs
 from tfx.utils import io_utils, proto_utils
 from tfx_bsl.public import tfxio
 
+from benchmarks.tiny import tiny
 from components import layout as transform_layout
 from components.config import PipelineConfig
 from components.data import taxi_csv_path
@@ -36,7 +37,6 @@ from components.trainer import component as trainer_component
 from components.trainer import training
 from components.trainer.inputs import make_datasets
 from components.transform import executor, tfx_compat, writer
-from tests.conftest import tiny
 
 TRAIN_ROWS, EVAL_ROWS = 600, 240
 BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

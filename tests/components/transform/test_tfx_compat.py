@@ -13,9 +13,9 @@ from tfx.components.transform import labels
 from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 
+from benchmarks.tiny import tiny
 from components.payload import CONFIG_KEY
 from components.transform import executor, tfx_compat
-from tests.conftest import tiny
 
 # A release the patches were not written for.
 OTHER_VERSION = "1.17.0"

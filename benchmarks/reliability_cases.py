@@ -36,15 +36,15 @@ from collections.abc import Callable
 import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
+from benchmarks.full_disk import FullDiskUnavailable, full_disk
 from components.config import ConfigError, PipelineConfig, from_dict, to_dict
 from components.data import DataError, taxi_csv_path
 from pipelines import local_runner
 from pipelines.configs import load_config
 from pipelines.rundir import OutputDirError
 from pipelines.summary import latest_run_executions, open_store
-from tests.pipelines.full_disk import FullDiskUnavailable, full_disk
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Bounds on waits for a run in a child process (a tiny run takes a few
 # minutes on two busy cores); they only stop a hung run.
 CHILD_RUN_TIMEOUT_SECONDS = 900

@@ -500,6 +500,13 @@ def _serves_without_unused_columns(out: str, baseline_dir: str) -> str:
     named = ", ".join(repr(c) for c in sorted(UNUSED_COLUMNS))
     if f"data: column(s) {named} in" not in log:
         return f"no warning naming {named} in tfxkit.log"
+    problem = _serves_configured_names(out)
+    return problem and f"the pushed model refused an example without {named}: {problem}"
+
+
+def _serves_configured_names(out: str) -> str:
+    """What is wrong when the pushed model is sent a raw tf.Example holding each
+    configured feature under its name ('' when it answers)."""
     # The catalogue's runs are the shipped taxi pipeline on other data.
     config = load_config("taxi")
     _, rows = read_taxi_rows(1)
@@ -516,7 +523,7 @@ def _serves_without_unused_columns(out: str, baseline_dir: str) -> str:
     try:
         probabilities = serve(examples=tf.constant([example.SerializeToString()]))["probabilities"]
     except (tf.errors.InvalidArgumentError, ValueError) as e:
-        return f"the pushed model refused an example without {named}: {str(e)[:300]}"
+        return str(e)[:300]
     if probabilities.shape != (1, config.data.label.num_classes):
         return f"the pushed model returned probabilities of shape {probabilities.shape}"
     return ""
@@ -566,6 +573,41 @@ def _csv_as_tfrecord(work: str, base: PipelineConfig) -> PipelineConfig:
     return with_data(
         base, write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows), "tfrecord"
     )
+
+
+# Headers as a spreadsheet export has them (feature name -> header), the label's too.
+HEADERS = {"trip_miles": "trip miles", "fare": "fare/usd", "big_tipper": "big tipper?"}
+
+
+def _headers_that_are_not_identifiers(work: str, base: PipelineConfig) -> PipelineConfig:
+    fields, rows = read_taxi_rows()
+    rows = [{HEADERS.get(k, k): v for k, v in row.items()} for row in rows]
+    path = write_csv(
+        os.path.join(work, "data", "taxi.csv"), [HEADERS.get(c, c) for c in fields], rows
+    )
+    data = to_dict(with_data(base, path))["data"]
+    for section in (*data["features"], data["label"]):
+        section["column"] = HEADERS.get(section["name"], "")
+    return from_dict({**to_dict(base), "data": data})
+
+
+def _serves_under_names(out: str, baseline_dir: str) -> str:
+    """The run's Transform (whose raw feature spec is the pushed model's
+    serving parse spec) saw only the names, and the model answers them."""
+    import tensorflow_transform as tft
+
+    config = load_config("taxi")
+    graphs = os.path.join(out, "pipeline_root", "Transform", "transform_graph")
+    newest = max((d for d in os.listdir(graphs) if d.isdigit()), key=int)
+    raw_keys = set(tft.TFTransformOutput(os.path.join(graphs, newest)).raw_feature_spec())
+    names = {config.data.label.name, *(f.name for f in config.data.features)}
+    if raw_keys != names:
+        return (
+            f"Transform's raw features are not the configured names: also "
+            f"{sorted(raw_keys - names)}, without {sorted(names - raw_keys)}"
+        )
+    problem = _serves_configured_names(out)
+    return problem and f"the pushed model refused features sent under their names: {problem}"
 
 
 def _whole_number_floats(fields, rows):
@@ -809,6 +851,18 @@ CASES: tuple[Case, ...] = (
         "run succeeds: a label column whose values are all whole numbers is read as the class ids "
         "it holds (one fractional value keeps it refused, as fractional_label)",
         _csv_case(_whole_number_floats),
+    ),
+    Case(
+        "column_names_with_spaces",
+        "CSV headers that are not identifiers ('trip miles', 'fare/usd', label 'big tipper?'), "
+        "read with data.features[].column / data.label.column beside identifier names",
+        "proceeds",
+        "",
+        "run succeeds: ExampleGen writes each column under its name, so every component and the "
+        "pushed model's serving signature use the names (trip_miles, fare); clients send the "
+        "names, not the headers",
+        _headers_that_are_not_identifiers,
+        check=_serves_under_names,
     ),
     Case(
         "gzip_compressed_csv",

@@ -377,7 +377,8 @@ def check_input(data: DataConfig, resolved: ResolvedInput) -> None:
     Raises:
       DataError: naming the file and the missing column.
     """
-    wanted = [data.label.name] + [f.name for f in data.features]
+    # The raw data holds each feature and the label under its column.
+    wanted = [data.label.raw_column] + [f.raw_column for f in data.features]
     first_header: tuple[str, list[str]] | None = None
     unused: dict[str, str] = {}  # column -> the first file that has it
     for path in resolved.files:
@@ -393,17 +394,10 @@ def check_input(data: DataConfig, resolved: ResolvedInput) -> None:
             columns = set(sizes)
         for column in sorted(columns - set(wanted) - set(data.exclude)):
             unused.setdefault(column, path)
-        missing = [c for c in wanted if c not in columns]
-        if missing:
-            role = "label" if missing[0] == data.label.name else "feature"
-            field = "data.label.name" if role == "label" else "data.features"
-            raise DataError(
-                f"{field}: {role} column {missing[0]!r} is not in {path!r} "
-                f"(it has: {', '.join(sorted(columns))}); fix the config or the data"
-            )
+        _check_columns_present(data, path, columns)
         for i, feature in enumerate(data.features):
             # tf.Examples may omit values; no full-length record at all is a wrong size.
-            found = sizes.get(feature.name, feature.size)
+            found = sizes.get(feature.raw_column, feature.size)
             if found != feature.size:
                 raise DataError(
                     f"data.features[{i}].size: feature {feature.name!r} is configured with size {feature.size} "
@@ -412,6 +406,29 @@ def check_input(data: DataConfig, resolved: ResolvedInput) -> None:
                 )
     if unused:
         _warn_unused(unused)
+
+
+def _check_columns_present(data: DataConfig, path: str, columns: set[str]) -> None:
+    """Raises naming the first feature (or the label) whose column `path` lacks."""
+    readers = [("data.label", data.label)] + [
+        (f"data.features[{i}]", f) for i, f in enumerate(data.features)
+    ]
+    for where, reader in readers:
+        if reader.raw_column in columns:
+            continue
+        role = "label" if reader is data.label else "feature"
+        has = f"(it has: {', '.join(repr(c) if c != c.strip() else c for c in sorted(columns))})"
+        if reader.column:
+            raise DataError(
+                f"{where}.column: {role} {reader.name!r} reads column {reader.column!r}, which is "
+                f"not in {path!r} {has}; set column to the header as the file spells it"
+            )
+        field = "data.label.name" if role == "label" else "data.features"
+        raise DataError(
+            f"{field}: {role} column {reader.name!r} is not in {path!r} {has}; fix the config or "
+            "the data (a column whose header is not an identifier is read with "
+            "column: '<header>' beside an identifier name)"
+        )
 
 
 def _check_same_header(first: tuple[str, list[str]], path: str, header: list[str]) -> None:

@@ -23,9 +23,18 @@ would otherwise break downstream:
   anything else (text in a numeric column, fractions in an integer one) is
   left for the DataGate to report;
 - a CSV saved with a UTF-8 byte-order mark: the invisible mark would become
-  part of the first column's name; it is stripped.
+  part of the first column's name; it is stripped;
+- a feature (or the label) read from a column whose header is not its
+  `name` (`column: 'trip miles'`, as many real CSVs have): it is written
+  under `name`, so every component after ExampleGen, the pushed model's
+  serving signature included, knows only the identifier `name`. Renaming
+  here rather than at serving keeps one name per feature past the raw
+  data: the statistics, schema, drift check, Transform and Evaluator need
+  no mapping, and headers with spaces or '/' never become graph or
+  signature names.
 
-The stock executors do the reading; `conform` rewrites each `tf.Example`.
+The stock executors do the reading; `conform` (`select`, then retype)
+rewrites each `tf.Example`.
 `CsvExampleGen` / `ImportExampleGen` here are TFX's with these executors.
 The rules travel in `custom_config` (through `components.payload`) and hold
 only what the rewrite needs, so other config changes do not invalidate ExampleGen's cache.
@@ -64,25 +73,37 @@ class ExampleRules:
     Attributes:
       exclude: Keys removed from every example (`data.exclude`).
       kinds: `(key, kind)` of every feature and of the label
-        (`int_categorical`): the value list type the examples must use.
-        When set, keys not listed here are removed too: only configured
-        columns reach any component.
+        (`int_categorical`), keyed by `name`: the value list type the
+        examples must use. When set, keys not listed here (nor in
+        `columns`) are removed too: only configured columns reach any
+        component.
+      columns: `(raw column, name)` of every feature or label read from a
+        column other than its name: the example carries it under `name`.
     """
 
     exclude: tuple[str, ...] = ()
     kinds: tuple[tuple[str, str], ...] = ()
+    columns: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_data(cls, data: DataConfig) -> ExampleRules:
         kinds = {f.name: f.kind for f in data.features}
         kinds[data.label.name] = "int_categorical"
-        return cls(exclude=tuple(sorted(data.exclude)), kinds=tuple(sorted(kinds.items())))
+        columns = {
+            c.raw_column: c.name for c in (*data.features, data.label) if c.raw_column != c.name
+        }
+        return cls(
+            exclude=tuple(sorted(data.exclude)),
+            kinds=tuple(sorted(kinds.items())),
+            columns=tuple(sorted(columns.items())),
+        )
 
     def custom_config(self) -> example_gen_pb2.CustomConfig:
         """ExampleGen's `custom_config` (a proto holding an `Any`): the rules as a Struct."""
-        return payload.encode_example_rules(
-            {"exclude": list(self.exclude), "kinds": dict(self.kinds)}
-        )
+        rules: dict[str, Any] = {"exclude": list(self.exclude), "kinds": dict(self.kinds)}
+        if self.columns:  # absent otherwise: configs without renames keep their cache
+            rules["columns"] = dict(self.columns)
+        return payload.encode_example_rules(rules)
 
     @classmethod
     def from_exec_properties(cls, exec_properties: dict[str, Any]) -> ExampleRules:
@@ -90,6 +111,7 @@ class ExampleRules:
         return cls(
             exclude=tuple(rules.get("exclude", ())),
             kinds=tuple(sorted(rules.get("kinds", {}).items())),
+            columns=tuple(sorted(rules.get("columns", {}).items())),
         )
 
 
@@ -127,6 +149,8 @@ def _as_ids(feature: tf.train.Feature) -> None:
 class WholeNumberColumns(beam.CombineFn):
     """The integer-kind keys whose float values, over all examples, are whole numbers.
 
+    Reads `select`ed examples (keys are names).
+
     Accumulator: key -> whether every float value seen so far is whole (keys
     with no float value are absent).
     """
@@ -158,16 +182,14 @@ class WholeNumberColumns(beam.CombineFn):
         return frozenset(key for key, whole in accumulator.items() if whole)
 
 
-def conform(
-    example: tf.train.Example, rules: ExampleRules, whole_floats: frozenset[str] = frozenset()
-) -> tf.train.Example:
-    """Applies `rules` to one example (in place) and returns it.
+def select(example: tf.train.Example, rules: ExampleRules) -> tf.train.Example:
+    """Keeps only the configured columns of one example (in place), each under its `name`.
 
-    Args:
-      example: A raw example.
-      rules: What to drop and which value list each configured key uses.
-      whole_floats: Integer-kind keys whose float values are whole numbers in
-        every example (`WholeNumberColumns`): written as int64 ids.
+    Strips a byte-order mark from the first column's key, drops excluded and
+    unconfigured keys and moves each renamed column (`rules.columns`) to its
+    name. A raw key that is some feature's `name` while that feature reads
+    another column is dropped too: the feature's value comes from its column
+    only (and two features may swap names).
     """
     if not isinstance(example, tf.train.Example):
         return example  # other payloads (serialized protos, sequence examples) pass as read
@@ -175,15 +197,51 @@ def conform(
     for key in [k for k in features if k.startswith(BOM)]:
         features[key.lstrip(BOM)].CopyFrom(features[key])
         del features[key]
-    kinds = dict(rules.kinds)
-    for key in [k for k in features if k in rules.exclude or (kinds and k not in kinds)]:
+    kinds, columns = dict(rules.kinds), dict(rules.columns)
+    targets = set(columns.values())
+    moved = {}
+    for key in [k for k in features if k in columns]:
+        moved[columns[key]] = tf.train.Feature()
+        moved[columns[key]].CopyFrom(features[key])
+    for key in [
+        k
+        for k in features
+        if k in columns or k in targets or k in rules.exclude or (kinds and k not in kinds)
+    ]:
         del features[key]
+    for name, feature in moved.items():
+        features[name].CopyFrom(feature)
+    return example
+
+
+def _retype_all(
+    example: tf.train.Example, rules: ExampleRules, whole_floats: frozenset[str]
+) -> tf.train.Example:
+    """Writes each configured key of a `select`ed example as its kind's value list."""
+    if not isinstance(example, tf.train.Example):
+        return example
+    features = example.features.feature
     for key, kind in rules.kinds:
         if key in features:
             if key in whole_floats and features[key].WhichOneof("kind") == "float_list":
                 _as_ids(features[key])
             _retype(features[key], kind)
     return example
+
+
+def conform(
+    example: tf.train.Example, rules: ExampleRules, whole_floats: frozenset[str] = frozenset()
+) -> tf.train.Example:
+    """Applies `rules` to one raw example (in place) and returns it: `select`, then retype.
+
+    Args:
+      example: A raw example.
+      rules: What to drop, what to rename and which value list each
+        configured key uses.
+      whole_floats: Integer-kind keys (names) whose float values are whole
+        numbers in every example (`WholeNumberColumns`): written as int64 ids.
+    """
+    return _retype_all(select(example, rules), rules, whole_floats)
 
 
 def _conforming(stock_transform):
@@ -194,14 +252,18 @@ def _conforming(stock_transform):
         pipeline: beam.Pipeline, exec_properties: dict[str, Any], split_pattern: str
     ) -> beam.pvalue.PCollection:
         rules = ExampleRules.from_exec_properties(exec_properties)
-        records = pipeline | "StockRead" >> stock_transform(exec_properties, split_pattern)
+        records = (
+            pipeline
+            | "StockRead" >> stock_transform(exec_properties, split_pattern)
+            | "SelectColumns" >> beam.Map(select, rules)
+        )
         # Whether a float column is whole numbers is known only after every
         # example: one fractional label must keep the whole column float.
         whole_floats = records | "WholeNumberColumns" >> beam.CombineGlobally(
             WholeNumberColumns(rules)
         )
         return records | "ConformToConfig" >> beam.Map(
-            conform, rules, beam.pvalue.AsSingleton(whole_floats)
+            _retype_all, rules, beam.pvalue.AsSingleton(whole_floats)
         )
 
     return ConformedRecords

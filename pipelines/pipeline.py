@@ -160,8 +160,9 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
 def example_gen(config: PipelineConfig, data: ResolvedInput):
     """CSV or TFRecord ExampleGen: the data's own splits, or hash-bucketed train / eval.
 
-    The executor drops `data.exclude` and writes configured float columns as
-    floats (see `components.example_gen`).
+    The executor drops `data.exclude`, writes each `column` under its
+    feature's (or the label's) `name` and configured float columns as floats
+    (see `components.example_gen`).
     """
     cls = CsvExampleGen if data.format == "csv" else ImportExampleGen
     common = {

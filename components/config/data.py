@@ -19,13 +19,37 @@ FeatureKind = Literal["float", "int_categorical", "string_categorical"]
 FloatTransform = Literal["zscore", "bucketize", "identity"]
 CategoricalTransform = Literal["vocabulary", "identity"]
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_identifier(name: str) -> None:
+    """Refuses a `name` that is not an identifier, saying how to read such a column."""
+    if _IDENTIFIER.fullmatch(name):
+        return
+    suggestion = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "feature"
+    if not _IDENTIFIER.fullmatch(suggestion):
+        suggestion = f"_{suggestion}"
+    fail(
+        "name",
+        f"expected an identifier ([A-Za-z_][A-Za-z0-9_]*), got {name!r}; the name is used in "
+        "transformed feature names, model inputs and the serving signature, so to read a column "
+        "whose header is not an identifier give it an identifier name and put the header in "
+        f"`column`: {{name: {suggestion}, column: {name!r}}}",
+    )
+
 
 @section()
 class FeatureConfig:
     """One input feature.
 
     Attributes:
-      name: Column (CSV) or feature key (tf.Example) in the raw data.
+      name: The feature's identifier everywhere after ExampleGen: in the
+        examples, statistics and schema, the transformed feature
+        (`<name>_xf`), the model's inputs and the pushed model's serving
+        signature (clients send the feature under `name`).
+      column: The column (CSV header) or feature key (tf.Example) that holds
+        the feature in the raw data, when it is not `name` (empty: `name`),
+        e.g. `trip miles` or `fare/usd`. ExampleGen writes it under `name`.
       kind: `float` (dense numeric, may have missing values), `int_categorical`
         or `string_categorical`.
       transform: For floats `zscore` (default), `bucketize` or `identity`;
@@ -45,6 +69,7 @@ class FeatureConfig:
 
     name: str
     kind: FeatureKind
+    column: str = ""
     transform: str | None = None
     size: int = 1
     num_buckets: int = 0
@@ -52,6 +77,11 @@ class FeatureConfig:
     top_k: int = 0
     fill_value: float | None = None
     shape: tuple[int, ...] = ()
+
+    @property
+    def raw_column(self) -> str:
+        """The column or key that holds the feature in the raw data."""
+        return self.column or self.name
 
     @property
     def effective_transform(self) -> str:
@@ -70,8 +100,7 @@ class FeatureConfig:
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
-            fail("name", f"expected an identifier ([A-Za-z_][A-Za-z0-9_]*), got {self.name!r}")
+        _check_identifier(self.name)
         allowed = typing.get_args(FloatTransform if self.kind == "float" else CategoricalTransform)
         if self.transform is not None and self.transform not in allowed:
             fail(
@@ -127,18 +156,27 @@ class LabelConfig:
     """The classification target.
 
     Attributes:
-      name: Column / feature key of the integer class label.
+      name: The label's identifier after ExampleGen (examples, schema,
+        the Evaluator's label key).
+      column: The column (CSV header) or feature key (tf.Example) of the
+        integer class label in the raw data, when it is not `name` (empty:
+        `name`). ExampleGen writes it under `name`.
       num_classes: Number of classes; labels are ints in `[0, num_classes)`.
         Binary tasks use 2 (two-logit softmax form).
     """
 
     name: str = "label"
+    column: str = ""
     num_classes: int = 2
+
+    @property
+    def raw_column(self) -> str:
+        """The column or key that holds the label in the raw data."""
+        return self.column or self.name
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
-            fail("name", f"expected an identifier ([A-Za-z_][A-Za-z0-9_]*), got {self.name!r}")
+        _check_identifier(self.name)
         if self.num_classes < 2:
             fail("num_classes", f"expected an integer >= 2, got {self.num_classes}")
         return self
@@ -157,10 +195,11 @@ class DataConfig:
       format: `csv` or `tfrecord` (of tf.Example).
       label: The label column.
       features: The model's input features; the label must not be one of them.
-      exclude: Columns that must never become features (for example the
-        raw source of the label). ExampleGen drops them, so no component
-        sees them (statistics, schema, drift check, Transform, serving,
-        Evaluator) and data without them is not a schema change.
+      exclude: Raw columns (CSV headers, tf.Example keys) that must never
+        become features (for example the raw source of the label).
+        ExampleGen drops them, so no component sees them (statistics,
+        schema, drift check, Transform, serving, Evaluator) and data
+        without them is not a schema change.
       labeled_fraction: Fraction of the training split whose labels may be
         used (1: all). Below 1 the rest is an unlabeled transfer set: the
         teacher Trainers train on the labeled examples only, and the
@@ -200,6 +239,9 @@ class DataConfig:
         if not self.features:
             fail("features", "expected at least one feature")
         seen: set[str] = set()
+        # Raw column -> the field reading it: two fields reading one column
+        # would be two copies of one value under different names.
+        readers: dict[str, str] = {self.label.raw_column: f"the label ({self.label.name!r})"}
         for i, feat in enumerate(self.features):
             if feat.name in seen:
                 fail(f"features[{i}].name", f"duplicate feature {feat.name!r}")
@@ -209,19 +251,31 @@ class DataConfig:
                     f"features[{i}].name",
                     f"{feat.name!r} is the label; a label cannot also be a feature",
                 )
+            reader = f"data.features[{i}] ({feat.name!r})"
+            if feat.raw_column in readers:
+                where = "column" if feat.column else "name"
+                fail(
+                    f"features[{i}].{where}",
+                    f"{reader} reads column {feat.raw_column!r}, which "
+                    f"{readers[feat.raw_column]} already reads; a column can feed one feature "
+                    "or the label only: fix the column of one of them",
+                )
+            readers[feat.raw_column] = reader
             if self.format == "csv" and feat.size != 1:
                 fail(
                     f"features[{i}].size",
                     f"feature {feat.name!r}: a CSV cell holds one value, so a CSV feature has size 1, got {feat.size} "
                     "(vector features need format: tfrecord)",
                 )
-            if feat.name in self.exclude:
-                fail(
-                    f"features[{i}].name",
-                    f"{feat.name!r} is listed in data.exclude (it leaks the label)",
-                )
-        if self.label.name in self.exclude:
-            fail("exclude", f"the label {self.label.name!r} cannot be excluded")
+            for where, value in (("name", feat.name), ("column", feat.column)):
+                if value and value in self.exclude:
+                    fail(
+                        f"features[{i}].{where}",
+                        f"{value!r} is listed in data.exclude (it leaks the label)",
+                    )
+        for value in dict.fromkeys((self.label.name, self.label.raw_column)):
+            if value in self.exclude:
+                fail("exclude", f"the label {value!r} cannot be excluded")
         if not 0.0 < self.labeled_fraction <= 1.0:
             fail(
                 "labeled_fraction",

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
-from components.config import DataConfig
+from components.config import DataConfig, FeatureConfig, LabelConfig
 
 _NUMERIC = {statistics_pb2.FeatureNameStatistics.INT, statistics_pb2.FeatureNameStatistics.FLOAT}
 _TYPE_NAME = statistics_pb2.FeatureNameStatistics.Type.Name
@@ -93,6 +93,12 @@ def _num_present(stat: statistics_pb2.FeatureNameStatistics) -> int:
     return getattr(stat, kind).common_stats.num_non_missing if kind else 0
 
 
+def _named(field: FeatureConfig | LabelConfig) -> str:
+    """`'fare'`, or `'fare' (column 'fare/usd')` for one read from another column:
+    the statistics know the name, the user's data the column."""
+    return f"'{field.name}'" + (f" (column {field.column!r})" if field.column else "")
+
+
 def config_messages(
     split: str, stats: statistics_pb2.DatasetFeatureStatisticsList, data: DataConfig
 ) -> list[str]:
@@ -107,7 +113,7 @@ def config_messages(
         messages.append(f"data.label.name: split '{split}' has no column '{data.label.name}'")
     elif label.type not in _NUMERIC:
         messages.append(
-            f"data.label.name: label '{data.label.name}' has {_TYPE_NAME(label.type)} values in split '{split}'; "
+            f"data.label.name: label {_named(data.label)} has {_TYPE_NAME(label.type)} values in split '{split}'; "
             f"{label_fix}: map the class names to ids 0, 1, ... in the data, or point data.label.name at the class-id column"
         )
     else:
@@ -115,7 +121,7 @@ def config_messages(
             # A cast would truncate 0.7 to 0 and train on wrong classes. A column of
             # whole-number floats (1.0) reaches here as int64 ids (`components.example_gen`).
             messages.append(
-                f"data.label.name: label '{data.label.name}' has FLOAT values (between {label.num_stats.min:g} and "
+                f"data.label.name: label {_named(data.label)} has FLOAT values (between {label.num_stats.min:g} and "
                 f"{label.num_stats.max:g}) in split '{split}'; {label_fix}: fractional labels are refused, "
                 "not truncated (a column of whole-number floats such as 1.0 is read as the ids it holds)"
             )
@@ -125,20 +131,20 @@ def config_messages(
         if common.num_missing or common.min_num_values < 1:
             count = f"{common.num_missing} examples" if common.num_missing else "some examples"
             messages.append(
-                f"data.label.name: label '{data.label.name}' is empty or missing in {count} of split '{split}'; "
+                f"data.label.name: label {_named(data.label)} is empty or missing in {count} of split '{split}'; "
                 "every example needs a class id: fill in or drop those rows"
             )
         lo, hi = label.num_stats.min, label.num_stats.max
         if lo < 0 or hi > data.label.num_classes - 1:
             messages.append(
-                f"data.label.num_classes: label '{data.label.name}' takes values in [{lo:g}, {hi:g}] in split '{split}', "
+                f"data.label.num_classes: label {_named(data.label)} takes values in [{lo:g}, {hi:g}] in split '{split}', "
                 f"outside the configured classes [0, {data.label.num_classes - 1}]; fix the data or data.label.num_classes"
             )
     for i, feature in enumerate(data.features):
         stat = features.get(feature.name)
         if stat is None:
             messages.append(
-                f"data.features[{i}]: feature '{feature.name}' is absent from split '{split}'"
+                f"data.features[{i}]: feature {_named(feature)} is absent from split '{split}'"
             )
             continue
         if _num_present(stat) == 0:
@@ -149,7 +155,7 @@ def config_messages(
         )
         if wrong:
             messages.append(
-                f"data.features[{i}]: '{feature.name}' is configured as {feature.kind} but split '{split}' has "
+                f"data.features[{i}]: {_named(feature)} is configured as {feature.kind} but split '{split}' has "
                 f"{_TYPE_NAME(stat.type)} values (a non-numeric cell makes the whole CSV column a string); fix the data or the kind"
             )
         elif feature.kind == "int_categorical" and feature.effective_transform == "identity":
@@ -158,7 +164,7 @@ def config_messages(
             lo, hi = stat.num_stats.min, stat.num_stats.max
             if lo < 0 or hi >= feature.num_buckets:
                 messages.append(
-                    f"data.features[{i}].num_buckets: '{feature.name}' (transform 'identity') takes values in "
+                    f"data.features[{i}].num_buckets: {_named(feature)} (transform 'identity') takes values in "
                     f"[{lo:g}, {hi:g}] in split '{split}', outside its ids [0, {feature.num_buckets}); "
                     f"set num_buckets: {int(hi) + 1} or more, or use transform: vocabulary"
                 )

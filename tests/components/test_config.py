@@ -274,6 +274,73 @@ def test_names_used_in_paths_cannot_escape(path, value):
         from_dict(_mutate(path, value))
 
 
+def test_a_feature_column_defaults_to_its_name():
+    data = from_dict(_mutate("data.features.0", {"name": "fare", "kind": "float"})).data
+    assert data.features[0].column == ""
+    assert data.features[0].raw_column == "fare"
+    assert data.label.raw_column == "big_tipper"
+    renamed = from_dict(
+        _mutate("data.features.0", {"name": "fare", "column": "fare/usd", "kind": "float"})
+    ).data.features[0]
+    assert (renamed.name, renamed.raw_column, renamed.transformed_name) == (
+        "fare",
+        "fare/usd",
+        "fare_xf",
+    )
+
+
+@pytest.mark.parametrize(
+    "path, header, suggestion",
+    [
+        ("data.features.0.name", "fare amount", "fare_amount"),
+        ("data.features.0.name", "fare/usd", "fare_usd"),
+        ("data.label.name", "Tipped?", "Tipped"),
+        ("data.features.0.name", "2nd fare", "_2nd_fare"),
+    ],
+)
+def test_a_header_given_as_name_is_refused_saying_to_put_it_in_column(path, header, suggestion):
+    with pytest.raises(ConfigError) as e:
+        from_dict(_mutate(path, header))
+    assert str(e.value).startswith(
+        f"{path.replace('.0.', '[0].')}: expected an identifier ([A-Za-z_][A-Za-z0-9_]*), "
+        f"got {header!r};"
+    )
+    assert f"put the header in `column`: {{name: {suggestion}, column: {header!r}}}" in str(e.value)
+    # As the message says: an identifier name, the header as the column.
+    fixed = _mutate(path, suggestion)
+    section = fixed["data"]["label"] if "label" in path else fixed["data"]["features"][0]
+    section["column"] = header
+    assert from_dict(fixed).data is not None
+
+
+def test_two_features_reading_one_column_are_refused_naming_both():
+    data = _taxi_dict()
+    data["data"]["features"].append({"name": "fare_again", "column": "fare", "kind": "float"})
+    n = len(data["data"]["features"]) - 1
+    with pytest.raises(ConfigError) as e:
+        from_dict(data)
+    assert str(e.value) == (
+        f"data.features[{n}].column: data.features[{n}] ('fare_again') reads column 'fare', "
+        "which data.features[0] ('fare') already reads; a column can feed one feature or the label only: "
+        "fix the column of one of them"
+    )
+    data["data"]["features"][-1]["column"] = "big_tipper"
+    with pytest.raises(
+        ConfigError,
+        match=r"reads column 'big_tipper', which the label \('big_tipper'\) already reads",
+    ):
+        from_dict(data)
+
+
+def test_a_column_listed_in_exclude_is_refused():
+    data = _taxi_dict()
+    data["data"]["features"].append({"name": "tip", "column": "tips", "kind": "float"})
+    with pytest.raises(
+        ConfigError, match=r"data\.features\[\d+\]\.column: 'tips' is listed in data\.exclude"
+    ):
+        from_dict(data)
+
+
 # --------------------------------------------------------------------------- #
 # Types, derived configs and the JSON Schema
 # --------------------------------------------------------------------------- #

@@ -190,3 +190,48 @@ def test_csv_files_with_other_columns_are_refused_naming_the_difference(tmp_path
         f"than {str(tmp_path / 'a.csv')!r} (alcohol, label, region); the CSV files of one input "
         "must share one header line"
     )
+
+
+def _wine_with_headers(path: str, column: str = "alcohol %", label_column: str = "") -> DataConfig:
+    return DataConfig(
+        path=path,
+        label=LabelConfig(name="label", column=label_column, num_classes=2),
+        features=(FeatureConfig(name="alcohol", column=column, kind="float"),),
+    )
+
+
+def test_a_feature_is_looked_up_under_its_column_not_its_name(tmp_path, caplog):
+    (tmp_path / "wine.csv").write_text("alcohol %,good/bad\n12.5,1\n")
+    data = _wine_with_headers(str(tmp_path / "wine.csv"), label_column="good/bad")
+    check_input(data, resolve_input(data, str(tmp_path)))
+    assert "data: column(s)" not in caplog.text  # both headers are configured columns
+
+
+def test_a_column_missing_from_the_csv_is_refused_naming_feature_column_and_file(tmp_path):
+    path = tmp_path / "wine.csv"
+    path.write_text("alcohol,label\n12.5,1\n")
+    data = _wine_with_headers(str(path))
+    with pytest.raises(DataError) as e:
+        check_input(data, resolve_input(data, str(tmp_path)))
+    assert str(e.value) == (
+        "data.features[0].column: feature 'alcohol' reads column 'alcohol %', which is not in "
+        f"{str(path)!r} (it has: alcohol, label); set column to the header as the file spells it"
+    )
+    # The label's column likewise.
+    data = _wine_with_headers(str(path), column="alcohol", label_column="good/bad")
+    with pytest.raises(
+        DataError, match=r"^data\.label\.column: label 'label' reads column 'good/bad'"
+    ):
+        check_input(data, resolve_input(data, str(tmp_path)))
+
+
+def test_a_missing_column_without_column_points_to_the_column_field(tmp_path):
+    path = tmp_path / "wine.csv"
+    path.write_text("alcohol %,label\n12.5,1\n")
+    data = _data(str(path))
+    with pytest.raises(DataError) as e:
+        check_input(data, resolve_input(data, str(tmp_path)))
+    assert str(e.value).startswith(
+        f"data.features: feature column 'alcohol' is not in {str(path)!r} (it has: alcohol %, label)"
+    )
+    assert "column: '<header>' beside an identifier name" in str(e.value)

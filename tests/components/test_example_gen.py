@@ -25,10 +25,12 @@ DATA = DataConfig(
 )
 
 
-def _read(executor, input_base: str, pattern: str) -> list[tf.train.Example]:
+def _read(
+    executor, input_base: str, pattern: str, data: DataConfig = DATA
+) -> list[tf.train.Example]:
     exec_properties = {
         "input_base": input_base,
-        "custom_config": proto_utils.proto_to_json(ExampleRules.from_data(DATA).custom_config()),
+        "custom_config": proto_utils.proto_to_json(ExampleRules.from_data(data).custom_config()),
         "output_data_format": 6,  # FORMAT_TF_EXAMPLE
     }
     out = _output_path(input_base)
@@ -136,3 +138,74 @@ def test_one_fractional_value_keeps_the_whole_column_float(tmp_path):
         ("float_list", [pytest.approx(0.7)]),
         ("float_list", [1.0]),
     ]
+
+
+# Headers as many real CSVs have them: a space, a slash, a question mark.
+RENAMED = DataConfig(
+    path="unused.csv",
+    label=LabelConfig(name="tipped", column="Tipped?", num_classes=2),
+    features=(
+        FeatureConfig(name="trip_miles", column="trip miles", kind="float"),
+        FeatureConfig(name="fare", column="fare/usd", kind="float"),
+        FeatureConfig(name="hour", kind="int_categorical"),
+    ),
+)
+
+
+def test_csv_columns_are_written_under_their_feature_names(tmp_path):
+    # `fare` is also a raw column here (another currency): not configured,
+    # it must not shadow the feature `fare`, which reads `fare/usd`. The
+    # label is written as whole-number floats under its own header.
+    (tmp_path / "data.csv").write_text(
+        "trip miles,fare/usd,hour,fare,Tipped?\n1.5,3,1,99,1.0\n2.5,4,2,99,0.0\n"
+    )
+    examples = _read(CsvExecutor(), str(tmp_path), "data.csv", RENAMED)
+    assert len(examples) == 2
+    for example in examples:
+        assert sorted(example.features.feature) == ["fare", "hour", "tipped", "trip_miles"]
+    assert sorted(_feature(e, "trip_miles") for e in examples) == [
+        ("float_list", [1.5]),
+        ("float_list", [2.5]),
+    ]
+    assert sorted(_feature(e, "fare") for e in examples) == [
+        ("float_list", [3.0]),
+        ("float_list", [4.0]),
+    ]
+    assert sorted(_feature(e, "tipped") for e in examples) == [
+        ("int64_list", [0]),
+        ("int64_list", [1]),
+    ]
+
+
+def test_tfrecord_keys_are_renamed_and_two_features_may_swap_names():
+    data = DataConfig(
+        path="unused.tfrecord",
+        format="tfrecord",
+        features=(
+            FeatureConfig(name="a", column="b", kind="float"),
+            FeatureConfig(name="b", column="a", kind="string_categorical"),
+        ),
+    )
+    example = tf.train.Example()
+    example.features.feature["a"].bytes_list.value.append(b"x")
+    example.features.feature["b"].float_list.value.append(2.0)
+    example.features.feature["label"].int64_list.value.append(1)
+    conform(example, ExampleRules.from_data(data))
+    assert sorted(example.features.feature) == ["a", "b", "label"]
+    assert _feature(example, "a") == ("float_list", [2.0])
+    assert _feature(example, "b") == ("bytes_list", [b"x"])
+
+
+def test_renames_travel_in_custom_config_and_plain_configs_keep_theirs():
+    rules = ExampleRules.from_data(RENAMED)
+    assert rules.columns == (
+        ("Tipped?", "tipped"),
+        ("fare/usd", "fare"),
+        ("trip miles", "trip_miles"),
+    )
+    decoded = ExampleRules.from_exec_properties(
+        {"custom_config": proto_utils.proto_to_json(rules.custom_config())}
+    )
+    assert decoded == rules
+    # No `columns` entry without renames: ExampleGen's cache key is unchanged.
+    assert "columns" not in proto_utils.proto_to_json(ExampleRules.from_data(DATA).custom_config())

@@ -211,3 +211,24 @@ def test_unconfigured_column_absent_from_the_data_is_not_drift():
     assert gate_messages({"train": stats}, {}, DATA, baseline) == []
     # A configured column is another matter.
     assert gate_messages({"train": _stats(_frame(company=None))}, {}, DATA, baseline)
+
+
+def test_a_feature_read_from_another_column_is_named_with_its_column():
+    # The statistics know the feature's name; the user fixes the CSV column.
+    renamed = dataclasses.replace(
+        DATA,
+        label=LabelConfig(name="label", column="Tipped?", num_classes=2),
+        features=(
+            FeatureConfig(name="fare", column="fare/usd", kind="float"),
+            *DATA.features[1:],
+        ),
+    )
+    stats = _stats(_frame(fare=["1.0", "abc", "3", "4"], label=[0, 1, 3, 0]))
+    messages = config_messages("train", stats, renamed)
+    assert messages[0].startswith(
+        "data.label.num_classes: label 'label' (column 'Tipped?') takes values in [0, 3]"
+    )
+    assert messages[1].startswith(
+        "data.features[0]: 'fare' (column 'fare/usd') is configured as float but split 'train' "
+        "has STRING values"
+    )

@@ -504,11 +504,10 @@ def _serves_without_unused_columns(out: str, baseline_dir: str) -> str:
     return problem and f"the pushed model refused an example without {named}: {problem}"
 
 
-def _serves_configured_names(out: str) -> str:
-    """What is wrong when the pushed model is sent a raw tf.Example holding each
-    configured feature under its name ('' when it answers)."""
-    # The catalogue's runs are the shipped taxi pipeline on other data.
-    config = load_config("taxi")
+def taxi_serving_example(config: PipelineConfig) -> tf.train.Example:
+    """The first taxi CSV row as the raw tf.Example a client sends the pushed
+    model: each configured feature under its name, typed by its configured kind
+    (an empty cell as 0), and nothing else."""
     _, rows = read_taxi_rows(1)
     example = tf.train.Example()
     for feature in config.data.features:
@@ -519,6 +518,15 @@ def _serves_configured_names(out: str) -> str:
             slot.int64_list.value.append(int(value))
         else:
             slot.bytes_list.value.append(value.encode())
+    return example
+
+
+def _serves_configured_names(out: str) -> str:
+    """What is wrong when the pushed model is sent a raw tf.Example holding each
+    configured feature under its name ('' when it answers)."""
+    # The catalogue's runs are the shipped taxi pipeline on other data.
+    config = load_config("taxi")
+    example = taxi_serving_example(config)
     serve = tf.saved_model.load(_newest_model(out)).signatures["serving_default"]
     try:
         probabilities = serve(examples=tf.constant([example.SerializeToString()]))["probabilities"]

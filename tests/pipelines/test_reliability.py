@@ -27,6 +27,7 @@ from benchmarks.reliability_cases import (
     run_case,
     run_in_child,
     serving_versions,
+    taxi_serving_example,
 )
 from benchmarks.tiny import tiny
 from pipelines import local_runner
@@ -230,16 +231,8 @@ def test_serving_input_types_follow_the_configured_kinds(baseline):
         local_runner.paths_for(config, baseline_dir).serving_dir, max(versions)
     )
     serve = tf.saved_model.load(model_dir).signatures["serving_default"]
-    example = tf.train.Example()
-    for feature in config.data.features:
-        value = rows[0][feature.name] or "0"
-        slot = example.features.feature[feature.name]
-        if feature.kind == "float":
-            slot.float_list.value.append(float(value))
-        elif feature.kind == "int_categorical":
-            slot.int64_list.value.append(int(value))
-        else:
-            slot.bytes_list.value.append(value.encode())
+    example = taxi_serving_example(config)
+    assert example.features.feature["trip_seconds"].float_list.value
     # No excluded column (tips, trip_start_timestamp) is part of the serving contract either.
     probabilities = serve(examples=tf.constant([example.SerializeToString()]))["probabilities"]
     assert probabilities.shape == (1, config.data.label.num_classes)

@@ -511,7 +511,8 @@ def taxi_serving_example(config: PipelineConfig) -> tf.train.Example:
     _, rows = read_taxi_rows(1)
     example = tf.train.Example()
     for feature in config.data.features:
-        value, slot = rows[0][feature.name] or "0", example.features.feature[feature.name]
+        value = rows[0][feature.raw_column] or "0"
+        slot = example.features.feature[feature.name]
         if feature.kind == "float":
             slot.float_list.value.append(float(value))
         elif feature.kind == "int_categorical":

@@ -134,8 +134,12 @@ def _retype(feature: tf.train.Feature, kind: str) -> None:
         target.value.extend(str(v).encode() for v in values)
 
 
+# Whole numbers beyond int64 stay floats (DataGate then names them).
+_INT64_LIMIT = 2**63
+
+
 def _is_whole(value: float) -> bool:
-    return math.isfinite(value) and value == int(value)
+    return math.isfinite(value) and abs(value) < _INT64_LIMIT and value == int(value)
 
 
 def _as_ids(feature: tf.train.Feature) -> None:

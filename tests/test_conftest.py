@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -79,6 +82,57 @@ def test_once_per_run_builds_once_for_every_worker(tmp_path, monkeypatch):
     assert built == [str(tmp_path / "run")]
     assert first == second == {"directory": str(tmp_path / "run"), "pair": [1, 2]}
     assert (tmp_path / "run" / "out.txt").read_text() == "x"
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Long enough that the second worker asks while the first still builds.
+BUILD_SECONDS = 5
+
+
+def test_once_per_run_builds_once_when_two_workers_ask_together(tmp_path):
+    code = textwrap.dedent(
+        f"""
+        import os, pathlib, sys, time
+        from tests.conftest import once_per_run
+
+        class Factory:
+            def __init__(self, path):
+                self.path = pathlib.Path(path)
+                self.path.mkdir(parents=True, exist_ok=True)
+
+            def getbasetemp(self):
+                return self.path
+
+        def build(directory):
+            with open(os.path.join(sys.argv[1], "builds"), "a") as f:
+                f.write("built\\n")
+            time.sleep({BUILD_SECONDS})
+            return {{"directory": directory}}
+
+        print(once_per_run(Factory(sys.argv[2]), "run", build)["directory"])
+        """
+    )
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw0", "PYTHONPATH": ROOT}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path), str(tmp_path / f"popen-gw{i}")],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        outputs = [w.communicate(timeout=120)[0].strip() for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    assert [w.returncode for w in workers] == [0, 0]
+    assert outputs == [str(tmp_path / "run")] * 2
+    assert (tmp_path / "builds").read_text() == "built\n"
 
 
 def test_once_per_run_without_workers_stays_in_the_session_directory(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ from absl import logging
 from tfx.components.util import udf_utils
 from tfx.dsl.io import fileio
 
-from components import dropin, export, legacy_keras, models
+from components import cluster, dropin, export, legacy_keras, models
 from components.trainer import data_accessor, task
 
 
@@ -39,7 +39,12 @@ def run_product_fn(run_fn: Callable, fn_args) -> None:
     """
     logging.info("Training model.")
     run_fn(fn_args)
-    # As stock TFX: on a multi-worker job the run_fn exports once (the chief).
+    # Only the chief exports (`task.export`): another replica of a training
+    # job, a parameter server or an evaluator writes no model, and may end
+    # before the chief's export lands.
+    tf_config = cluster.read_tf_config()
+    if tf_config is not None and not tf_config.is_chief:
+        return
     if not fileio.exists(fn_args.serving_model_dir):
         raise RuntimeError("run_fn failed to generate model.")
     logging.info(

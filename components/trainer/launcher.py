@@ -5,7 +5,7 @@ step's pod: the step submits a training job (a TrainJob or a TFJob, see
 `components.kubeflow.jobs`) carrying its invocation, watches it and returns
 with the job's result. Each replica runs the Trainer executor (`python -m
 components.trainer.executor`) on that invocation, with the `TF_CONFIG` the
-training operator gives it or, on a TrainJob, the one `components.strategies`
+training operator gives it or, on a TrainJob, the one `components.cluster`
 derives from its JobSet environment.
 """
 

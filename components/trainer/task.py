@@ -101,6 +101,7 @@ def from_fn_args(fn_args, component: str) -> Task | None:
         raise ValueError(
             f"{component}: custom_config carries no tfxkit config; use the tfxkit {component} component"
         )
+    decoded.config.require_data(f"the {component}'s own run_fn")
     choice = start(decoded.config.strategy, component)
     return None if choice is None else Task(decoded, choice)
 

@@ -43,7 +43,7 @@ class Executor(tfx_transform_executor.Executor):
 
     def Do(self, input_dict, output_dict, exec_properties):
         decoded = payload.decode_exec_properties(exec_properties)
-        # Before anything runs: the patches below are only right for the TFX / TFT they were written for.
+        # Before anything else runs: the patches below are only right for the TFX / TFT they were written for.
         tfx_compat.check()
         # A user module carries drop-in settings (with or without a full config).
         config = decoded.settings or decoded.config

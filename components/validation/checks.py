@@ -110,7 +110,9 @@ def config_messages(
     label = features.get(data.label.name)
     label_fix = f"labels must be integer class ids in [0, {data.label.num_classes})"
     if label is None:
-        messages.append(f"data.label.name: split '{split}' has no column '{data.label.name}'")
+        messages.append(
+            f"data.label.name: split '{split}' has no column for label {_named(data.label)}"
+        )
     elif label.type not in _NUMERIC:
         messages.append(
             f"data.label.name: label {_named(data.label)} has {_TYPE_NAME(label.type)} values in split '{split}'; "

@@ -69,6 +69,6 @@ def test_backends_do_not_import_the_job_runner():
         "print('components.kubeflow.jobs' in sys.modules)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     ).stdout
     assert out.strip() == "False"

@@ -1,9 +1,13 @@
 """Crash-recovery backups of a training task: where they live, the callback, their removal.
 
 A low module (TensorFlow and tf_keras only) shared by the product's training
-(`components.trainer.training`), a user's `run_fn`
+(`components.trainer.inputs` / `training`), a user's `run_fn`
 (`components.dropin.backup_and_restore`) and the task lifecycle
 (`components.trainer.task`), so none of them imports another for it.
+
+Every backup location is decided here: `product_location` (the tfxkit
+Trainer's own run_fn), `user_location` (a user's run_fn) and
+`run_dir_location` (inputs built by hand), the first two on `location`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import tf_keras as keras
 from absl import logging
 
 BACKUPS_DIR = "backups"
+# Inside the model run directory, for inputs built by hand (see `run_dir_location`).
+RUN_DIR_BACKUP = "backup"
 
 
 def location(model_run_dir: str, key_parts: Sequence[Any], prefix: str = "") -> str:
@@ -40,6 +46,57 @@ def location(model_run_dir: str, key_parts: Sequence[Any], prefix: str = "") -> 
     ).hexdigest()[:16]
     node_dir = os.path.dirname(os.path.dirname(model_run_dir.rstrip("/")))
     return os.path.join(node_dir, BACKUPS_DIR, f"{prefix}{key}")
+
+
+def product_location(fn_args, config) -> str:
+    """Where the tfxkit Trainer's own run_fn keeps its backup (`TrainingInputs.from_fn_args`).
+
+    Keyed by everything that determines training: the transformed inputs,
+    the whole config and the step count the run uses (`fn_args.train_steps`,
+    else `train.train_steps`), so the same inputs and config find the same
+    backup.
+
+    Args:
+      fn_args: TFX's `FnArgs` of this execution.
+      config: The run's `PipelineConfig`.
+    """
+    key = [
+        list(fn_args.train_files),
+        list(fn_args.eval_files),
+        fn_args.transform_output,
+        config.to_json(),
+        fn_args.train_steps or config.train.train_steps,
+    ]
+    return location(fn_args.model_run_dir, key)
+
+
+def user_location(fn_args) -> str:
+    """Where a user's run_fn keeps its backup (`components.dropin.backup_and_restore`).
+
+    Keyed by the training inputs, the step count and the string entries of
+    `custom_config` (the user's own settings and the drop-in payload), apart
+    from the product's backups by a `user-` prefix.
+
+    Args:
+      fn_args: The `FnArgs` the tfxkit Trainer passed to the user's `run_fn`.
+    """
+    key = [
+        list(fn_args.train_files or []),
+        list(fn_args.eval_files or []),
+        fn_args.transform_output,
+        fn_args.train_steps,
+        {k: v for k, v in (fn_args.custom_config or {}).items() if isinstance(v, str)},
+    ]
+    return location(fn_args.model_run_dir, key, prefix="user-")
+
+
+def run_dir_location(model_run_dir: str) -> str:
+    """The backup of inputs built by hand (tests, benchmarks): inside their model run directory.
+
+    No orchestrator re-runs them as a new execution, so nothing needs to find
+    the backup from another model run directory.
+    """
+    return os.path.join(model_run_dir, RUN_DIR_BACKUP)
 
 
 def remove(path: str, *, is_chief: bool) -> None:

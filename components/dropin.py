@@ -181,32 +181,15 @@ def check_steps(train_args: Any, eval_args: Any, config: PipelineConfig | None) 
 # --------------------------------------------------------------------------- #
 
 
-def backup_dir(fn_args) -> str:
-    """Where `backup_and_restore(fn_args)` keeps its backup.
-
-    Beside the execution's model run directories (`backup.location`), keyed
-    by the training inputs and arguments, so a re-run of a killed Trainer (a
-    new execution, a new model run directory) finds it and anything changed
-    starts afresh.
-    """
-    key = [
-        list(fn_args.train_files or []),
-        list(fn_args.eval_files or []),
-        fn_args.transform_output,
-        fn_args.train_steps,
-        {k: v for k, v in (fn_args.custom_config or {}).items() if isinstance(v, str)},
-    ]
-    return backup.location(fn_args.model_run_dir, key, prefix="user-")
-
-
 def backup_and_restore(fn_args, **kwargs):
     """A `BackupAndRestore` callback for a user's `run_fn`: one line to resume after a crash.
 
     `model.fit(..., callbacks=[backup_and_restore(fn_args)])` saves every
-    `checkpoint_every_steps` steps of the Trainer's settings; a Trainer killed
-    mid-training and started again with the same inputs resumes from the
-    last backup. The tfxkit Trainer removes the backup after a successful
-    export (chief only).
+    `checkpoint_every_steps` steps of the Trainer's settings to
+    `backup.user_location(fn_args)` (beside the execution's model run
+    directories, keyed by the inputs); a Trainer killed mid-training and
+    started again with the same inputs resumes from the last backup. The
+    tfxkit Trainer removes the backup after a successful export (chief only).
 
     Args:
       fn_args: The `FnArgs` the tfxkit Trainer passed to `run_fn`.
@@ -215,4 +198,4 @@ def backup_and_restore(fn_args, **kwargs):
     settings = payload.of(fn_args).settings or DropInSettings()
     kwargs.setdefault("save_freq", settings.checkpoint_every_steps)
     kwargs.setdefault("delete_checkpoint", False)
-    return backup.TrainingBackup(backup_dir(fn_args), **kwargs)
+    return backup.TrainingBackup(backup.user_location(fn_args), **kwargs)

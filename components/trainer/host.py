@@ -27,7 +27,7 @@ from absl import logging
 from tfx.components.util import udf_utils
 from tfx.dsl.io import fileio
 
-from components import cluster, dropin, export, legacy_keras, models
+from components import backup, cluster, dropin, export, legacy_keras, models
 from components.trainer import data_accessor, task
 
 
@@ -131,7 +131,7 @@ def run_user_fn(
         raise RuntimeError(
             f"run_fn: the user run_fn wrote no model to fn_args.serving_model_dir ({serving_dir})"
         )
-    task.release(dropin.backup_dir(fn_args), choice)
+    task.release(backup.user_location(fn_args), choice)
 
 
 # What Keras (tf_keras) raises for fit / evaluate on an infinite dataset without steps.

@@ -35,7 +35,10 @@ class TrainingInputs:
       model_run_dir: Scratch space: logs, caches, backups.
       train_steps: Optimizer steps.
       eval_steps: Evaluation batches.
-      backup_dir: Crash-recovery backup location ('' = `<model_run_dir>/backup`).
+      backup_dir: Crash-recovery backup location, from `components.backup`:
+        `backup.product_location` for inputs from `from_fn_args`; when not
+        given, `backup.run_dir_location` (inside `model_run_dir`), filled in
+        at construction.
     """
 
     train_files: tuple[str, ...]
@@ -47,9 +50,13 @@ class TrainingInputs:
     eval_steps: int
     backup_dir: str = ""
 
+    def __post_init__(self):
+        if not self.backup_dir:
+            object.__setattr__(self, "backup_dir", backup.run_dir_location(self.model_run_dir))
+
     @classmethod
     def from_fn_args(cls, fn_args, config: PipelineConfig) -> TrainingInputs:
-        inputs = cls(
+        return cls(
             train_files=tuple(fn_args.train_files),
             eval_files=tuple(fn_args.eval_files),
             transform_output=fn_args.transform_output,
@@ -57,17 +64,8 @@ class TrainingInputs:
             model_run_dir=fn_args.model_run_dir,
             train_steps=fn_args.train_steps or config.train.train_steps,
             eval_steps=fn_args.eval_steps or config.train.eval_steps,
+            backup_dir=backup.product_location(fn_args, config),
         )
-        # Keyed by everything that determines training: the same inputs and
-        # config find the same backup (see `backup.location`).
-        key = [
-            inputs.train_files,
-            inputs.eval_files,
-            inputs.transform_output,
-            config.to_json(),
-            inputs.train_steps,
-        ]
-        return dataclasses.replace(inputs, backup_dir=backup.location(fn_args.model_run_dir, key))
 
 
 # What the training input does with examples whose label `data.labeled_fraction` withholds.

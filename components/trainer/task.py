@@ -147,5 +147,5 @@ def export(
         task_id=choice.task_id,
         scratch_dir=inputs.model_run_dir,
     )
-    release(training.backup_dir(inputs), choice)
+    release(inputs.backup_dir, choice)
     return written

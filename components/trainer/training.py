@@ -5,8 +5,8 @@ No TFX types: `inputs.TrainingInputs` carries plain paths (built from TFX's
 
 `fit` trains any compiled Keras model under the configured `tf.distribute`
 strategy (see `components.strategies`), with mixed precision, gradient
-accumulation and a crash-recovery backup beside the execution's model run
-directory (`backup_dir`); the task lifecycle (`components.trainer.task`)
+accumulation and a crash-recovery backup at `inputs.backup_dir` (located by
+`components.backup`); the task lifecycle (`components.trainer.task`)
 resolves the role before and exports (only the chief writes the model) and
 removes the backup after.
 """
@@ -14,7 +14,6 @@ removes the backup after.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
@@ -100,7 +99,7 @@ def fit(
        `strategy.distribute_datasets_from_function`, or through a
        `DatasetCreator` scheduled on every worker by the `ClusterCoordinator`
        under the parameter-server strategy;
-    4. training backs up to `backup_dir(inputs)` (beside the execution's
+    4. training backs up to `inputs.backup_dir` (beside the execution's
        model run directory when the inputs come from `from_fn_args`) every
        `train.checkpoint_every_steps` steps and resumes from there when the
        process is started again with the same inputs (the task removes it
@@ -157,7 +156,7 @@ def fit(
             steps_per_epoch = min(steps_per_epoch, config.train.checkpoint_every_steps)
             save_freq = "epoch"
         backups = backup.TrainingBackup(
-            backup_dir(inputs), save_freq=save_freq, delete_checkpoint=False
+            inputs.backup_dir, save_freq=save_freq, delete_checkpoint=False
         )
         model.fit(
             train_data,
@@ -205,18 +204,6 @@ def _configure_model(model: keras.Model, config: PipelineConfig) -> None:
         model.grad_accum_steps = steps
     if config.strategy.steps_per_execution > 1:
         model.steps_per_execution = config.strategy.steps_per_execution
-
-
-BACKUP_DIR_NAME = "backup"
-
-
-def backup_dir(inputs: TrainingInputs) -> str:
-    """Where `fit` keeps its crash-recovery backup (see `TrainingInputs.from_fn_args`).
-
-    Inputs built by hand (tests, benchmarks) without a `backup_dir` keep it
-    inside their model run directory.
-    """
-    return inputs.backup_dir or os.path.join(inputs.model_run_dir, BACKUP_DIR_NAME)
 
 
 class _ResumeLog(keras.callbacks.Callback):

@@ -9,7 +9,7 @@ import os
 import pytest
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components import backup, dropin, export, payload, strategies
+from components import backup, export, payload, strategies
 from components.trainer import task, training
 from tests.components.trainer import penguins
 
@@ -57,15 +57,24 @@ def test_both_backups_live_beside_the_executions_keyed_by_their_inputs(tmp_path)
     config = penguins.penguins_config()
     product = training.TrainingInputs.from_fn_args(_fn_args(tmp_path, config, 7), config)
     rerun = training.TrainingInputs.from_fn_args(_fn_args(tmp_path, config, 8), config)
-    user = dropin.backup_dir(_fn_args(tmp_path, config, 7))
+    user = backup.user_location(_fn_args(tmp_path, config, 7))
     backups = str(tmp_path / "Trainer" / backup.BACKUPS_DIR)
-    assert training.backup_dir(product) == training.backup_dir(rerun)
-    assert {os.path.dirname(training.backup_dir(product)), os.path.dirname(user)} == {backups}
-    assert os.path.basename(user).startswith("user-") and user != training.backup_dir(product)
+    assert product.backup_dir == rerun.backup_dir
+    assert {os.path.dirname(product.backup_dir), os.path.dirname(user)} == {backups}
+    assert os.path.basename(user).startswith("user-") and user != product.backup_dir
     longer = dataclasses.replace(config, train=dataclasses.replace(config.train, train_steps=9))
-    assert training.backup_dir(
-        training.TrainingInputs.from_fn_args(_fn_args(tmp_path, longer, 8), longer)
-    ) != training.backup_dir(product)
+    assert (
+        training.TrainingInputs.from_fn_args(_fn_args(tmp_path, longer, 8), longer).backup_dir
+        != product.backup_dir
+    )
+
+
+def test_inputs_built_by_hand_keep_their_backup_in_their_model_run_dir(tmp_path):
+    run_dir = str(tmp_path / "run")
+    inputs = training.TrainingInputs(("/t",), ("/e",), "/graph", "/serving", run_dir, 5, 1)
+    assert inputs.backup_dir == backup.run_dir_location(run_dir) == os.path.join(run_dir, "backup")
+    explicit = dataclasses.replace(inputs, backup_dir=str(tmp_path / "elsewhere"))
+    assert explicit.backup_dir == str(tmp_path / "elsewhere")
 
 
 @pytest.mark.parametrize("is_chief", [True, False])

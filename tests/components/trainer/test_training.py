@@ -679,7 +679,7 @@ def test_killed_trainer_resumes_from_its_backup_and_exports(penguin_data):
     again = training.TrainingInputs.from_fn_args(
         FnArgs(**inputs, custom_config={CONFIG_KEY: config.to_json()}), config
     )
-    backup = training.backup_dir(again)
+    backup = again.backup_dir
     assert not backup.startswith(inputs["model_run_dir"])
     job = {"kind": "run_fn", "config": config.to_json(), "inputs": inputs}
     with open(os.path.join(root, "killed.log"), "w") as log:

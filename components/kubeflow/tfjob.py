@@ -137,7 +137,7 @@ def build_manifest(
                 # Parameter servers never exit by themselves: remove running
                 # pods once the chief decides the job's outcome.
                 "cleanPodPolicy": "Running",
-                "backoffLimit": kf.tfjob_backoff_limit,
+                "backoffLimit": kf.max_restarts,
                 "activeDeadlineSeconds": kf.tfjob_timeout_seconds,
             },
             "tfReplicaSpecs": replica_specs,

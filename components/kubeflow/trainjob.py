@@ -136,7 +136,7 @@ def runtime_manifest(
 
     Its image is `kubeflow.image`; the parameter-server count, the
     parameter servers' placement (`kubeflow.tfjob_ps_placement`) and the
-    JobSet's restart budget (`kubeflow.tfjob_backoff_limit`) are fixed here,
+    JobSet's restart budget (`kubeflow.max_restarts`) are fixed here,
     since a TrainJob can override none of them. The chief (coordinator)
     requests `REPLICA_DEFAULT_REQUESTS` on the default pool.
 
@@ -176,7 +176,7 @@ def runtime_manifest(
             pod_spec.update(scheduling(ps_placement))
         replicated.append(_replicated_job(job, pods, pod_spec))
     spec: dict[str, Any] = {
-        "failurePolicy": {"maxRestarts": kf.tfjob_backoff_limit},
+        "failurePolicy": {"maxRestarts": kf.max_restarts},
         "replicatedJobs": replicated,
     }
     if CHIEF_JOB in shape:

@@ -56,6 +56,25 @@ def replica_counts(strategy: StrategyConfig) -> dict[str, int]:
     return {}
 
 
+def restart_policy(strategy: StrategyConfig, replica_type: str) -> str:
+    """The TFJob `restartPolicy` of a replica type.
+
+    The Training Operator restarts one replica at a time, never the group.
+    `OnFailure` (the container restarts in place, counted against
+    `runPolicy.backoffLimit`) where a fault makes a replica exit with an
+    ordinary error code: every `multi_worker_mirrored` worker (survivors of a
+    lost peer fail their collectives; each restarts, and together they
+    re-form the group from the last backup) and the `parameter_server`
+    chief (it fails when a parameter server is lost and resumes from the
+    checkpoint). `ExitCode` for parameter-server workers and parameter
+    servers, which only fail when killed (retryable exit codes such as 137
+    recreate the pod) and so fail the job at once on a program error.
+    """
+    if strategy.kind == "multi_worker_mirrored" or replica_type == "Chief":
+        return "OnFailure"
+    return "ExitCode"
+
+
 def _pod_template(
     placement: Placement,
     image: str,
@@ -121,9 +140,7 @@ def build_manifest(
         pool = ps_placement if replica_type == "PS" else placement
         replica_specs[replica_type] = {
             "replicas": replicas,
-            # ExitCode: restart on retryable exit codes (preemption, OOM-kill
-            # signals) and fail at once on program errors.
-            "restartPolicy": "ExitCode",
+            "restartPolicy": restart_policy(config.strategy, replica_type),
             "template": _pod_template(
                 pool, pool.image or image, env, labels, kf.tfjob_service_account
             ),

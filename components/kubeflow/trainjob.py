@@ -104,13 +104,29 @@ def runtime_name(strategy: StrategyConfig, kubeflow: KubeflowConfig) -> str:
 # --------------------------------------------------------------------------- #
 
 
-def _replicated_job(name: str, pods: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
+def pod_backoff_limit(strategy: StrategyConfig, kubeflow: KubeflowConfig, job: str) -> int:
+    """Pods of replicated job `job` its Job recreates before the Job fails.
+
+    0 for every job but the workers of `parameter_server`: one failed pod
+    fails its Job and the JobSet restarts every pod (`failurePolicy`), from
+    the last `BackupAndRestore` backup. A collective group (every
+    `multi_worker_mirrored` worker) cannot take back one restarted member,
+    and the coordinator cannot go on without a parameter server or itself.
+    Parameter-server workers are servers the coordinator schedules around:
+    a lost one is recreated at the same index (same host name) and rejoins,
+    up to `kubeflow.max_restarts` times, without restarting the group.
+    """
+    if strategy.kind == "parameter_server" and job == TRAINER_JOB:
+        return kubeflow.max_restarts
+    return 0
+
+
+def _replicated_job(
+    name: str, pods: int, pod_spec: dict[str, Any], backoff_limit: int
+) -> dict[str, Any]:
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
-        # One failed pod fails the Job and the JobSet restarts every pod
-        # (failurePolicy): a synchronous cluster cannot go on without it, and
-        # the restarted Trainer resumes from its BackupAndRestore backup.
-        "backoffLimit": 0,
+        "backoffLimit": backoff_limit,
         "template": {
             # An Istio sidecar never exits, so a finished replica would never complete.
             "metadata": {"annotations": {"sidecar.istio.io/inject": "false"}},
@@ -136,8 +152,10 @@ def runtime_manifest(
 
     Its image is `kubeflow.image`; the parameter-server count, the
     parameter servers' placement (`kubeflow.tfjob_ps_placement`) and the
-    JobSet's restart budget (`kubeflow.max_restarts`) are fixed here,
-    since a TrainJob can override none of them. The chief (coordinator)
+    restart budgets (`kubeflow.max_restarts`: the JobSet's
+    `failurePolicy.maxRestarts`, and the parameter-server workers' Job
+    `backoffLimit`, see `pod_backoff_limit`) are fixed here, since a
+    TrainJob can override none of them. The chief (coordinator)
     requests `REPLICA_DEFAULT_REQUESTS` on the default pool.
 
     Args:
@@ -174,7 +192,9 @@ def runtime_manifest(
         pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [node]}
         if job == PS_JOB:
             pod_spec.update(scheduling(ps_placement))
-        replicated.append(_replicated_job(job, pods, pod_spec))
+        replicated.append(
+            _replicated_job(job, pods, pod_spec, pod_backoff_limit(strategy, kf, job))
+        )
     spec: dict[str, Any] = {
         "failurePolicy": {"maxRestarts": kf.max_restarts},
         "replicatedJobs": replicated,

@@ -128,6 +128,31 @@ def test_manifest_validates_against_the_tfjob_crd(taxi_config, tfjob_schema, str
         assert "nodeSelector" not in specs["PS"]["template"]["spec"]
 
 
+@pytest.mark.parametrize(
+    "strategy, policies",
+    [
+        (dict(kind="multi_worker_mirrored", workers=3), {"Worker": "OnFailure"}),
+        (
+            dict(kind="parameter_server", workers=2, parameter_servers=1),
+            {"Chief": "OnFailure", "Worker": "ExitCode", "PS": "ExitCode"},
+        ),
+    ],
+    ids=["multi_worker", "parameter_server"],
+)
+def test_restart_policies_and_budget_come_from_the_strategy_and_max_restarts(
+    taxi_config, tfjob_schema, strategy, policies
+):
+    config = _config(taxi_config, **strategy)
+    config = dataclasses.replace(
+        config, kubeflow=dataclasses.replace(config.kubeflow, max_restarts=5)
+    )
+    manifest = _manifest(config)
+    jsonschema.Draft7Validator(tfjob_schema).validate(manifest)
+    specs = manifest["spec"]["tfReplicaSpecs"]
+    assert {rtype: spec["restartPolicy"] for rtype, spec in specs.items()} == policies
+    assert manifest["spec"]["runPolicy"]["backoffLimit"] == 5
+
+
 def test_manifest_with_a_misspelled_field_is_caught_by_the_schema_check(taxi_config, tfjob_schema):
     # Guards the checker itself: the API server would prune this field silently.
     manifest = _manifest(_config(taxi_config, kind="multi_worker_mirrored", workers=2))

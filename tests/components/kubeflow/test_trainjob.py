@@ -229,6 +229,28 @@ def test_runtimes_validate_against_their_crds(taxi_config, schemas, kind, strate
         ]
 
 
+@pytest.mark.parametrize(
+    "strategy, backoff_limits",
+    [(MW, {"node": 0}), (PS, {"chief": 0, "node": 5, "ps": 0})],
+    ids=["multi_worker", "parameter_server"],
+)
+def test_restart_budgets_come_from_max_restarts(taxi_config, schemas, strategy, backoff_limits):
+    config = _config(taxi_config, **strategy)
+    config = dataclasses.replace(
+        config, kubeflow=dataclasses.replace(config.kubeflow, max_restarts=5)
+    )
+    runtime = trainjob.runtime_manifest(config.strategy, config.kubeflow)
+    assert_valid(runtime, schemas)
+    spec = runtime["spec"]["template"]["spec"]
+    # Any Job that fails restarts the whole JobSet, at most 5 times.
+    assert spec["failurePolicy"] == {"maxRestarts": 5}
+    found = {j["name"]: j["template"]["spec"]["backoffLimit"] for j in spec["replicatedJobs"]}
+    # Only parameter-server workers are recreated one by one by their Job.
+    assert found == backoff_limits
+    for job in spec["replicatedJobs"]:
+        assert job["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
 def test_shipped_runtimes_and_rbac_are_what_the_code_generates(schemas):
     for name, text in trainjob.shipped_files().items():
         path = os.path.join(REPO_ROOT, "kubeflow", name)

@@ -24,6 +24,7 @@ from components.kubeflow.backend import (
     REPLICA_COMMAND,
     Backend,
     JobStatus,
+    Restart,
     job_labels,
     latest_condition,
     replica_placement,
@@ -178,6 +179,24 @@ def _status(obj: Mapping[str, Any]) -> JobStatus:
     )
 
 
+def _restart(obj: Mapping[str, Any], companion: Mapping[str, Any] | None) -> Restart:
+    # The operator sets `Restarting` (reason TFJobRestarting, "... is restarting
+    # because 1 Worker replica(s) failed.") each time it recreates a failed
+    # replica; the condition is updated in place, so its transition time
+    # marks each one. In-place restarts (`OnFailure`) show in the pods only.
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Restarting" and cond.get("status") == "True":
+            marker = f"{cond.get('lastTransitionTime', '')} {cond.get('message', '')}"
+            return Restart(marker, cond.get("message") or cond.get("reason", ""))
+    return Restart()
+
+
+def _replica_of(labels: Mapping[str, str]) -> str:
+    rtype = labels.get(REPLICA_TYPE_LABEL, "")
+    index = labels.get(REPLICA_INDEX_LABEL, "")
+    return f"{rtype.capitalize()} {index}".strip()
+
+
 def _shape(manifest: Mapping[str, Any]) -> str:
     specs = manifest["spec"]["tfReplicaSpecs"]
     return ", ".join(f"{rtype} x{spec['replicas']}" for rtype, spec in specs.items())
@@ -197,4 +216,6 @@ BACKEND = Backend(
     missing_hint="is the Kubeflow Training Operator (TFJob CRD) installed? On Kubeflow Trainer v2 "
     "use kubeflow.job_backend: trainjob",
     rbac_file="kubeflow/tfjob-rbac.yaml",
+    restart=_restart,
+    replica_of=_replica_of,
 )

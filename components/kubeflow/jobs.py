@@ -6,8 +6,9 @@ run artifact (shared by URI), has the configured backend build the job
 (`kubeflow.job_backend`: `components.kubeflow.trainjob` for Kubeflow Trainer
 v2's TrainJob, `components.kubeflow.tfjob` for the Training Operator's
 TFJob), submits it through the `kubernetes` client, waits with a bounded
-timeout, surfaces per-replica status and pod failure reasons, and deletes
-the job on success or timeout (a failed job is kept for inspection).
+timeout, logs restarts as the controller makes them, surfaces per-replica
+status and each failing pod's replica and reason, and deletes the job on
+success or timeout (a failed job is kept for inspection).
 
 A backend module contributes only its manifest and a `Backend`
 (`components.kubeflow.backend`): how to build the job, the resource

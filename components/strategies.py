@@ -236,7 +236,10 @@ def communication_options(
         "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
     }[config.communication]
     return tf.distribute.experimental.CommunicationOptions(
-        bytes_per_pack=config.all_reduce_pack_bytes, implementation=implementation
+        bytes_per_pack=config.all_reduce_pack_bytes,
+        # None, not 0: no timeout thread per collective at all.
+        timeout_seconds=config.collective_timeout_seconds or None,
+        implementation=implementation,
     )
 
 

@@ -213,9 +213,13 @@ class KubeflowConfig:
       tfjob_timeout_seconds: Bound on the wait for a multi-worker training job
         of either backend (also its `activeDeadlineSeconds`); the job is
         deleted when it passes.
-      tfjob_backoff_limit: Replica restarts the TFJob allows (preempted
-        replicas resume from their `BackupAndRestore` checkpoint); for
-        `trainjob` the runtime's `failurePolicy.maxRestarts` holds it.
+      max_restarts: Restarts a multi-worker training job may make after
+        faults before it fails, either backend (0 = fail at the first one).
+        `trainjob`: restarts of the whole JobSet (`failurePolicy.maxRestarts`
+        of the generated runtime), and under `parameter_server` also the
+        worker pods its Job may recreate (`backoffLimit`); `tfjob`:
+        `runPolicy.backoffLimit`. Restarted replicas resume from the last
+        `BackupAndRestore` backup (`train.checkpoint_every_steps`).
       tfjob_ps_placement: Placement of parameter-server replicas, either
         backend (default: the default node pool with the Trainer's image).
       tfjob_service_account: Service account of training-job replicas, either
@@ -237,7 +241,7 @@ class KubeflowConfig:
         "ClusterTrainingRuntime"
     )
     tfjob_timeout_seconds: int = 3600
-    tfjob_backoff_limit: int = 3
+    max_restarts: int = 3
     tfjob_ps_placement: Placement | None = None
     tfjob_service_account: str = ""
     namespace: str = ""
@@ -267,8 +271,12 @@ class KubeflowConfig:
                 "tfjob_timeout_seconds",
                 f"expected an integer >= 1, got {self.tfjob_timeout_seconds}",
             )
-        if self.tfjob_backoff_limit < 0:
-            fail("tfjob_backoff_limit", f"expected an integer >= 0, got {self.tfjob_backoff_limit}")
+        if self.max_restarts < 0:
+            fail(
+                "max_restarts",
+                f"expected an integer >= 0 (0 = no restart: the job fails at its first fault), "
+                f"got {self.max_restarts}",
+            )
         if self.trainjob_runtime and not (
             len(self.trainjob_runtime) <= 253
             and re.fullmatch(

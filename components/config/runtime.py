@@ -92,6 +92,12 @@ StrategyKind = Literal[
 
 # Strategies that use every accelerator their task sees: `num_gpus` cannot select among them.
 WHOLE_TASK_KINDS = ("multi_worker_mirrored", "parameter_server", "tpu")
+# Shortest non-zero `strategy.collective_timeout_seconds`: twice what
+# MultiWorkerMirroredStrategy's own health check needs to call an unreachable
+# peer down (a ping every 30 s, 3 tries of 10 s), so that check reports a lost
+# peer first, and a collective waiting for a peer that is writing its
+# backup or compiling its first step is not cut short.
+MIN_COLLECTIVE_TIMEOUT_SECONDS = 120
 
 
 def whole_task_gpus_message(kind: str, num_gpus: int) -> str:
@@ -122,6 +128,15 @@ class StrategyConfig:
         (multi-worker all-reduce; `nccl` also selects NCCL for `mirrored`).
       all_reduce_pack_bytes: Pack small gradients into chunks of this size
         for the multi-worker all-reduce (0: TensorFlow's default).
+      collective_timeout_seconds: Under `multi_worker_mirrored`, fail a
+        collective (all-reduce) that waits longer than this for its peers
+        with `DeadlineExceededError`, instead of hanging (0 = no timeout;
+        otherwise at least 120). It guards against a peer that is alive but
+        stuck: a peer that is gone is already turned into an error within
+        about a minute by the strategy's health check. It costs one thread
+        per pending collective (TensorFlow calls it a debugging aid), hence
+        off by default. Set it above the longest step, backup write
+        (`train.checkpoint_every_steps`) and first-step compilation.
       tpu: TPU name or address for `TPUClusterResolver` ('' = local / env).
       workers: Expected worker replicas (used to size shards and TFJobs).
       parameter_servers: Expected parameter-server replicas.
@@ -135,6 +150,7 @@ class StrategyConfig:
     num_cpu_devices: int = 0
     communication: Literal["auto", "ring", "nccl"] = "auto"
     all_reduce_pack_bytes: int = 0
+    collective_timeout_seconds: int = 0
     tpu: str = ""
     workers: int = 1
     parameter_servers: int = 0
@@ -157,6 +173,20 @@ class StrategyConfig:
             )
         if self.kind in WHOLE_TASK_KINDS and self.num_gpus:
             fail("num_gpus", whole_task_gpus_message(self.kind, self.num_gpus))
+        timeout = self.collective_timeout_seconds
+        if timeout < 0 or 0 < timeout < MIN_COLLECTIVE_TIMEOUT_SECONDS:
+            fail(
+                "collective_timeout_seconds",
+                f"expected 0 (no timeout) or at least {MIN_COLLECTIVE_TIMEOUT_SECONDS} seconds, "
+                f"got {timeout}; a shorter one would cut off collectives that wait for a peer's "
+                f"backup or first-step compilation (the health check already reports a lost peer)",
+            )
+        if timeout and self.kind not in ("auto", "multi_worker_mirrored"):
+            fail(
+                "collective_timeout_seconds",
+                f"only 'multi_worker_mirrored' runs collectives with a timeout, got kind {self.kind!r}; "
+                "set it to 0",
+            )
         if self.kind == "tpu" and self.communication == "nccl":
             fail(
                 "communication", "'nccl' is for GPUs; TPUs have their own interconnect (use 'auto')"

@@ -146,6 +146,34 @@ def latest_condition(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Restart:
+    """What a job's controller shows of its latest restart.
+
+    Attributes:
+      marker: Changes with every restart ('' before the first one).
+      detail: What restarted and why, for the log.
+      count: Restarts so far, when the controller counts them (0: it does not).
+    """
+
+    marker: str = ""
+    detail: str = ""
+    count: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Companion:
+    """An object the controller creates under the job's name whose status the wait reads too.
+
+    Attributes:
+      group, version, plural: Its resource.
+    """
+
+    group: str
+    version: str
+    plural: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Backend:
     """One job kind: how to build it, where it lives in the API and how to read it.
 
@@ -161,6 +189,10 @@ class Backend:
       shape: One line naming the replicas of a manifest.
       missing_hint: Why the API may not know the resource (HTTP 404).
       rbac_file: The shipped RBAC manifest the step's service account needs.
+      restart: Reads the latest restart from the job object and its
+        companion's (None when the companion cannot be read).
+      replica_of: Names a pod's replica from its labels (`Worker 1`, `node 0`).
+      companion: An object read beside the job for `restart` (None: none).
     """
 
     name: str
@@ -175,3 +207,6 @@ class Backend:
     shape: Callable[[Mapping[str, Any]], str]
     missing_hint: str
     rbac_file: str
+    restart: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Restart]
+    replica_of: Callable[[Mapping[str, str]], str]
+    companion: Companion | None = None

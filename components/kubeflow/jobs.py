@@ -6,8 +6,9 @@ run artifact (shared by URI), has the configured backend build the job
 (`kubeflow.job_backend`: `components.kubeflow.trainjob` for Kubeflow Trainer
 v2's TrainJob, `components.kubeflow.tfjob` for the Training Operator's
 TFJob), submits it through the `kubernetes` client, waits with a bounded
-timeout, surfaces per-replica status and pod failure reasons, and deletes
-the job on success or timeout (a failed job is kept for inspection).
+timeout, logs restarts as the controller makes them, surfaces per-replica
+status and each failing pod's replica and reason, and deletes the job on
+success or timeout (a failed job is kept for inspection).
 
 A backend module contributes only its manifest and a `Backend`
 (`components.kubeflow.backend`): how to build the job, the resource
@@ -116,8 +117,30 @@ def job_name(pipeline_name: str, component_id: str, suffix: str | None = None) -
 # --------------------------------------------------------------------------- #
 
 
-def pod_reasons(core_api, namespace: str, selector: str) -> list[str]:
-    """Why the job's pods are failing or waiting, one line per pod ([] if unreadable)."""
+def _last_line(message: str | None) -> str:
+    # A termination message may be a log tail (FallbackToLogsOnError): its
+    # last line is the exception.
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _terminated(t) -> str:
+    message = _last_line(t.message)
+    return f"{t.reason or 'Error'} (exit code {t.exit_code}){': ' + message if message else ''}"
+
+
+def pod_reasons(
+    core_api,
+    namespace: str,
+    selector: str,
+    replica_of: Callable[[Mapping[str, str]], str] = lambda labels: "",
+) -> list[str]:
+    """Why the job's pods are failing, waiting or restarting, one line per pod ([] if unreadable).
+
+    Each line names the pod, its replica (`replica_of` its labels) and its
+    phase, then per container what ended it, or its last failure and
+    restart count when it was restarted in place.
+    """
     from kubernetes.client.rest import ApiException
 
     try:
@@ -130,10 +153,7 @@ def pod_reasons(core_api, namespace: str, selector: str) -> list[str]:
         found = []
         for cs in pod.status.container_statuses or []:
             if cs.state and cs.state.terminated and cs.state.terminated.exit_code:
-                t = cs.state.terminated
-                found.append(
-                    f"{cs.name} terminated: {t.reason or 'Error'} (exit code {t.exit_code}){': ' + t.message.strip() if t.message else ''}"
-                )
+                found.append(f"{cs.name} terminated: {_terminated(cs.state.terminated)}")
             elif (
                 cs.state
                 and cs.state.waiting
@@ -143,12 +163,33 @@ def pod_reasons(core_api, namespace: str, selector: str) -> list[str]:
                 found.append(
                     f"{cs.name} waiting: {w.reason}{': ' + w.message if w.message else ''}"
                 )
+            last = cs.last_state.terminated if cs.last_state else None
+            if cs.restart_count and last is not None:
+                found.append(
+                    f"{cs.name} restarted {cs.restart_count} time(s), last: {_terminated(last)}"
+                )
         for cond in pod.status.conditions or []:
             if cond.type == "PodScheduled" and cond.status == "False":
                 found.append(f"unschedulable: {cond.message or cond.reason}")
         if found:
-            lines.append(f"pod {pod.metadata.name} ({pod.status.phase}): " + "; ".join(found))
+            replica = replica_of(pod.metadata.labels or {})
+            where = f"{replica}, {pod.status.phase}" if replica else pod.status.phase
+            lines.append(f"pod {pod.metadata.name} ({where}): " + "; ".join(found))
     return lines
+
+
+def read_companion(custom, backend: Backend, namespace: str, name: str) -> dict | None:
+    """The backend's companion object of job `name` (None without one, or when it cannot be read)."""
+    from kubernetes.client.rest import ApiException
+
+    if backend.companion is None:
+        return None
+    c = backend.companion
+    try:
+        return custom.get_namespaced_custom_object(c.group, c.version, namespace, c.plural, name)
+    except ApiException:
+        # Restarts are reported from it; the job's own status still decides.
+        return None
 
 
 # --------------------------------------------------------------------------- #
@@ -165,10 +206,14 @@ def run(
     log: Callable[[str], None] = print,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    max_restarts: int | None = None,
 ) -> JobStatus:
     """Submits a training job (TrainJob or TFJob), waits for it, deletes it on success or timeout.
 
-    A failed job is kept so that its pods' logs stay readable.
+    Restarts are logged as the controller reports them (a TrainJob's JobSet
+    `status.restarts`, a TFJob's `Restarting` condition). A failed job is
+    kept so that its pods' logs stay readable; the failure names each
+    failing pod's replica and its last reason.
 
     Args:
       manifest: The job (see the backends' `build_manifest`).
@@ -177,6 +222,7 @@ def run(
       poll_seconds: Interval between status reads.
       log: Receives one line per status change.
       clock, sleep: Time sources (monotonic seconds).
+      max_restarts: `kubeflow.max_restarts`, for the messages (None: unknown).
 
     Returns:
       The final status (outcome `Succeeded`).
@@ -215,10 +261,21 @@ def run(
     deadline = clock() + timeout_seconds
     last = None
     status = JobStatus()
+    restart = backend.restart({}, None)
+    restarts_seen = 0
+    # A TrainJob's JobSet counts its restarts; for a TFJob they are the
+    # `Restarting` transitions seen between polls (in-place restarts of
+    # `OnFailure` replicas show in the pods' restart counts only).
+    budget = f" (kubeflow.max_restarts: {max_restarts})" if max_restarts is not None else ""
     while True:
         try:
             obj = custom.get_namespaced_custom_object(*coords, namespace, backend.plural, name)
             status = backend.status(obj)
+            latest = backend.restart(obj, read_companion(custom, backend, namespace, name))
+            if latest.marker and latest.marker != restart.marker:
+                restarts_seen = latest.count or restarts_seen + 1
+                log(f"{where}: restart {restarts_seen}{budget}: {latest.detail}")
+            restart = latest
         except ApiException as e:
             if e.status == 404:
                 raise JobError(
@@ -238,15 +295,16 @@ def run(
             _delete(custom, backend, namespace, name, log, where)
             return status
         if status.outcome == "Failed":
-            reasons = pod_reasons(core, namespace, selector)
+            reasons = pod_reasons(core, namespace, selector, backend.replica_of)
+            after = f" after {restarts_seen} restart(s){budget}" if restarts_seen else ""
             raise JobFailed(
-                f"{where} failed: {summary}"
+                f"{where} failed{after}: {summary}"
                 + "".join(f"\n  {r}" for r in reasons)
                 + f"\n  (kept for inspection: kubectl -n {namespace} describe {backend.kind.lower()} {name})"
             )
         remaining = deadline - clock()
         if remaining <= 0:
-            reasons = pod_reasons(core, namespace, selector)
+            reasons = pod_reasons(core, namespace, selector, backend.replica_of)
             _delete(custom, backend, namespace, name, log, where)
             raise JobTimeout(
                 f"{where} did not finish within kubeflow.tfjob_timeout_seconds={timeout_seconds:g}: "
@@ -380,4 +438,5 @@ def launch(
         timeout_seconds=config.kubeflow.tfjob_timeout_seconds,
         poll_seconds=poll_seconds,
         log=log,
+        max_restarts=config.kubeflow.max_restarts,
     )

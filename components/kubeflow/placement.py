@@ -147,6 +147,9 @@ def container(
         "image": image,
         "command": list(command),
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        # A replica that fails without a termination message gets the tail
+        # of its log as one (the traceback): the wait step reports it.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if ports:
         out["ports"] = [dict(p) for p in ports]

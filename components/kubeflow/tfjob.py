@@ -24,6 +24,7 @@ from components.kubeflow.backend import (
     REPLICA_COMMAND,
     Backend,
     JobStatus,
+    Restart,
     job_labels,
     latest_condition,
     replica_placement,
@@ -54,6 +55,25 @@ def replica_counts(strategy: StrategyConfig) -> dict[str, int]:
             counts["PS"] = strategy.parameter_servers
         return counts
     return {}
+
+
+def restart_policy(strategy: StrategyConfig, replica_type: str) -> str:
+    """The TFJob `restartPolicy` of a replica type.
+
+    The Training Operator restarts one replica at a time, never the group.
+    `OnFailure` (the container restarts in place, counted against
+    `runPolicy.backoffLimit`) where a fault makes a replica exit with an
+    ordinary error code: every `multi_worker_mirrored` worker (survivors of a
+    lost peer fail their collectives; each restarts, and together they
+    re-form the group from the last backup) and the `parameter_server`
+    chief (it fails when a parameter server is lost and resumes from the
+    checkpoint). `ExitCode` for parameter-server workers and parameter
+    servers, which only fail when killed (retryable exit codes such as 137
+    recreate the pod) and so fail the job at once on a program error.
+    """
+    if strategy.kind == "multi_worker_mirrored" or replica_type == "Chief":
+        return "OnFailure"
+    return "ExitCode"
 
 
 def _pod_template(
@@ -121,9 +141,7 @@ def build_manifest(
         pool = ps_placement if replica_type == "PS" else placement
         replica_specs[replica_type] = {
             "replicas": replicas,
-            # ExitCode: restart on retryable exit codes (preemption, OOM-kill
-            # signals) and fail at once on program errors.
-            "restartPolicy": "ExitCode",
+            "restartPolicy": restart_policy(config.strategy, replica_type),
             "template": _pod_template(
                 pool, pool.image or image, env, labels, kf.tfjob_service_account
             ),
@@ -137,7 +155,7 @@ def build_manifest(
                 # Parameter servers never exit by themselves: remove running
                 # pods once the chief decides the job's outcome.
                 "cleanPodPolicy": "Running",
-                "backoffLimit": kf.tfjob_backoff_limit,
+                "backoffLimit": kf.max_restarts,
                 "activeDeadlineSeconds": kf.tfjob_timeout_seconds,
             },
             "tfReplicaSpecs": replica_specs,
@@ -161,6 +179,24 @@ def _status(obj: Mapping[str, Any]) -> JobStatus:
     )
 
 
+def _restart(obj: Mapping[str, Any], companion: Mapping[str, Any] | None) -> Restart:
+    # The operator sets `Restarting` (reason TFJobRestarting, "... is restarting
+    # because 1 Worker replica(s) failed.") each time it recreates a failed
+    # replica; the condition is updated in place, so its transition time
+    # marks each one. In-place restarts (`OnFailure`) show in the pods only.
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Restarting" and cond.get("status") == "True":
+            marker = f"{cond.get('lastTransitionTime', '')} {cond.get('message', '')}"
+            return Restart(marker, cond.get("message") or cond.get("reason", ""))
+    return Restart()
+
+
+def _replica_of(labels: Mapping[str, str]) -> str:
+    rtype = labels.get(REPLICA_TYPE_LABEL, "")
+    index = labels.get(REPLICA_INDEX_LABEL, "")
+    return f"{rtype.capitalize()} {index}".strip()
+
+
 def _shape(manifest: Mapping[str, Any]) -> str:
     specs = manifest["spec"]["tfReplicaSpecs"]
     return ", ".join(f"{rtype} x{spec['replicas']}" for rtype, spec in specs.items())
@@ -180,4 +216,6 @@ BACKEND = Backend(
     missing_hint="is the Kubeflow Training Operator (TFJob CRD) installed? On Kubeflow Trainer v2 "
     "use kubeflow.job_backend: trainjob",
     rbac_file="kubeflow/tfjob-rbac.yaml",
+    restart=_restart,
+    replica_of=_replica_of,
 )

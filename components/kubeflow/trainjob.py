@@ -39,7 +39,9 @@ from components.kubeflow.backend import (
     DNS_1035,
     REPLICA_COMMAND,
     Backend,
+    Companion,
     JobStatus,
+    Restart,
     job_labels,
     latest_condition,
     replica_placement,
@@ -70,6 +72,8 @@ ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 PORT_NAME = "tf-port"
 PORT = 2222
 PATCH_MANAGER = "tfxkit.dev/trainer-step"
+# The Job controller labels every pod of an Indexed Job with its index.
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 DEFAULT_RUNTIMES = {
     "multi_worker_mirrored": "tfxkit-tensorflow-multi-worker",
     "parameter_server": "tfxkit-tensorflow-parameter-server",
@@ -104,13 +108,29 @@ def runtime_name(strategy: StrategyConfig, kubeflow: KubeflowConfig) -> str:
 # --------------------------------------------------------------------------- #
 
 
-def _replicated_job(name: str, pods: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
+def pod_backoff_limit(strategy: StrategyConfig, kubeflow: KubeflowConfig, job: str) -> int:
+    """Pods of replicated job `job` its Job recreates before the Job fails.
+
+    0 for every job but the workers of `parameter_server`: one failed pod
+    fails its Job and the JobSet restarts every pod (`failurePolicy`), from
+    the last `BackupAndRestore` backup. A collective group (every
+    `multi_worker_mirrored` worker) cannot take back one restarted member,
+    and the coordinator cannot go on without a parameter server or itself.
+    Parameter-server workers are servers the coordinator schedules around:
+    a lost one is recreated at the same index (same host name) and rejoins,
+    up to `kubeflow.max_restarts` times, without restarting the group.
+    """
+    if strategy.kind == "parameter_server" and job == TRAINER_JOB:
+        return kubeflow.max_restarts
+    return 0
+
+
+def _replicated_job(
+    name: str, pods: int, pod_spec: dict[str, Any], backoff_limit: int
+) -> dict[str, Any]:
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
-        # One failed pod fails the Job and the JobSet restarts every pod
-        # (failurePolicy): a synchronous cluster cannot go on without it, and
-        # the restarted Trainer resumes from its BackupAndRestore backup.
-        "backoffLimit": 0,
+        "backoffLimit": backoff_limit,
         "template": {
             # An Istio sidecar never exits, so a finished replica would never complete.
             "metadata": {"annotations": {"sidecar.istio.io/inject": "false"}},
@@ -136,8 +156,10 @@ def runtime_manifest(
 
     Its image is `kubeflow.image`; the parameter-server count, the
     parameter servers' placement (`kubeflow.tfjob_ps_placement`) and the
-    JobSet's restart budget (`kubeflow.tfjob_backoff_limit`) are fixed here,
-    since a TrainJob can override none of them. The chief (coordinator)
+    restart budgets (`kubeflow.max_restarts`: the JobSet's
+    `failurePolicy.maxRestarts`, and the parameter-server workers' Job
+    `backoffLimit`, see `pod_backoff_limit`) are fixed here, since a
+    TrainJob can override none of them. The chief (coordinator)
     requests `REPLICA_DEFAULT_REQUESTS` on the default pool.
 
     Args:
@@ -174,9 +196,11 @@ def runtime_manifest(
         pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [node]}
         if job == PS_JOB:
             pod_spec.update(scheduling(ps_placement))
-        replicated.append(_replicated_job(job, pods, pod_spec))
+        replicated.append(
+            _replicated_job(job, pods, pod_spec, pod_backoff_limit(strategy, kf, job))
+        )
     spec: dict[str, Any] = {
-        "failurePolicy": {"maxRestarts": kf.tfjob_backoff_limit},
+        "failurePolicy": {"maxRestarts": kf.max_restarts},
         "replicatedJobs": replicated,
     }
     if CHIEF_JOB in shape:
@@ -303,6 +327,29 @@ def _status(obj: Mapping[str, Any]) -> JobStatus:
     return JobStatus(phase, last.get("reason", ""), last.get("message", ""), replicas, outcome)
 
 
+# Kubeflow Trainer runs a TrainJob as a JobSet of the same name; only the
+# JobSet counts its restarts (`status.restarts`).
+JOBSET = Companion(group="jobset.x-k8s.io", version="v1alpha2", plural="jobsets")
+
+
+def _restart(obj: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> Restart:
+    restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0)
+    if not restarts:
+        return Restart()
+    return Restart(
+        str(restarts),
+        "the JobSet recreated every pod after a replicated job failed; "
+        "training resumes from the last backup",
+        restarts,
+    )
+
+
+def _replica_of(labels: Mapping[str, str]) -> str:
+    job = labels.get(tfxkit_env.REPLICATED_JOB_LABEL, "")
+    index = labels.get(COMPLETION_INDEX_LABEL, "")
+    return f"{job} {index}".strip()
+
+
 def _shape(manifest: Mapping[str, Any]) -> str:
     spec = manifest["spec"]
     runtime = spec["runtimeRef"]
@@ -332,6 +379,9 @@ BACKEND = Backend(
     missing_hint="is Kubeflow Trainer v2 (TrainJob CRD) installed? On a cluster with the Training "
     "Operator v1 use kubeflow.job_backend: tfjob",
     rbac_file=f"kubeflow/{RBAC_FILE}",
+    restart=_restart,
+    replica_of=_replica_of,
+    companion=JOBSET,
 )
 
 
@@ -343,7 +393,7 @@ BACKEND = Backend(
 def rbac_manifests(
     namespace: str = "kubeflow", service_account: str = "pipeline-runner"
 ) -> list[dict]:
-    """A Role letting the Trainer step create, watch and delete TrainJobs and read pods, and its binding."""
+    """A Role letting the Trainer step create, watch and delete TrainJobs and read their JobSets and pods, and its binding."""
     role = "tfxkit-trainjob-launcher"
     return [
         {
@@ -356,6 +406,8 @@ def rbac_manifests(
                     "resources": [PLURAL],
                     "verbs": ["create", "get", "list", "watch", "delete"],
                 },
+                # The JobSet behind the TrainJob counts its restarts.
+                {"apiGroups": [JOBSET.group], "resources": [JOBSET.plural], "verbs": ["get"]},
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
             ],
         },
@@ -393,9 +445,9 @@ _HEADERS = {
     ),
     RBAC_FILE: (
         "Lets the Trainer step submit, watch and delete the TrainJob of a multi-worker run and read\n"
-        "its pods' status (failure reasons). Bind it to the service account the pipeline's pods run\n"
-        "as: `pipeline-runner` in `kubeflow` (standalone KFP), or `default-editor` in a profile\n"
-        "namespace (multi-user Kubeflow; change the namespaces below)."
+        "its JobSet's restarts and its pods' status (failure reasons). Bind it to the service\n"
+        "account the pipeline's pods run as: `pipeline-runner` in `kubeflow` (standalone KFP), or\n"
+        "`default-editor` in a profile namespace (multi-user Kubeflow; change the namespaces below)."
     ),
 }
 

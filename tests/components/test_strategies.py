@@ -153,6 +153,36 @@ def test_communication_options_come_from_config():
     )
     assert options.implementation == tf.distribute.experimental.CommunicationImplementation.RING
     assert options.bytes_per_pack == 1 << 20
+    assert options.timeout_seconds is None
+    timed = strategies.communication_options(
+        StrategyConfig(kind="multi_worker_mirrored", workers=2, collective_timeout_seconds=600)
+    )
+    assert timed.timeout_seconds == 600
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        (
+            {"collective_timeout_seconds": 30},
+            r"^strategy\.collective_timeout_seconds: expected 0 \(no timeout\) or at least 120 "
+            r"seconds, got 30; ",
+        ),
+        (
+            {"collective_timeout_seconds": -1},
+            r"^strategy\.collective_timeout_seconds: expected 0 \(no timeout\) or at least 120 "
+            r"seconds, got -1; ",
+        ),
+        (
+            {"kind": "parameter_server", "parameter_servers": 1, "collective_timeout_seconds": 600},
+            r"^strategy\.collective_timeout_seconds: only 'multi_worker_mirrored' runs collectives "
+            r"with a timeout, got kind 'parameter_server'; set it to 0$",
+        ),
+    ],
+)
+def test_bad_collective_timeouts_are_refused_naming_the_field(fields, match):
+    with pytest.raises(ConfigError, match=match):
+        StrategyConfig(**{"kind": "multi_worker_mirrored", "workers": 2, **fields})
 
 
 # --------------------------------------------------------------------------- #

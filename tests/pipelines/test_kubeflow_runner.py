@@ -691,7 +691,11 @@ def test_json_output_is_refused(taxi_config, tmp_path):
             r"^kubeflow\.tfjob_ps_placement\.beam_args: parameter servers run no Beam",
         ),
         ({"namespace": "Team_A"}, r"^kubeflow\.namespace: expected a Kubernetes namespace name"),
-        ({"tfjob_backoff_limit": -1}, r"^kubeflow\.tfjob_backoff_limit: expected an integer >= 0"),
+        (
+            {"max_restarts": -1},
+            r"^kubeflow\.max_restarts: expected an integer >= 0 \(0 = no restart: the job fails "
+            r"at its first fault\), got -1$",
+        ),
         ({"image": ""}, r"^kubeflow\.image: expected the default container image"),
     ],
 )

@@ -28,23 +28,32 @@ def tfjob_status(*conditions, **replicas):
     return {"conditions": list(conditions), "replicaStatuses": replicas}
 
 
-def pod(name, phase, terminated=None, unschedulable=None, container="tensorflow"):
-    state = (
-        {"terminated": terminated} if terminated else {"waiting": {"reason": "ContainerCreating"}}
-    )
-    status = {
-        "phase": phase,
-        "containerStatuses": [
-            {
-                "name": container,
-                "ready": False,
-                "restartCount": 0,
-                "image": "img",
-                "imageID": "",
-                "state": state,
-            }
-        ],
+def pod(
+    name,
+    phase,
+    terminated=None,
+    unschedulable=None,
+    container="tensorflow",
+    labels=None,
+    waiting=None,
+    restarts=0,
+    last_terminated=None,
+):
+    if terminated:
+        state = {"terminated": terminated}
+    else:
+        state = {"waiting": waiting or {"reason": "ContainerCreating"}}
+    container_status = {
+        "name": container,
+        "ready": False,
+        "restartCount": restarts,
+        "image": "img",
+        "imageID": "",
+        "state": state,
     }
+    if last_terminated:
+        container_status["lastState"] = {"terminated": last_terminated}
+    status = {"phase": phase, "containerStatuses": [container_status]}
     if unschedulable:
         status = {
             "phase": phase,
@@ -57,15 +66,17 @@ def pod(name, phase, terminated=None, unschedulable=None, container="tensorflow"
                 }
             ],
         }
-    return {"metadata": {"name": name}, "status": status}
+    return {"metadata": {"name": name, "labels": labels or {}}, "status": status}
 
 
 class FakeKubernetes(FakeJsonApi):
     """Records requests; answers job reads from `states` (the last one repeats)."""
 
-    def __init__(self, states, pods=(), create_error=None, read_errors=()):
+    def __init__(self, states, pods=(), create_error=None, read_errors=(), jobsets=None):
         super().__init__()
         self.states = list(states)
+        # The JobSet behind a TrainJob: its states (the last one repeats), or None = not found.
+        self.jobsets = None if jobsets is None else list(jobsets)
         self.pods = list(pods)
         self.create_error = create_error
         self.read_errors = list(read_errors)
@@ -78,6 +89,15 @@ class FakeKubernetes(FakeJsonApi):
         body = record["body"]
         if path.endswith("/pods"):
             return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": self.pods}
+        if "/jobsets/" in path:
+            if not self.jobsets:
+                return 404, {"kind": "Status", "message": "not found", "code": 404}
+            state = self.jobsets.pop(0) if len(self.jobsets) > 1 else self.jobsets[0]
+            return 200, {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "status": state,
+            }
         if method == "POST":
             if self.create_error:
                 code, message = self.create_error

@@ -97,6 +97,7 @@ def test_container_and_pod_spec():
         "image": "img:1",
         "command": ["python", "-m", "x"],
         "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": kube.resources(GPU),
     }
     spec = kube.pod_spec(GPU, [c], service_account="trainer")

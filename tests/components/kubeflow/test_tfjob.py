@@ -128,6 +128,31 @@ def test_manifest_validates_against_the_tfjob_crd(taxi_config, tfjob_schema, str
         assert "nodeSelector" not in specs["PS"]["template"]["spec"]
 
 
+@pytest.mark.parametrize(
+    "strategy, policies",
+    [
+        (dict(kind="multi_worker_mirrored", workers=3), {"Worker": "OnFailure"}),
+        (
+            dict(kind="parameter_server", workers=2, parameter_servers=1),
+            {"Chief": "OnFailure", "Worker": "ExitCode", "PS": "ExitCode"},
+        ),
+    ],
+    ids=["multi_worker", "parameter_server"],
+)
+def test_restart_policies_and_budget_come_from_the_strategy_and_max_restarts(
+    taxi_config, tfjob_schema, strategy, policies
+):
+    config = _config(taxi_config, **strategy)
+    config = dataclasses.replace(
+        config, kubeflow=dataclasses.replace(config.kubeflow, max_restarts=5)
+    )
+    manifest = _manifest(config)
+    jsonschema.Draft7Validator(tfjob_schema).validate(manifest)
+    specs = manifest["spec"]["tfReplicaSpecs"]
+    assert {rtype: spec["restartPolicy"] for rtype, spec in specs.items()} == policies
+    assert manifest["spec"]["runPolicy"]["backoffLimit"] == 5
+
+
 def test_manifest_with_a_misspelled_field_is_caught_by_the_schema_check(taxi_config, tfjob_schema):
     # Guards the checker itself: the API server would prune this field silently.
     manifest = _manifest(_config(taxi_config, kind="multi_worker_mirrored", workers=2))
@@ -306,6 +331,95 @@ def test_failure_surfaces_replica_status_and_pod_reasons_and_keeps_the_job(mw_ma
     assert pods_call["query"]["labelSelector"] == [
         "training.kubeflow.org/job-name=taxi-trainer-abc"
     ]
+
+
+def _conditions(*conditions):
+    return [
+        {"type": kind, "status": status, "reason": f"TFJob{kind}", "message": message}
+        | ({"lastTransitionTime": at} if at else {})
+        for kind, status, message, at in conditions
+    ]
+
+
+def test_restarts_are_logged_as_they_happen_and_the_failure_names_the_replica(mw_manifest):
+    restarting = "TFJob team-a/taxi-trainer-abc is restarting because 1 Worker replica(s) failed."
+    states = [
+        {"conditions": _conditions(("Running", "True", "", "t0")), "replicaStatuses": {}},
+        {
+            "conditions": _conditions(
+                ("Running", "False", "", "t1"), ("Restarting", "True", restarting, "t1")
+            )
+        },
+        # The same restart on the next poll is not a new one.
+        {
+            "conditions": _conditions(
+                ("Running", "False", "", "t1"), ("Restarting", "True", restarting, "t1")
+            )
+        },
+        {
+            "conditions": _conditions(
+                ("Running", "False", "", "t1"), ("Restarting", "True", restarting, "t2")
+            )
+        },
+        {
+            "conditions": _conditions(
+                ("Restarting", "False", restarting, "t2"),
+                (
+                    "Failed",
+                    "True",
+                    "TFJob team-a/taxi-trainer-abc has failed because it has "
+                    "reached the specified backoff limit",
+                    "t3",
+                ),
+            ),
+            "replicaStatuses": {"Worker": {"active": 1, "failed": 1}},
+        },
+    ]
+    pods = [
+        pod(
+            "taxi-trainer-abc-worker-1",
+            "Running",
+            waiting={"reason": "CrashLoopBackOff", "message": "back-off 40s"},
+            restarts=3,
+            last_terminated={
+                "exitCode": 1,
+                "reason": "Error",
+                "message": "tensorflow.python.framework.errors_impl.DeadlineExceededError: "
+                "Collective ops timed out after 600 seconds",
+            },
+            labels={
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": "1",
+            },
+        ),
+    ]
+    lines = []
+    with FakeKubernetes(states, pods) as fake:
+        with pytest.raises(jobs.JobFailed) as err:
+            jobs.run(
+                mw_manifest,
+                api_client(fake.host),
+                timeout_seconds=30,
+                poll_seconds=0.01,
+                log=lines.append,
+                max_restarts=3,
+            )
+    assert [line for line in lines if ": restart " in line] == [
+        f"TFJob team-a/taxi-trainer-abc: restart 1 (kubeflow.max_restarts: 3): {restarting}",
+        f"TFJob team-a/taxi-trainer-abc: restart 2 (kubeflow.max_restarts: 3): {restarting}",
+    ]
+    message = str(err.value)
+    assert message.startswith(
+        "TFJob team-a/taxi-trainer-abc failed after 2 restart(s) (kubeflow.max_restarts: 3): "
+        "Failed (TFJob team-a/taxi-trainer-abc has failed because it has reached the specified "
+        "backoff limit); Worker: 1 active, 0 succeeded, 1 failed"
+    )
+    assert (
+        "\n  pod taxi-trainer-abc-worker-1 (Worker 1, Running): tensorflow waiting: "
+        "CrashLoopBackOff: back-off 40s; tensorflow restarted 3 time(s), last: Error (exit code "
+        "1): tensorflow.python.framework.errors_impl.DeadlineExceededError: Collective ops timed "
+        "out after 600 seconds\n"
+    ) in message
 
 
 class _FakeClock:

@@ -229,6 +229,28 @@ def test_runtimes_validate_against_their_crds(taxi_config, schemas, kind, strate
         ]
 
 
+@pytest.mark.parametrize(
+    "strategy, backoff_limits",
+    [(MW, {"node": 0}), (PS, {"chief": 0, "node": 5, "ps": 0})],
+    ids=["multi_worker", "parameter_server"],
+)
+def test_restart_budgets_come_from_max_restarts(taxi_config, schemas, strategy, backoff_limits):
+    config = _config(taxi_config, **strategy)
+    config = dataclasses.replace(
+        config, kubeflow=dataclasses.replace(config.kubeflow, max_restarts=5)
+    )
+    runtime = trainjob.runtime_manifest(config.strategy, config.kubeflow)
+    assert_valid(runtime, schemas)
+    spec = runtime["spec"]["template"]["spec"]
+    # Any Job that fails restarts the whole JobSet, at most 5 times.
+    assert spec["failurePolicy"] == {"maxRestarts": 5}
+    found = {j["name"]: j["template"]["spec"]["backoffLimit"] for j in spec["replicatedJobs"]}
+    # Only parameter-server workers are recreated one by one by their Job.
+    assert found == backoff_limits
+    for job in spec["replicatedJobs"]:
+        assert job["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
 def test_shipped_runtimes_and_rbac_are_what_the_code_generates(schemas):
     for name, text in trainjob.shipped_files().items():
         path = os.path.join(REPO_ROOT, "kubeflow", name)
@@ -358,7 +380,11 @@ def test_success_submits_waits_and_deletes(mw_manifest, schemas):
     assert status.outcome == "Succeeded" and status.phase == "Complete"
     assert status.replicas == {"node": {"active": 0, "ready": 0, "succeeded": 1, "failed": 0}}
     job = f"{TRAINJOBS}/taxi-trainer-abc"
-    assert fake.calls() == [("POST", TRAINJOBS)] + [("GET", job)] * 4 + [("DELETE", job)]
+    jobset = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/taxi-trainer-abc"
+    # Every poll reads the JobSet's restarts too (here: not found, which is no error).
+    assert fake.calls() == [("POST", TRAINJOBS)] + [("GET", job), ("GET", jobset)] * 4 + [
+        ("DELETE", job)
+    ]
     assert fake.requests[0]["body"] == mw_manifest
     assert fake.requests[-1]["body"]["propagationPolicy"] == "Background"
     assert lines[0] == (
@@ -408,6 +434,70 @@ def test_failure_names_the_failed_replica_and_its_reason_and_keeps_the_job(mw_ma
     assert pods_call["query"]["labelSelector"] == [
         "jobset.sigs.k8s.io/jobset-name=taxi-trainer-abc"
     ]
+
+
+def test_restarts_are_logged_as_they_happen_and_the_failure_names_the_replica(mw_manifest):
+    running = _trainjob_status(condition("Created", reason="JobSetCreated"), node={"active": 1})
+    states = [
+        running,
+        running,
+        running,
+        _trainjob_status(
+            condition(
+                "Failed", "jobset failed due to reaching max number of restarts", "JobSetFailed"
+            ),
+            node={"failed": 1},
+        ),
+    ]
+    # The JobSet counts restarts; a poll may miss one (1 -> 3).
+    jobsets = [{"restarts": 0}, {"restarts": 1}, {"restarts": 1}, {"restarts": 3}]
+    pods = [
+        pod(
+            "taxi-trainer-abc-node-0-1-x7k2p",
+            "Failed",
+            terminated={
+                "exitCode": 1,
+                "reason": "Error",
+                # FallbackToLogsOnError: the log's tail; its last line is reported.
+                "message": 'Traceback (most recent call last):\n  File "x.py", line 1\n'
+                "tensorflow.python.framework.errors_impl.UnavailableError: cluster check "
+                "alive failed, /job:worker/replica:0/task:0 is down\n",
+            },
+            container="node",
+            labels={
+                "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                "batch.kubernetes.io/job-completion-index": "1",
+            },
+        ),
+    ]
+    lines = []
+    with FakeKubernetes(states, pods, jobsets=jobsets) as fake:
+        with pytest.raises(jobs.JobFailed) as err:
+            jobs.run(
+                mw_manifest,
+                api_client(fake.host),
+                timeout_seconds=30,
+                poll_seconds=0.01,
+                log=lines.append,
+                max_restarts=3,
+            )
+    restarts = [line for line in lines if ": restart " in line]
+    assert restarts == [
+        "TrainJob team-a/taxi-trainer-abc: restart 1 (kubeflow.max_restarts: 3): the JobSet "
+        "recreated every pod after a replicated job failed; training resumes from the last backup",
+        "TrainJob team-a/taxi-trainer-abc: restart 3 (kubeflow.max_restarts: 3): the JobSet "
+        "recreated every pod after a replicated job failed; training resumes from the last backup",
+    ]
+    message = str(err.value)
+    assert message.startswith(
+        "TrainJob team-a/taxi-trainer-abc failed after 3 restart(s) (kubeflow.max_restarts: 3): "
+        "Failed (jobset failed due to reaching max number of restarts)"
+    )
+    assert (
+        "\n  pod taxi-trainer-abc-node-0-1-x7k2p (node 1, Failed): node terminated: Error "
+        "(exit code 1): tensorflow.python.framework.errors_impl.UnavailableError: cluster check "
+        "alive failed, /job:worker/replica:0/task:0 is down\n"
+    ) in message
 
 
 def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):

@@ -33,9 +33,10 @@ run: setup fashion-mnist
 
 # --dist loadscope: a module's tests stay on one worker, so its module
 # fixtures are built once; session fixtures that run a pipeline are built once
-# for all workers (tests/conftest.py, once_per_run).
+# for all workers (tests/conftest.py, once_per_run). The 25 slowest tests are
+# listed at the end: the suite's time is a target (README, Tests).
 test: setup fashion-mnist
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --durations=25 $(PYTEST_ARGS)
 
 # Fashion-MNIST ships in Debian (dataset-fashion-mnist). Root installs it when
 # missing; anyone else is told how (see components/fashion_mnist.py).

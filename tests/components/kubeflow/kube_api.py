@@ -162,3 +162,22 @@ def unknown_fields(obj, schema, path=""):
         for i, item in enumerate(obj):
             out += unknown_fields(item, schema["items"], f"{path}[{i}]")
     return out
+
+
+def run_to_failure(manifest, fake, *, log=lambda _: None, **kwargs):
+    """Runs `jobs.run` against the fake API server, as the Trainer step does, with
+    short polls; returns the `JobFailed` it raised (the test fails if it did not)."""
+    import pytest
+
+    from components.kubeflow import jobs
+
+    with pytest.raises(jobs.JobFailed) as err:
+        jobs.run(
+            manifest,
+            api_client(fake.host),
+            timeout_seconds=30,
+            poll_seconds=0.01,
+            log=log,
+            **kwargs,
+        )
+    return err.value

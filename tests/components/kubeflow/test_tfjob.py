@@ -25,6 +25,7 @@ from tests.components.kubeflow.kube_api import (
     condition,
     crd_schema,
     pod,
+    run_to_failure,
     tfjob_status,
     unknown_fields,
 )
@@ -309,15 +310,12 @@ def test_failure_surfaces_replica_status_and_pod_reasons_and_keeps_the_job(mw_ma
         pod("taxi-trainer-abc-worker-0", "Running"),
     ]
     with FakeKubernetes(states, pods) as fake:
-        with pytest.raises(jobs.JobFailed) as err:
-            jobs.run(
-                mw_manifest,
-                api_client(fake.host),
-                timeout_seconds=30,
-                poll_seconds=0.01,
-                log=lambda _: None,
-            )
-    message = str(err.value)
+        failure = run_to_failure(
+            mw_manifest,
+            fake,
+            log=lambda _: None,
+        )
+    message = str(failure)
     assert "failed because 1 Worker replica(s) failed" in message
     assert "Worker: 1 active, 0 succeeded, 1 failed" in message
     assert (
@@ -395,20 +393,17 @@ def test_restarts_are_logged_as_they_happen_and_the_failure_names_the_replica(mw
     ]
     lines = []
     with FakeKubernetes(states, pods) as fake:
-        with pytest.raises(jobs.JobFailed) as err:
-            jobs.run(
-                mw_manifest,
-                api_client(fake.host),
-                timeout_seconds=30,
-                poll_seconds=0.01,
-                log=lines.append,
-                max_restarts=3,
-            )
+        failure = run_to_failure(
+            mw_manifest,
+            fake,
+            log=lines.append,
+            max_restarts=3,
+        )
     assert [line for line in lines if ": restart " in line] == [
         f"TFJob team-a/taxi-trainer-abc: restart 1 (kubeflow.max_restarts: 3): {restarting}",
         f"TFJob team-a/taxi-trainer-abc: restart 2 (kubeflow.max_restarts: 3): {restarting}",
     ]
-    message = str(err.value)
+    message = str(failure)
     assert message.startswith(
         "TFJob team-a/taxi-trainer-abc failed after 2 restart(s) (kubeflow.max_restarts: 3): "
         "Failed (TFJob team-a/taxi-trainer-abc has failed because it has reached the specified "

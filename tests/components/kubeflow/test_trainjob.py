@@ -21,6 +21,7 @@ from tests.components.kubeflow.kube_api import (
     condition,
     crd_schema,
     pod,
+    run_to_failure,
     unknown_fields,
 )
 from tests.conftest import SHARED_DATA
@@ -472,15 +473,12 @@ def test_restarts_are_logged_as_they_happen_and_the_failure_names_the_replica(mw
     ]
     lines = []
     with FakeKubernetes(states, pods, jobsets=jobsets) as fake:
-        with pytest.raises(jobs.JobFailed) as err:
-            jobs.run(
-                mw_manifest,
-                api_client(fake.host),
-                timeout_seconds=30,
-                poll_seconds=0.01,
-                log=lines.append,
-                max_restarts=3,
-            )
+        failure = run_to_failure(
+            mw_manifest,
+            fake,
+            log=lines.append,
+            max_restarts=3,
+        )
     restarts = [line for line in lines if ": restart " in line]
     assert restarts == [
         "TrainJob team-a/taxi-trainer-abc: restart 1 (kubeflow.max_restarts: 3): the JobSet "
@@ -488,7 +486,7 @@ def test_restarts_are_logged_as_they_happen_and_the_failure_names_the_replica(mw
         "TrainJob team-a/taxi-trainer-abc: restart 3 (kubeflow.max_restarts: 3): the JobSet "
         "recreated every pod after a replicated job failed; training resumes from the last backup",
     ]
-    message = str(err.value)
+    message = str(failure)
     assert message.startswith(
         "TrainJob team-a/taxi-trainer-abc failed after 3 restart(s) (kubeflow.max_restarts: 3): "
         "Failed (jobset failed due to reaching max number of restarts)"

@@ -81,6 +81,12 @@ def check_student(
         differs from the teachers', reading features Transform does not
         write, or not smaller than a teacher (`distillation.require_compression`).
     """
+    for i, info in enumerate(teachers):
+        if info.serving_problem:
+            raise ValueError(
+                f"teacher_models: teacher {i} ({info.export_dir}) cannot be served by a student: "
+                f"{info.serving_problem}"
+            )
     teacher = teachers[0]
     width = int(student.output_shape[-1])
     if width != teacher.width:

@@ -60,6 +60,8 @@ class TeacherInfo:
       transform_signatures: Its other signatures, each a transform of raw
         examples (TFX's `transform_features`): name -> (the raw features it
         parses, the transformed features it returns). A Keras teacher's only.
+      serving_problem: Why a student could not serve as this teacher does
+        ("" when it can); `components.distiller.student` refuses on it.
     """
 
     export_dir: str
@@ -75,6 +77,7 @@ class TeacherInfo:
     transform_signatures: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = dataclasses.field(
         default_factory=dict
     )
+    serving_problem: str = ""
 
 
 def _load(export_dir: str):
@@ -144,30 +147,35 @@ def describe_teacher(
             f"distillation: teacher model {export_dir!r} returns {out_spec!r}; the Distiller needs one "
             "[batch, classes] output (logits, probabilities or one binary unit)"
         )
-    if len(output_keys) != 1:
-        raise ValueError(
-            f"distillation: teacher model {export_dir!r} serves outputs {list(output_keys)}; a student_fn "
-            "student reproduces one serving output, so serve one key from the teacher's serving_default"
-        )
     width = int(out_spec.shape[-1])
     output = teacher_output if teacher_output != "auto" else _read_output_kind(call)
+    # What a student_fn student could not reproduce: refused only on that path (`serving_problem`).
+    problems = []
+    if len(output_keys) != 1:
+        problems.append(
+            f"it serves outputs {list(output_keys)}; a student_fn student reproduces one serving output, so "
+            "serve one key from the teacher's serving_default"
+        )
+    parse_keys: tuple[str, ...] = ()
     transform_signatures = {}
     wanted = set(transformed_features)
     for name, fn in signatures.items():
-        if name == "serving_default":
-            continue
-        outputs = set(fn.structured_outputs)
-        if wanted and outputs <= wanted:
-            transform_signatures[name] = (
-                _parsed_features(fn, export_dir, name),
-                tuple(sorted(outputs)),
-            )
-        else:
-            raise ValueError(
-                f"distillation: teacher model {export_dir!r} has a signature {name!r} that is neither "
-                "'serving_default' nor a transform of raw examples, so the student could not serve it as the "
-                "teacher does; remove it from the teacher's export"
-            )
+        try:
+            if name == "serving_default":
+                parse_keys = _parsed_features(fn, export_dir, name)
+            elif wanted and set(fn.structured_outputs) <= wanted:
+                transform_signatures[name] = (
+                    _parsed_features(fn, export_dir, name),
+                    tuple(sorted(fn.structured_outputs)),
+                )
+            else:
+                problems.append(
+                    f"it has a signature {name!r} that is neither 'serving_default' nor a transform of raw "
+                    "examples, so the student could not serve it as the teacher does; remove it from the "
+                    "teacher's export"
+                )
+        except ValueError as e:
+            problems.append(str(e))
     return TeacherInfo(
         export_dir=export_dir,
         kind=KERAS,
@@ -178,8 +186,9 @@ def describe_teacher(
         output=output,
         num_params=num_params,
         serving_inputs=dict(serving.structured_input_signature[1]),
-        parse_keys=_parsed_features(serving, export_dir, "serving_default"),
+        parse_keys=parse_keys,
         transform_signatures=transform_signatures,
+        serving_problem="; ".join(problems),
     )
 
 
@@ -246,15 +255,14 @@ def _parsed_features(fn, export_dir: str, name: str) -> tuple[str, ...]:
                 const = by_name.get(ref.split(":")[0])
                 if const is None or const.op != "Const":
                     raise ValueError(
-                        f"distillation: teacher model {export_dir!r} signature {name!r} parses features whose "
-                        "names are computed, so the student cannot parse the same ones"
+                        f"its signature {name!r} parses features whose names are computed, so the student "
+                        "cannot parse the same ones"
                     )
                 keys += [s.decode() for s in const.attr["value"].tensor.string_val]
     if not found:
         raise ValueError(
-            f"distillation: teacher model {export_dir!r} signature {name!r} does not parse serialized tf.Examples "
-            "(no tf.io.parse_example in it), so the student cannot serve the same input; serve raw examples "
-            "as TFX's examples do"
+            f"its signature {name!r} does not parse serialized tf.Examples (no tf.io.parse_example in it), so "
+            "the student cannot serve the same input; serve raw examples as TFX's examples do"
         )
     return tuple(sorted(set(keys)))
 
@@ -449,7 +457,7 @@ def class_logits(outputs: tf.Tensor, output: str, width: int) -> tf.Tensor:
 
 def conform(features: Mapping[str, tf.Tensor], spec: tf.TensorSpec) -> tf.Tensor:
     """A transformed feature as a Keras input of `spec` takes it (rank and dtype), as Keras's fit does."""
-    value = features[spec.name]
+    value = tf.convert_to_tensor(features[spec.name])
     if spec.shape.rank is not None and value.shape.rank == spec.shape.rank - 1:
         value = tf.expand_dims(value, -1)
     return tf.cast(value, spec.dtype) if value.dtype != spec.dtype else value

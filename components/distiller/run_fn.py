@@ -68,14 +68,37 @@ def train_student(
     )
     del probe
 
+    return _distil(
+        config,
+        inputs,
+        lambda: training.build_model(config, tft_output, config.student, "student"),
+        described,
+        choice,
+        callbacks,
+    )
+
+
+def _distil(
+    config: PipelineConfig,
+    inputs: training.TrainingInputs,
+    build_student,
+    teachers: Sequence[teachers_lib.TeacherInfo],
+    choice: strategies.StrategyChoice,
+    callbacks: Sequence[keras.callbacks.Callback],
+) -> tuple[keras.Model, dict[str, float]]:
+    """Trains a new student (`build_student()`, in the strategy scope) on the teachers' soft targets."""
+    settings = config.distillation
+    built = []
+
     def build_and_compile() -> keras.Model:
-        student = training.build_model(config, tft_output, config.student, "student")
-        teachers = [
-            teachers_lib.ExportedTeacher(d, name=f"teacher_{i}") for i, d in enumerate(teacher_dirs)
-        ]
+        student = build_student()
+        built.append(student)
         distiller = distillation.Distiller(
-            student,
-            teachers,
+            student_lib.class_logits_model(student, teachers[0].width),
+            [
+                teachers_lib.ExportedTeacher(t.export_dir, t, name=f"teacher_{i}")
+                for i, t in enumerate(teachers)
+            ],
             alpha=settings.alpha,
             temperature=settings.temperature,
             teacher_weights=settings.teacher_weights or None,
@@ -85,7 +108,7 @@ def train_student(
         distiller.compile(optimizer=training.make_optimizer(config, inputs.train_steps))
         return distiller
 
-    distiller, results = training.fit(
+    _, results = training.fit(
         config,
         inputs,
         build_and_compile,
@@ -93,7 +116,7 @@ def train_student(
         callbacks=callbacks,
         unlabeled=MASK_UNLABELED,
     )
-    return distiller.student, results
+    return built[-1], results
 
 
 def train_student_fn(
@@ -125,7 +148,6 @@ def train_student_fn(
       results on the eval split.
     """
     choice = choice if choice is not None else strategies.create_strategy(config.strategy)
-    settings = config.distillation
     tft_output = tft.TFTransformOutput(inputs.transform_output)
     # No cache: the check reads one batch, and a file cache begun must be finished.
     probe_config = dataclasses.replace(
@@ -138,36 +160,7 @@ def train_student_fn(
         outputs = teachers_lib.ExportedTeacher(info.export_dir, info).outputs_of(features)
         teachers_lib.check_outputs(info, np.asarray(outputs), i)
     del train, features, labels
-    width = teachers[0].width
-    built = []
-
-    def build_and_compile() -> keras.Model:
-        student = build_student()
-        built.append(student)
-        distiller = distillation.Distiller(
-            student_lib.class_logits_model(student, width),
-            [
-                teachers_lib.ExportedTeacher(t.export_dir, t, name=f"teacher_{i}")
-                for i, t in enumerate(teachers)
-            ],
-            alpha=settings.alpha,
-            temperature=settings.temperature,
-            teacher_weights=settings.teacher_weights or None,
-            cache_targets=settings.cache_teacher_logits,
-            name="distiller",
-        )
-        distiller.compile(optimizer=training.make_optimizer(config, inputs.train_steps))
-        return distiller
-
-    _, results = training.fit(
-        config,
-        inputs,
-        build_and_compile,
-        choice=choice,
-        callbacks=callbacks,
-        unlabeled=MASK_UNLABELED,
-    )
-    return built[-1], results
+    return _distil(config, inputs, build_student, teachers, choice, callbacks)
 
 
 def _run_student_module(task: task_lib.Task, fn_args) -> None:

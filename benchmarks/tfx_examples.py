@@ -37,6 +37,9 @@ class Example:
       module_file: Its user module (preprocessing_fn and run_fn).
       swap: (old, new) source edits that make it use the tfxkit components.
       steps: (old, new) templates of its train / eval step arguments.
+      student_module: A Distiller module file with a small `student_fn` for
+        it (`add_distillation`).
+      accuracy: The TFMA accuracy metric of its own Evaluator.
     """
 
     name: str
@@ -44,8 +47,11 @@ class Example:
     module_file: str
     swap: tuple[tuple[str, str], ...]
     steps: tuple[str, str]
+    student_module: str
+    accuracy: str
 
 
+STUDENTS = os.path.join(REPO_ROOT, "benchmarks", "tfx_students")
 TAXI = Example(
     name="taxi_native_keras",
     pipeline_file=os.path.join(EXAMPLES, "chicago_taxi_pipeline", "taxi_pipeline_native_keras.py"),
@@ -64,6 +70,8 @@ TAXI = Example(
         "trainer_pb2.TrainArgs(num_steps=1000)",
         "trainer_pb2.TrainArgs(num_steps={train})",
     ),
+    student_module=os.path.join(STUDENTS, "taxi_student.py"),
+    accuracy="BinaryAccuracy",
 )
 TAXI_DATA = os.path.join(EXAMPLES, "chicago_taxi_pipeline", "data", "simple")
 
@@ -80,6 +88,8 @@ PENGUIN = Example(
         "train_args=tfx.proto.TrainArgs(num_steps=100)",
         "train_args=tfx.proto.TrainArgs(num_steps={train})",
     ),
+    student_module=os.path.join(STUDENTS, "penguin_student.py"),
+    accuracy="SparseCategoricalAccuracy",
 )
 
 
@@ -152,9 +162,97 @@ def create_pipeline(example: Example, module, root: str, data_root: str):
     )
 
 
-def pushed_models(root: str) -> list[str]:
+STUDENT_PUSH = "serving_model_student"
+
+
+def add_distillation(
+    example: Example,
+    pipeline,
+    root: str,
+    train_steps: int,
+    *,
+    max_accuracy_drop: float = 1.0,
+    config=None,
+):
+    """Adds what a user adds to distil the example's model: Distiller, Evaluator, Pusher.
+
+    The teacher is the example's own Trainer (stock or swapped), untouched;
+    the student is `example.student_module`'s `student_fn`. The Evaluator
+    compares the student (candidate) with the teacher (baseline) on the
+    example's own eval split and metric, blessing a student whose accuracy is
+    at most `max_accuracy_drop` below the teacher's; the Pusher pushes it to
+    `<root>/serving_model_student`.
+
+    Returns:
+      The pipeline, with the three components added.
+    """
+    import tensorflow_model_analysis as tfma
+    from tfx import v1 as tfx_v1
+
+    from components.distiller.component import Distiller
+
+    by_id = {c.id: c for c in pipeline.components}
+    example_gen = next(c for c in pipeline.components if c.id.endswith("ExampleGen"))
+    transform, trainer = by_id["Transform"], by_id["Trainer"]
+    distiller = Distiller(
+        module_file=example.student_module,
+        examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        teacher_models=[trainer.outputs["model"]],
+        train_args=tfx_v1.proto.TrainArgs(num_steps=train_steps),
+        eval_args=tfx_v1.proto.EvalArgs(num_steps=5),
+        config=config,
+    )
+    label = {TAXI.name: "tips_xf", PENGUIN.name: "species_xf"}[example.name]
+    spec = dict(
+        signature_name="serving_default",
+        label_key=label,
+        preprocessing_function_names=["transform_features"],
+    )
+    eval_config = tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(name="candidate", **spec),
+            tfma.ModelSpec(name="baseline", is_baseline=True, **spec),
+        ],
+        slicing_specs=[tfma.SlicingSpec()],
+        metrics_specs=[
+            tfma.MetricsSpec(
+                metrics=[
+                    tfma.MetricConfig(
+                        class_name=example.accuracy,
+                        threshold=tfma.MetricThreshold(
+                            change_threshold=tfma.GenericChangeThreshold(
+                                direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+                                absolute={"value": -max_accuracy_drop},
+                            )
+                        ),
+                    )
+                ]
+            )
+        ],
+    )
+    evaluator = tfx_v1.components.Evaluator(
+        examples=example_gen.outputs["examples"],
+        model=distiller.outputs["model"],
+        baseline_model=trainer.outputs["model"],
+        eval_config=eval_config,
+    ).with_id("StudentEvaluator")
+    pusher = tfx_v1.components.Pusher(
+        model=distiller.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
+        push_destination=tfx_v1.proto.PushDestination(
+            filesystem=tfx_v1.proto.PushDestination.Filesystem(
+                base_directory=os.path.join(root, STUDENT_PUSH)
+            )
+        ),
+    ).with_id("StudentPusher")
+    pipeline.components = [*pipeline.components, distiller, evaluator, pusher]
+    return pipeline
+
+
+def pushed_models(root: str, destination: str = "serving_model") -> list[str]:
     """The pushed model versions under `root`'s push destination."""
-    base = os.path.join(root, "serving_model")
+    base = os.path.join(root, destination)
     if not tf.io.gfile.isdir(base):
         return []
     return sorted(os.path.join(base, v) for v in tf.io.gfile.listdir(base))

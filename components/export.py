@@ -14,6 +14,7 @@ serves raw examples. Signatures (the standard TFX ones):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -97,6 +98,7 @@ def export_from_task(
     task_type: str,
     task_id: int,
     scratch_dir: str,
+    save: Callable[[str], None] | None = None,
 ) -> str:
     """Exports from one task of a (possibly multi-worker) training job.
 
@@ -114,14 +116,22 @@ def export_from_task(
       is_chief: Whether this task writes the model.
       task_type, task_id: This task in `TF_CONFIG` (names the temp directory).
       scratch_dir: Where non-chief tasks write their throwaway copy.
+      save: Writes the serving model into the directory it is given (default:
+        `export_serving_model` of `model`); the Distiller of a `student_fn`
+        exports with its teacher's signatures.
 
     Returns:
       The directory this task wrote (already deleted for a non-chief task).
     """
+    if save is None:
+
+        def save(directory: str) -> None:
+            export_serving_model(model, tft_output, label_key, directory)
+
     if is_chief:
-        export_serving_model(model, tft_output, label_key, export_dir)
+        save(export_dir)
         return export_dir
     temp_dir = scratch_export_dir(scratch_dir, task_type, task_id)
-    export_serving_model(model, tft_output, label_key, temp_dir)
+    save(temp_dir)
     discard_scratch_export(temp_dir)
     return temp_dir

@@ -42,7 +42,10 @@ from components.config.dropin import DropInSettings
 CONFIG_KEY = "tfxkit_config"
 DROPIN_KEY = "tfxkit_dropin"
 TEACHER_DIRS_KEY = "tfxkit_teacher_model_dirs"
-RESERVED_KEYS = frozenset({CONFIG_KEY, DROPIN_KEY, TEACHER_DIRS_KEY})
+STUDENT_MODULE_KEY = "tfxkit_student_module"
+RESERVED_KEYS = frozenset({CONFIG_KEY, DROPIN_KEY, TEACHER_DIRS_KEY, STUDENT_MODULE_KEY})
+# The execution properties that locate a user module (TFX's names).
+MODULE_KEYS = ("module_file", "module_path")
 RULES_KEY = "tfxkit_example_rules"
 
 # The attribute of TFX's `FnArgs` that carries the executor's decoded payload
@@ -61,6 +64,9 @@ class Payload:
         own `run_fn` / `preprocessing_fn`).
       teacher_dirs: The Distiller's teacher serving model directories, in
         the order of its teacher inputs (empty elsewhere).
+      student_module: The Distiller's module file holding `student_fn`
+        (`module_file` and / or TFX's packaged `module_path`); empty for
+        the configured student.
       user: The user's own `custom_config` entries (read-only), every key
         but the reserved ones.
     """
@@ -68,6 +74,9 @@ class Payload:
     config: PipelineConfig | None = None
     settings: DropInSettings | None = None
     teacher_dirs: tuple[str, ...] = ()
+    student_module: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({})
+    )
     user: Mapping[str, Any] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
 
 
@@ -182,11 +191,20 @@ def decode(custom_config: Any) -> Payload:
             f"custom_config[{TEACHER_DIRS_KEY!r}]: expected a list of model directories, got "
             f"{teacher_dirs!r}"
         )
+    student_module = raw.get(STUDENT_MODULE_KEY, {})
+    if not isinstance(student_module, dict) or not all(
+        k in MODULE_KEYS and isinstance(v, str) for k, v in student_module.items()
+    ):
+        raise ConfigError(
+            f"custom_config[{STUDENT_MODULE_KEY!r}]: expected a mapping of {list(MODULE_KEYS)} to paths, got "
+            f"{student_module!r}"
+        )
     user = {k: v for k, v in raw.items() if k not in RESERVED_KEYS}
     return Payload(
         config=config,
         settings=settings,
         teacher_dirs=tuple(teacher_dirs),
+        student_module=types.MappingProxyType(dict(student_module)),
         user=types.MappingProxyType(user),
     )
 
@@ -196,17 +214,25 @@ def decode_exec_properties(exec_properties: Mapping[str, Any]) -> Payload:
     return decode(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY))
 
 
-def with_teacher_dirs(
-    exec_properties: Mapping[str, Any], teacher_dirs: list[str]
+def with_distiller_inputs(
+    exec_properties: Mapping[str, Any],
+    teacher_dirs: list[str],
+    student_module: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The execution properties with the teachers' directories added to `custom_config`.
+    """The execution properties with the Distiller's inputs moved into `custom_config`.
 
-    They travel in the execution properties, not beside them, because the
+    The teachers' directories, and the module file of a `student_fn` (taken
+    out of `module_file` / `module_path`, so the Trainer executor resolves
+    `run_fn` as the dotted path it is, not from the user's module). They
+    travel in the execution properties, not beside them, because the
     replicas of a multi-worker job re-run the executor on the recorded ones.
     """
     key = standard_component_specs.CUSTOM_CONFIG_KEY
     custom_config = {**_as_dict(exec_properties.get(key)), TEACHER_DIRS_KEY: list(teacher_dirs)}
-    return {**exec_properties, key: json.dumps(custom_config)}
+    if student_module:
+        custom_config[STUDENT_MODULE_KEY] = dict(student_module)
+    out = {k: v for k, v in exec_properties.items() if not (student_module and k in MODULE_KEYS)}
+    return {**out, key: json.dumps(custom_config)}
 
 
 def attach(fn_args, payload: Payload):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import model_validator
 
@@ -85,6 +85,14 @@ class DistillationConfig:
         `StudentBaseline` Trainer), so that the run's report shows whether
         distillation paid: the distilled student against the same student
         trained without a teacher.
+      teacher_output: What a Keras teacher's model output means when the
+        Distiller trains a `student_fn` (a teacher from your own run_fn):
+        "auto" reads it from the model (a final softmax / sigmoid gives
+        probabilities, anything else logits) and checks the reading on the
+        first batch; "logits" or "probabilities" say it.
+      label_key: The transformed label feature when the Distiller trains a
+        `student_fn` ("": the one transformed feature the teachers do not
+        read). Examples with a negative label are an unlabeled transfer set.
     """
 
     enabled: bool = False
@@ -96,6 +104,8 @@ class DistillationConfig:
     cache_teacher_logits: bool = False
     require_compression: bool = True
     scratch_baseline: bool = False
+    teacher_output: Literal["auto", "logits", "probabilities"] = "auto"
+    label_key: str = ""
 
     @model_validator(mode="after")
     def _check(self) -> Self:

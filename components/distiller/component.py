@@ -10,18 +10,21 @@ student like any model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tfx import types
+from tfx.components.util import udf_utils
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.proto import trainer_pb2
 from tfx.types import BaseChannel, standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ChannelParameter
 from tfx.utils import json_utils
 
-from components import payload
-from components.config import MAX_TEACHERS, PipelineConfig
+from components import dropin, payload
+from components.config import MAX_TEACHERS, ConfigError, PipelineConfig, module_config_from_dict
 from components.distiller import executor
+from components.distiller.student import STUDENT_FN
 
 DEFAULT_RUN_FN = "components.distiller.run_fn.run_fn"
 
@@ -43,6 +46,9 @@ class DistillerSpec(types.ComponentSpec):
         standard_component_specs.SCHEMA_KEY: ChannelParameter(
             type=standard_artifacts.Schema, optional=True
         ),
+        standard_component_specs.HYPERPARAMETERS_KEY: ChannelParameter(
+            type=standard_artifacts.HyperParameters, optional=True
+        ),
         **{
             teacher_key(i): ChannelParameter(type=standard_artifacts.Model, optional=i > 0)
             for i in range(MAX_TEACHERS)
@@ -53,23 +59,45 @@ class DistillerSpec(types.ComponentSpec):
 
 
 class Distiller(base_component.BaseComponent):
-    """Trains the configured student on one or more frozen teachers.
+    """Trains a student on one or more frozen teachers.
+
+    Two kinds of student:
+
+    - the configured one (`config.student`, a full config with its data
+      section), from teachers the tfxkit Trainer exported;
+    - your own: `module_file` defines `student_fn(fn_args) -> tf.keras.Model`
+      (built on the transformed features, logits out), as a TFX module file
+      defines `run_fn`. Its teachers come from any TFX Trainer (stock
+      `tfx.components.Trainer` or tfxkit's) whose run_fn saved a Keras
+      model, and it is exported with the first teacher's serving signatures,
+      so Evaluator (student as candidate, teacher as baseline) and Pusher
+      treat it as the teacher. `config` is then optional: the
+      `distillation`, `train`, `ingestion` and `strategy` sections.
 
     Args:
-      config: The validated pipeline config (`student`, `distillation`, and
-        the `train` settings the teacher used).
+      config: The validated pipeline config, a mapping of its sections, or
+        (with `module_file`) None for every default.
       examples: Transformed examples (Transform's `transformed_examples`).
       transform_graph: Transform's `transform_graph`.
-      teacher_models: The teachers' `Model` channels (tfxkit Trainer outputs).
+      teacher_models: The teachers' `Model` channels.
       schema: Optional schema (unused by the default `run_fn`).
       run_fn: Dotted path of the training function (default: the tfxkit
         distillation `run_fn`).
       custom_config: Extra entries kept beside the tfxkit config.
+      module_file: A module file defining `student_fn` (TFX packages it as
+        it packages a Trainer's module file).
+      train_args: Student training steps (default: the config's
+        `distillation.student_train_steps`, else `train.train_steps`).
+      eval_args: Evaluation steps (default: `train.eval_steps`).
+      hyperparameters: Optional `HyperParameters` channel, passed to
+        `student_fn` as `fn_args.hyperparameters` as a Trainer passes it.
 
     Raises:
       ValueError: with no teacher or more than `MAX_TEACHERS` teachers.
-      ConfigError: naming `custom_config` when it is not a dict or uses a
-        key reserved for tfxkit.
+      ConfigError: naming the argument: a module file that is missing or
+        defines no `student_fn`, zero training steps, augmentation asked
+        for a `student_fn` student, or `custom_config` that is not a dict or
+        uses a key reserved for tfxkit.
     """
 
     SPEC_CLASS = DistillerSpec
@@ -77,15 +105,25 @@ class Distiller(base_component.BaseComponent):
 
     def __init__(
         self,
-        config: PipelineConfig,
-        examples: BaseChannel,
-        transform_graph: BaseChannel,
-        teacher_models: Sequence[BaseChannel],
+        config: PipelineConfig | Mapping[str, Any] | None = None,
+        examples: BaseChannel | None = None,
+        transform_graph: BaseChannel | None = None,
+        teacher_models: Sequence[BaseChannel] = (),
         schema: BaseChannel | None = None,
         run_fn: str = DEFAULT_RUN_FN,
         custom_config: dict | None = None,
+        *,
+        module_file: Any = None,
+        train_args: trainer_pb2.TrainArgs | None = None,
+        eval_args: trainer_pb2.EvalArgs | None = None,
+        hyperparameters: BaseChannel | None = None,
     ):
-        config.require_data("the Distiller")
+        if examples is None or transform_graph is None:
+            raise ConfigError(
+                "examples / transform_graph: the Distiller needs Transform's transformed_examples and "
+                "transform_graph"
+            )
+        config = _resolve_config(config, module_file)
         teacher_models = list(teacher_models)
         if not teacher_models:
             raise ValueError(
@@ -95,15 +133,17 @@ class Distiller(base_component.BaseComponent):
             raise ValueError(
                 f"distillation.num_teachers: at most {MAX_TEACHERS} teachers are supported, got {len(teacher_models)}"
             )
+        dropin.check_steps(train_args, eval_args, None)
         spec = DistillerSpec(
             examples=examples,
             transform_graph=transform_graph,
             schema=schema,
-            train_args=trainer_pb2.TrainArgs(
-                splits=["train"],
-                num_steps=config.student_train_steps(),
-            ),
-            eval_args=trainer_pb2.EvalArgs(splits=["eval"], num_steps=config.train.eval_steps),
+            hyperparameters=hyperparameters,
+            train_args=train_args
+            or trainer_pb2.TrainArgs(splits=["train"], num_steps=config.student_train_steps()),
+            eval_args=eval_args
+            or trainer_pb2.EvalArgs(splits=["eval"], num_steps=config.train.eval_steps),
+            module_file=module_file,
             run_fn=run_fn,
             custom_config=json_utils.dumps(payload.encode(custom_config, config=config)),
             model=types.Channel(type=standard_artifacts.Model),
@@ -111,3 +151,39 @@ class Distiller(base_component.BaseComponent):
             **{teacher_key(i): channel for i, channel in enumerate(teacher_models)},
         )
         super().__init__(spec=spec)
+        if module_file is not None:
+            # As tfx.components.Trainer: the module travels as a wheel to where the step runs.
+            udf_utils.add_user_module_dependency(self, "module_file", "module_path")
+
+
+def _resolve_config(config: Any, module_file: Any) -> PipelineConfig:
+    """The config a Distiller runs with, checked for its kind of student.
+
+    Raises:
+      ConfigError: naming `config` or the field that cannot work.
+    """
+    if module_file is None:
+        if not isinstance(config, PipelineConfig):
+            raise ConfigError(
+                "config: without module_file the Distiller trains the configured student and needs a "
+                f"PipelineConfig with a data section, got {type(config).__name__}; give module_file with "
+                f"{STUDENT_FN} to distil your own student"
+            )
+        config.require_data("without module_file, the Distiller's configured student")
+        return config
+    dropin.check_module_file(module_file, {STUDENT_FN: "module_file"})
+    if config is None:
+        config = PipelineConfig()
+    elif isinstance(config, Mapping):
+        config = module_config_from_dict(config, "config")
+    elif not isinstance(config, PipelineConfig):
+        raise ConfigError(
+            f"config: expected a PipelineConfig, a mapping of its sections or None, got {type(config).__name__}"
+        )
+    if config.train.augmentation.enabled:
+        raise ConfigError(
+            f"train.augmentation: a {STUDENT_FN} student trains on the stored transformed examples, and the "
+            "augmentation needs the data section's feature shapes; disable it (the teacher-target cache wants "
+            "clean examples anyway)"
+        )
+    return config

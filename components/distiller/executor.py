@@ -1,14 +1,15 @@
 """Distiller executor: the Trainer's executor with the teachers passed to `run_fn`.
 
-The teacher model directories are added to the payload (and to the
-execution properties, through `components.payload`) before the Trainer
-executor trains, so they reach `run_fn` both in-process and when the Trainer
+The teacher model directories, and the module file of a `student_fn`, are
+added to the payload (and to the execution properties, through
+`components.payload`) before the Trainer executor trains, so they reach `run_fn` both in-process and when the Trainer
 executor hands the invocation to the replicas of a multi-worker job.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
 
 from tfx.utils import path_utils
 
@@ -40,7 +41,12 @@ class Executor(trainer_executor.Executor):
 
     def prepare(self, decoded: payload.Payload, input_dict, exec_properties):
         dirs = teacher_model_dirs(input_dict)
+        module = {k: exec_properties[k] for k in payload.MODULE_KEYS if exec_properties.get(k)}
+        if not module and decoded.student_module:
+            module = dict(decoded.student_module)  # a replica: prepared by the step already
         return (
-            dataclasses.replace(decoded, teacher_dirs=tuple(dirs)),
-            payload.with_teacher_dirs(exec_properties, dirs),
+            dataclasses.replace(
+                decoded, teacher_dirs=tuple(dirs), student_module=types.MappingProxyType(module)
+            ),
+            payload.with_distiller_inputs(exec_properties, dirs, module),
         )

@@ -11,18 +11,21 @@ a multi-worker job, and only the chief writes the model.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
 import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import distillation, strategies
+from components import distillation, payload, strategies
 from components.config import PipelineConfig
+from components.distiller import student as student_lib
 from components.distiller import teachers as teachers_lib
 from components.trainer import task as task_lib
 from components.trainer import training
-from components.trainer.inputs import MASK_UNLABELED
+from components.trainer.inputs import MASK_UNLABELED, make_datasets
 
 
 def train_student(
@@ -65,14 +68,37 @@ def train_student(
     )
     del probe
 
+    return _distil(
+        config,
+        inputs,
+        lambda: training.build_model(config, tft_output, config.student, "student"),
+        described,
+        choice,
+        callbacks,
+    )
+
+
+def _distil(
+    config: PipelineConfig,
+    inputs: training.TrainingInputs,
+    build_student,
+    teachers: Sequence[teachers_lib.TeacherInfo],
+    choice: strategies.StrategyChoice,
+    callbacks: Sequence[keras.callbacks.Callback],
+) -> tuple[keras.Model, dict[str, float]]:
+    """Trains a new student (`build_student()`, in the strategy scope) on the teachers' soft targets."""
+    settings = config.distillation
+    built = []
+
     def build_and_compile() -> keras.Model:
-        student = training.build_model(config, tft_output, config.student, "student")
-        teachers = [
-            teachers_lib.ExportedTeacher(d, name=f"teacher_{i}") for i, d in enumerate(teacher_dirs)
-        ]
+        student = build_student()
+        built.append(student)
         distiller = distillation.Distiller(
-            student,
-            teachers,
+            student_lib.class_logits_model(student, teachers[0].width),
+            [
+                teachers_lib.ExportedTeacher(t.export_dir, t, name=f"teacher_{i}")
+                for i, t in enumerate(teachers)
+            ],
             alpha=settings.alpha,
             temperature=settings.temperature,
             teacher_weights=settings.teacher_weights or None,
@@ -82,7 +108,7 @@ def train_student(
         distiller.compile(optimizer=training.make_optimizer(config, inputs.train_steps))
         return distiller
 
-    distiller, results = training.fit(
+    _, results = training.fit(
         config,
         inputs,
         build_and_compile,
@@ -90,14 +116,103 @@ def train_student(
         callbacks=callbacks,
         unlabeled=MASK_UNLABELED,
     )
-    return distiller.student, results
+    return built[-1], results
+
+
+def train_student_fn(
+    config: PipelineConfig,
+    inputs: training.TrainingInputs,
+    teachers: Sequence[teachers_lib.TeacherInfo],
+    build_student,
+    choice: strategies.StrategyChoice | None = None,
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+) -> tuple[keras.Model, dict[str, float]]:
+    """Distils the user's student (`student_fn`) from teachers of any Trainer.
+
+    Before training, on the first training batch: the labels must be
+    classes of the teachers, and each Keras teacher's output must read as
+    `describe_teacher` said (`teachers.check_outputs`).
+
+    Args:
+      config: The validated config (`distillation`, `train`, `ingestion`,
+        `strategy`; no data section needed).
+      inputs: Transform output and step counts; `inputs.label_key` set.
+      teachers: Descriptions of the teachers, checked against the student.
+      build_student: Returns a new student (logits out); called in the
+        strategy scope.
+      choice: The strategy, when the caller created it already.
+      callbacks: Extra Keras callbacks for `fit`.
+
+    Returns:
+      The trained student (as `build_student` made it) and its evaluation
+      results on the eval split.
+    """
+    choice = choice if choice is not None else strategies.create_strategy(config.strategy)
+    tft_output = tft.TFTransformOutput(inputs.transform_output)
+    # No cache: the check reads one batch, and a file cache begun must be finished.
+    probe_config = dataclasses.replace(
+        config, ingestion=dataclasses.replace(config.ingestion, cache="none")
+    )
+    train, _ = make_datasets(probe_config, inputs, tft_output, unlabeled=MASK_UNLABELED)
+    features, labels = next(iter(train.take(1)))
+    for i, info in enumerate(teachers):
+        teachers_lib.check_labels(info, labels.numpy())
+        outputs = teachers_lib.ExportedTeacher(info.export_dir, info).outputs_of(features)
+        teachers_lib.check_outputs(info, np.asarray(outputs), i)
+    del train, features, labels
+    return _distil(config, inputs, build_student, teachers, choice, callbacks)
+
+
+def _run_student_module(task: task_lib.Task, fn_args) -> None:
+    config = task.config
+    tft_output = tft.TFTransformOutput(fn_args.transform_output)
+    transformed = sorted(tft_output.transformed_feature_spec())
+    described = [
+        teachers_lib.describe_teacher(d, config.distillation.teacher_output, transformed)
+        for d in task.payload.teacher_dirs
+    ]
+    teachers_lib.check_agreement(described, config.distillation.teacher_weights)
+    label = student_lib.label_key(config, described, transformed)
+    inputs = training.TrainingInputs.from_fn_args(fn_args, config, label_key=label)
+    student_fn = student_lib.load_student_fn(task.payload.student_module)
+    probe = student_lib.build(student_fn, fn_args)
+    student_lib.check_student(config, probe, described, [k for k in transformed if k != label])
+    logging.info(
+        "Distiller: student_fn model %d parameters, teachers %s (%s, width %d); label %r; alpha=%s T=%s",
+        distillation.count_params(probe.trainable_weights),
+        [t.num_params for t in described],
+        described[0].output,
+        described[0].width,
+        label,
+        config.distillation.alpha,
+        config.distillation.temperature,
+    )
+    del probe
+    student, _ = train_student_fn(
+        config, inputs, described, lambda: student_lib.build(student_fn, fn_args), task.choice
+    )
+    task_lib.export(
+        student,
+        config,
+        inputs,
+        task.choice,
+        save=lambda d: student_lib.export_like_teacher(student, tft_output, described[0], d),
+    )
 
 
 def run_fn(fn_args) -> None:
-    """Trains and exports the student (TFX `run_fn` contract)."""
+    """Trains and exports the student (TFX `run_fn` contract).
+
+    The configured student, or the `student_fn` of the Distiller's module
+    file when it has one.
+    """
+    from_module = bool(payload.of(fn_args).student_module)
     # Before loading the teachers: the strategy comes first (see components.trainer.task).
-    task = task_lib.from_fn_args(fn_args, "Distiller")
+    task = task_lib.from_fn_args(fn_args, "Distiller", needs_data=not from_module)
     if task is None:
+        return
+    if from_module:
+        _run_student_module(task, fn_args)
         return
     inputs = training.TrainingInputs.from_fn_args(fn_args, task.config)
     student, _ = train_student(task.config, inputs, task.payload.teacher_dirs, task.choice)

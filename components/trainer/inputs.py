@@ -39,6 +39,8 @@ class TrainingInputs:
         `backup.product_location` for inputs from `from_fn_args`; when not
         given, `backup.run_dir_location` (inside `model_run_dir`), filled in
         at construction.
+      label_key: The transformed label feature, when the config has no data
+        section to name it (the Distiller of a `student_fn`).
     """
 
     train_files: tuple[str, ...]
@@ -49,13 +51,14 @@ class TrainingInputs:
     train_steps: int
     eval_steps: int
     backup_dir: str = ""
+    label_key: str = ""
 
     def __post_init__(self):
         if not self.backup_dir:
             object.__setattr__(self, "backup_dir", backup.run_dir_location(self.model_run_dir))
 
     @classmethod
-    def from_fn_args(cls, fn_args, config: PipelineConfig) -> TrainingInputs:
+    def from_fn_args(cls, fn_args, config: PipelineConfig, label_key: str = "") -> TrainingInputs:
         return cls(
             train_files=tuple(fn_args.train_files),
             eval_files=tuple(fn_args.eval_files),
@@ -65,6 +68,7 @@ class TrainingInputs:
             train_steps=fn_args.train_steps or config.train.train_steps,
             eval_steps=fn_args.eval_steps or config.train.eval_steps,
             backup_dir=backup.product_location(fn_args, config),
+            label_key=label_key,
         )
 
 
@@ -107,6 +111,8 @@ def make_datasets(
       ValueError: (`LayoutError` / `IngestionError`) naming the file when the
         transformed examples disagree with the layout record.
     """
+    label_key = inputs.label_key or config.data.label.name
+    labeled_fraction = config.data.labeled_fraction if config.data is not None else 1.0
     record = layout.read_layout(inputs.transform_output)
     graph_spec = tft_output.transformed_feature_spec()
     if record is None:
@@ -125,7 +131,7 @@ def make_datasets(
         return ingestion.make_dataset(
             list(stored.files),
             stored.feature_spec,
-            config.data.label.name,
+            label_key,
             config.ingestion,
             batch_size=batch_size,
             compression=stored.compression,
@@ -138,13 +144,13 @@ def make_datasets(
         )
 
     train = dataset(inputs.train_files, True, config.ingestion.batch_size)
-    if config.data.labeled_fraction < 1.0:
+    if labeled_fraction < 1.0:
         # Before augmentation: the labeled subset is decided on the stored example.
         batch_size = config.ingestion.batch_size
         if input_context is not None:
             # As `ingestion.make_dataset` batches for a distributed input pipeline.
             batch_size = input_context.get_per_replica_batch_size(batch_size)
-        train = partially_labeled(train, config.data.labeled_fraction, unlabeled, batch_size)
+        train = partially_labeled(train, labeled_fraction, unlabeled, batch_size)
     if config.train.augmentation.enabled:
         train = augmented(train, config, input_context)
     return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)

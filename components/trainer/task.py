@@ -80,7 +80,7 @@ def start(strategy: StrategyConfig, component: str) -> strategies.StrategyChoice
     return choice
 
 
-def from_fn_args(fn_args, component: str) -> Task | None:
+def from_fn_args(fn_args, component: str, *, needs_data: bool = True) -> Task | None:
     """The first step of every tfxkit `run_fn`: the payload, then `start`.
 
     The payload is the one the executor decoded (`components.payload.of`);
@@ -89,6 +89,8 @@ def from_fn_args(fn_args, component: str) -> Task | None:
     Args:
       fn_args: TFX's `FnArgs`.
       component: Name used in log lines and errors (`Trainer`, `Distiller`).
+      needs_data: Whether the run_fn reads the config's data section (the
+        Distiller of a `student_fn` does not).
 
     Returns:
       The task, or None for a task that does not train (see `start`).
@@ -101,7 +103,8 @@ def from_fn_args(fn_args, component: str) -> Task | None:
         raise ValueError(
             f"{component}: custom_config carries no tfxkit config; use the tfxkit {component} component"
         )
-    decoded.config.require_data(f"the {component}'s own run_fn")
+    if needs_data:
+        decoded.config.require_data(f"the {component}'s own run_fn")
     choice = start(decoded.config.strategy, component)
     return None if choice is None else Task(decoded, choice)
 
@@ -130,8 +133,13 @@ def export(
     config: PipelineConfig,
     inputs: training.TrainingInputs,
     choice: strategies.StrategyChoice,
+    save=None,
 ) -> str:
     """Exports the serving model (chief only), then removes the training backup.
+
+    Args:
+      save: Writes the serving model into a directory (see
+        `components.export.export_from_task`); default: tfxkit's signatures.
 
     Returns:
       Where this task wrote (the serving dir on the chief, a task scratch
@@ -140,12 +148,13 @@ def export(
     written = export_from_task(
         model,
         tft.TFTransformOutput(inputs.transform_output),
-        config.data.label.name,
+        inputs.label_key or config.data.label.name,
         inputs.serving_model_dir,
         is_chief=choice.is_chief,
         task_type=choice.task_type,
         task_id=choice.task_id,
         scratch_dir=inputs.model_run_dir,
+        save=save,
     )
     release(inputs.backup_dir, choice)
     return written

@@ -111,11 +111,41 @@ def test_teacher_dirs_travel_in_the_execution_properties(taxi_config):
         "custom_config": json.dumps(payload.encode({"mine": 1}, config=taxi_config)),
         "run_fn": "x.y",
     }
-    with_teachers = payload.with_teacher_dirs(exec_properties, ["/t0", "/t1"])
+    with_teachers = payload.with_distiller_inputs(exec_properties, ["/t0", "/t1"])
     assert with_teachers["run_fn"] == "x.y"
     decoded = payload.decode_exec_properties(with_teachers)
     assert decoded.teacher_dirs == ("/t0", "/t1")
     assert decoded.config == taxi_config and dict(decoded.user) == {"mine": 1}
+    assert not decoded.student_module
+
+
+def test_a_student_module_moves_from_the_execution_properties_into_the_payload(taxi_config):
+    """So the Trainer executor (and every job replica) resolves run_fn as the dotted path it is."""
+    exec_properties = {
+        "custom_config": json.dumps(payload.encode(None, config=taxi_config)),
+        "run_fn": "components.distiller.run_fn.run_fn",
+        "module_file": "/m/student.py",
+        "module_path": "student@/w/student.whl",
+    }
+    moved = payload.with_distiller_inputs(
+        exec_properties,
+        ["/t0"],
+        {"module_file": "/m/student.py", "module_path": "student@/w/student.whl"},
+    )
+    assert "module_file" not in moved and "module_path" not in moved
+    assert moved["run_fn"] == "components.distiller.run_fn.run_fn"
+    decoded = payload.decode_exec_properties(moved)
+    assert dict(decoded.student_module) == {
+        "module_file": "/m/student.py",
+        "module_path": "student@/w/student.whl",
+    }
+
+
+def test_an_undecodable_student_module_is_named_by_key():
+    with pytest.raises(
+        ConfigError, match=r"custom_config\['tfxkit_student_module'\]: expected a mapping"
+    ):
+        payload.decode({payload.STUDENT_MODULE_KEY: {"run_fn": "x"}})
 
 
 def test_a_run_fn_gets_the_executors_payload_without_parsing_again(taxi_config):

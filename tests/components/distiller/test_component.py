@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
+from tfx.proto import trainer_pb2
 from tfx.types import channel, standard_artifacts
 
 from components import distillation, models
-from components.config import MAX_TEACHERS, PipelineConfig
+from components.config import MAX_TEACHERS, ConfigError, PipelineConfig
 from components.distiller import teachers as teachers_lib
 from components.distiller.component import Distiller, teacher_key
 from components.distiller.executor import teacher_model_dirs
@@ -86,6 +87,79 @@ def test_component_with_too_many_teachers_fails_at_build_time(digits_config):
         Distiller(
             config=digits_config, examples=examples, transform_graph=graph, teacher_models=teachers
         )
+
+
+STUDENT_MODULE = "def student_fn(fn_args):\n    raise NotImplementedError\n"
+
+
+def test_a_student_fn_module_needs_no_config_and_travels_as_a_module_file(tmp_path):
+    module = tmp_path / "student.py"
+    module.write_text(STUDENT_MODULE)
+    examples, graph, teachers = _channels(2)
+    component = Distiller(
+        examples=examples,
+        transform_graph=graph,
+        teacher_models=teachers,
+        module_file=str(module),
+        train_args=trainer_pb2.TrainArgs(num_steps=7),
+    )
+    props = component.exec_properties
+    assert props["module_file"] == str(module)
+    assert props["run_fn"] == "components.distiller.run_fn.run_fn"
+    assert json.loads(props["train_args"])["num_steps"] == 7
+    assert json.loads(props["custom_config"])[CONFIG_KEY]
+    # Packaged as TFX packages a Trainer's module file.
+    assert component._pip_dependencies
+
+
+@pytest.mark.parametrize(
+    "source, config, match",
+    [
+        (
+            "def run_fn(fn_args):\n    pass\n",
+            None,
+            r"module_file: module_file .* defines no top-level 'student_fn'",
+        ),
+        (
+            STUDENT_MODULE,
+            {"train": {"augmentation": {"translate": 2}}},
+            r"train\.augmentation: a student_fn student",
+        ),
+        (
+            STUDENT_MODULE,
+            {"distillation": {"teacher_output": "scores"}},
+            r"config\.distillation\.teacher_output",
+        ),
+        (
+            STUDENT_MODULE,
+            3,
+            r"config: expected a PipelineConfig, a mapping of its sections or None, got int",
+        ),
+    ],
+)
+def test_a_student_fn_distiller_refuses_bad_arguments_at_construction(
+    tmp_path, source, config, match
+):
+    module = tmp_path / "student.py"
+    module.write_text(source)
+    examples, graph, teachers = _channels(1)
+    with pytest.raises(ConfigError, match=match):
+        Distiller(
+            config=config,
+            examples=examples,
+            transform_graph=graph,
+            teacher_models=teachers,
+            module_file=str(module),
+        )
+
+
+def test_without_module_file_a_config_with_data_is_needed():
+    examples, graph, teachers = _channels(1)
+    with pytest.raises(
+        ConfigError,
+        match=r"config: without module_file the Distiller trains the configured student",
+    ):
+        Distiller(examples=examples, transform_graph=graph, teacher_models=teachers)
 
 
 def test_executor_passes_teacher_dirs_in_input_order():
@@ -235,10 +309,14 @@ def test_student_larger_than_teacher_is_allowed_without_compression(tmp_path, di
     assert "require_compression" not in str(raised.value)
 
 
-def test_teacher_without_logits_signature_fails_before_training(tmp_path, digits_config):
+def test_teacher_of_another_trainer_needs_a_student_fn(tmp_path, digits_config):
+    """A Keras teacher without tfxkit's export: the configured student cannot serve like it."""
     path, _ = _save_teacher(tmp_path / "t", logits_signature=False)
     _fails_before_training(
-        _distilling(digits_config), tmp_path, [path], r"has no \['transformed_logits'\] signature"
+        _distilling(digits_config),
+        tmp_path,
+        [path],
+        r"teacher 0 .* was not exported by the tfxkit Trainer.*module_file with student_fn",
     )
 
 

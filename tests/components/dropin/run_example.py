@@ -3,13 +3,14 @@
     python -m tests.components.dropin.run_example SPEC_JSON
 
 The spec names the example (`tfx_examples.TAXI.name` or `PENGUIN.name`),
-the work directory, the data root, whether the imports are swapped and the
-step count. The run happens here, not in the test process: a Transform run
+the work directory, the data root, whether the imports are swapped, the
+step count and, with `distill_steps`, the distillation stage a user adds
+(`tfx_examples.add_distillation`). The run happens here, not in the test process: a Transform run
 leaves its vocabulary tables in the process's TensorFlow resource manager
 under names derived from the graph, so a later, different Transform in the
 same process (the product's own, in the next test module) would collide
 with them. Writes `<root>/result.json`: the node ids of the example's DAG
-and the signatures of every pushed model.
+and the signatures of every pushed model (teacher and student).
 """
 
 from __future__ import annotations
@@ -30,11 +31,17 @@ def main(spec_path: str) -> None:
         example, spec["code_dir"], swapped=spec["swapped"], train_steps=spec["train_steps"]
     )
     pipeline = tfx_examples.create_pipeline(example, module, spec["root"], spec["data_root"])
+    if spec.get("distill_steps"):
+        tfx_examples.add_distillation(example, pipeline, spec["root"], spec["distill_steps"])
     BeamDagRunner().run(pipeline)
     result = {
         "nodes": sorted(c.id for c in pipeline.components),
         "signatures": {
             m: tfx_examples.signatures(m) for m in tfx_examples.pushed_models(spec["root"])
+        },
+        "student_signatures": {
+            m: tfx_examples.signatures(m)
+            for m in tfx_examples.pushed_models(spec["root"], tfx_examples.STUDENT_PUSH)
         },
     }
     with open(spec["result"], "w") as f:

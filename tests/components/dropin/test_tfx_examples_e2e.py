@@ -25,6 +25,11 @@ from components.layout import read_layout
 # one run and below 0.6 in another (nothing pushed). At 200 steps it is
 # trained, not a draw of its initial weights, for a few seconds more.
 TRAIN_STEPS = {"taxi_native_keras": 200, "penguin_keras": 5}
+# Student steps of the distillation stage a user adds (`tfx_examples.add_distillation`):
+# to the stock penguin run (a stock Trainer's teacher on stock Transform
+# output) and to the swapped taxi run (the tfxkit Trainer's teacher, from
+# the example's own run_fn).
+DISTILL_STEPS = {("penguin_keras", False): 20, ("taxi_native_keras", True): 50}
 
 
 def _executed(root: str) -> set[str]:
@@ -51,6 +56,7 @@ class _ExampleRun:
             "data_root": data_root,
             "swapped": swapped,
             "train_steps": TRAIN_STEPS[example.name],
+            "distill_steps": DISTILL_STEPS.get((example.name, swapped), 0),
             "result": self.result_path,
         }
         spec_path = os.path.join(workdir, f"{kind}.spec.json")
@@ -69,7 +75,11 @@ class _ExampleRun:
         )
 
     def result(self):
-        """Waits for the run; returns `(root, signatures)` once every node ran."""
+        """Waits for the run; returns `(root, signatures)` once every node ran.
+
+        `signatures` maps each pushed model to its signatures; the student's
+        (when the run distils) are in `self.student_signatures`.
+        """
         try:
             returncode = self.proc.wait(timeout=RUN_TIMEOUT_S)
         finally:
@@ -78,6 +88,7 @@ class _ExampleRun:
         assert returncode == 0, f"the example run failed:\n{self.log.read()[-8000:]}"
         with open(self.result_path) as f:
             result = json.load(f)
+        self.student_signatures = result["student_signatures"]
         # Resolvers write no outputs; every other node of the example's own DAG must have run.
         nodes = {n for n in result["nodes"] if "resolver" not in n}
         assert {"Transform", "Trainer", "Pusher"} <= nodes
@@ -112,10 +123,17 @@ def example_runs(request, tmp_path_factory):
     selected = {item.name for item in request.session.items if item.module is request.module}
     workdir = str(tmp_path_factory.mktemp("tfx_examples"))
     wanted = []
-    if "test_taxi_native_keras_example_swapped_pushes_a_model_with_the_stock_signature" in selected:
+    if selected & {
+        "test_taxi_native_keras_example_swapped_pushes_a_model_with_the_stock_signature",
+        "test_taxi_native_keras_model_distils_into_a_student_fn_that_serves_like_it",
+    }:
         wanted.append((tfx_examples.TAXI, tfx_examples.TAXI_DATA, True))
     if (
-        "test_penguin_keras_example_swapped_pushes_a_model_with_the_stock_signature" in selected
+        selected
+        & {
+            "test_penguin_keras_example_swapped_pushes_a_model_with_the_stock_signature",
+            "test_penguin_stock_trainers_model_distils_into_a_student_fn_that_serves_like_it",
+        }
         and os.path.isfile(tfx_examples.PENGUIN_CSV)
         and len(tf.config.list_physical_devices("GPU")) <= 1
     ):
@@ -137,6 +155,15 @@ def example_runs(request, tmp_path_factory):
         for run in runs.values():
             run.stop()
             run.log.close()
+
+
+def _check_distilled(run, teacher_signatures) -> None:
+    """The student was distilled, evaluated against the teacher, pushed, and serves like it."""
+    executed = _executed(run.root)
+    assert {"Distiller", "StudentEvaluator", "StudentPusher"} <= executed
+    (teacher,) = teacher_signatures.values()
+    (student,) = run.student_signatures.values()
+    assert student == teacher
 
 
 def _check_swapped_run(root: str) -> None:
@@ -166,6 +193,20 @@ def test_penguin_keras_example_swapped_pushes_a_model_with_the_stock_signature(e
     assert swapped_sigs == stock_sigs
 
 
+@pytest.mark.skipif(len(tf.config.list_physical_devices("GPU")) > 1, reason=PENGUIN_SKIP)
+@pytest.mark.multiprocess
+@pytest.mark.e2e
+def test_penguin_stock_trainers_model_distils_into_a_student_fn_that_serves_like_it(
+    example_runs,
+):
+    """Stock Transform and Trainer untouched; the Distiller, an Evaluator and a Pusher added."""
+    if not os.path.isfile(tfx_examples.PENGUIN_CSV):
+        pytest.skip(f"penguin data missing: {os.path.normpath(tfx_examples.PENGUIN_CSV)}")
+    run = example_runs[tfx_examples.PENGUIN.name, "stock"]
+    _, signatures = run.result()
+    _check_distilled(run, signatures)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_taxi_native_keras_example_swapped_pushes_a_model_with_the_stock_signature(example_runs):
@@ -179,3 +220,11 @@ def test_taxi_native_keras_example_swapped_pushes_a_model_with_the_stock_signatu
         [["outputs", ["float32", [None, 1]]]],
     ]
     assert "transform_features" in sigs
+
+
+@pytest.mark.multiprocess
+@pytest.mark.e2e
+def test_taxi_native_keras_model_distils_into_a_student_fn_that_serves_like_it(example_runs):
+    run = example_runs[tfx_examples.TAXI.name, "swapped"]
+    _, signatures = run.result()
+    _check_distilled(run, signatures)

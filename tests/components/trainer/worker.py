@@ -10,6 +10,8 @@ initialises), so tests describe jobs in a JSON spec and run them here:
   backup); record eval results and the trained layer weights (`.npz`);
 - `run_fn`: the TFX entry `run_fn(FnArgs)` exactly as the Trainer executor
   calls it, reading `TF_CONFIG` from the environment;
+- `distil`: the Distiller's `run_fn` on a `student_fn` module file
+  (`module_file`) and Keras teachers (`teacher_dirs`);
 - `tf_config`: record the `TF_CONFIG` this process derives from its
   JobSet environment (`cluster.tf_config_from_jobset`), or None;
 - `ps_servers`: start in-process worker / ps servers of a parameter-server
@@ -58,6 +60,18 @@ def run_job(job: dict, servers: list) -> dict:
             servers.append(strategies.start_server(cluster.parse_tf_config(json.dumps(text))))
         return {"servers": len(servers)}
     config = PipelineConfig.from_json(job["config"])
+    if kind == "distil":
+        # The Distiller's run_fn on a student_fn module, as its executor calls it.
+        from tfx.components.trainer.fn_args_utils import FnArgs
+
+        from components import payload
+        from components.distiller import run_fn as distiller_run_fn
+
+        custom_config = payload.encode(None, config=config)
+        custom_config[payload.TEACHER_DIRS_KEY] = job["teacher_dirs"]
+        custom_config[payload.STUDENT_MODULE_KEY] = {"module_file": job["module_file"]}
+        distiller_run_fn.run_fn(FnArgs(**job["inputs"], custom_config=custom_config))
+        return {"done": True}
     if kind == "run_fn":
         from tfx.components.trainer.fn_args_utils import FnArgs
 

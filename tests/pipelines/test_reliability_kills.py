@@ -32,7 +32,8 @@ def test_concurrent_run_on_same_root_is_refused_and_metadata_stays_intact(
     out = str(tmp_path / "out")
     shutil.copytree(baseline_dir, out)
     before = serving_versions(local_runner.paths_for(config, out).serving_dir)
-    # A second process holds the run lock, as a concurrently started run does.
+    # A second process holds the run lock, as a concurrently started run does
+    # (the lock `local_runner.run` takes, imported without TensorFlow).
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -40,7 +41,7 @@ def test_concurrent_run_on_same_root_is_refused_and_metadata_stays_intact(
             textwrap.dedent(
                 f"""
                 import sys, time
-                from pipelines.local_runner import exclusive_run
+                from pipelines.rundir import exclusive_run
                 with exclusive_run({out!r}):
                     print("locked", flush=True)
                     time.sleep({LOCK_WAIT_SECONDS})

@@ -1,5 +1,5 @@
 """The catalogue of bad inputs, shared by tests/pipelines/test_reliability.py and
-benchmarks/reliability.py.
+test_reliability_proceeds.py (the cases that proceed) and benchmarks/reliability.py.
 
 Every case starts from a copy of a finished run that already pushed a model
 (same pipeline root, ML Metadata and serving directory), breaks one thing,

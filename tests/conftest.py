@@ -82,10 +82,12 @@ def module_of(item) -> str:
 # pytest-xdist they are handed out before the rest, so none of them starts
 # last and leaves one worker running alone. Only the order depends on it.
 LONGEST_MODULES = (
-    "tests/pipelines/test_reliability.py",
+    "tests/pipelines/test_reliability_proceeds.py",
     "tests/components/trainer/test_training.py",
     "tests/pipelines/test_local_runner.py",
+    "tests/pipelines/test_reliability_kills.py",
     "tests/components/dropin/test_user_run_fn.py",
+    "tests/pipelines/test_reliability.py",
     "tests/pipelines/test_distillation_pipeline.py",
     "tests/components/dropin/test_tfx_examples_e2e.py",
     "tests/components/transform/test_executor.py",
@@ -199,6 +201,30 @@ def digits_distillation_run(tmp_path_factory, digits_config):
 
     result = once_per_run(tmp_path_factory, "digits_distillation", run)
     return result["output"], config, result["summary"]
+
+
+@pytest.fixture(scope="session")
+def reliability_baseline(tmp_path_factory, taxi_config):
+    """A finished tiny taxi run that pushed one model: where every reliability
+    test starts (tests/pipelines/test_reliability*.py), built once per test
+    run (see `once_per_run`) and shared by their modules. Nothing changes
+    it: each test runs against its own copy.
+
+    Returns:
+      `(output_dir, config)`.
+    """
+    from benchmarks.reliability_cases import baseline_config
+    from pipelines import local_runner
+
+    def run(work: str) -> dict:
+        config = baseline_config(tiny(taxi_config), work)
+        out = os.path.join(work, "out")
+        summary = local_runner.run(config, out)
+        assert summary["pushed_model"], summary
+        return {"output": out, "config": config.to_json()}
+
+    result = once_per_run(tmp_path_factory, "reliability_baseline", run)
+    return result["output"], PipelineConfig.from_json(result["config"])
 
 
 def write_fashion_idx(directory, sizes=None, seed=0) -> dict:

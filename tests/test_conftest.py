@@ -164,3 +164,9 @@ def test_longest_modules_come_first_and_the_rest_keep_their_order():
         "tests/a.py::t1",
         "tests/b.py::t1",
     ]
+
+
+def test_longest_modules_name_existing_modules():
+    # A renamed or split module would silently lose its place in the order.
+    missing = [m for m in LONGEST_MODULES if not os.path.isfile(os.path.join(ROOT, m))]
+    assert missing == []

@@ -83,13 +83,15 @@ def module_of(item) -> str:
 # last and leaves one worker running alone. Only the order depends on it.
 LONGEST_MODULES = (
     "tests/pipelines/test_reliability_proceeds.py",
+    "tests/components/dropin/test_tfx_examples_e2e.py",
     "tests/components/trainer/test_training.py",
     "tests/pipelines/test_local_runner.py",
     "tests/pipelines/test_reliability_kills.py",
     "tests/components/dropin/test_user_run_fn.py",
     "tests/pipelines/test_reliability.py",
     "tests/pipelines/test_distillation_pipeline.py",
-    "tests/components/dropin/test_tfx_examples_e2e.py",
+    "tests/components/distiller/test_component.py",
+    "tests/components/distiller/test_student_strategies.py",
     "tests/components/transform/test_executor.py",
     "tests/pipelines/test_fashion_mnist_pipeline.py",
     "tests/test_packaging.py",

@@ -32,6 +32,10 @@ from concurrent import futures
 
 # Bound on one reachability probe (a lost pod's address refuses or times out).
 PROBE_TIMEOUT_S = 2.0
+# How long past its bound the watchdog lets the task's own error arrive first
+# (TensorFlow raises one at the bound on tasks other than the coordination
+# leader: an exception, better than the end of the process).
+FORMATION_GRACE_S = 2.0
 
 
 def reachable(address: str, timeout: float = PROBE_TIMEOUT_S) -> bool:

@@ -484,11 +484,6 @@ def _build(
 # Forming a multi-worker cluster
 # --------------------------------------------------------------------------- #
 
-# How long past the formation bound the watchdog lets TensorFlow's own error
-# arrive first (a task other than the coordination leader gets one at the
-# bound, as an exception rather than the end of the process).
-FORMATION_GRACE_S = 2.0
-
 
 def formation_bound(config: StrategyConfig) -> tuple[float, str] | None:
     """How long a multi-worker task waits for its peers to join, and what set it; None: no bound.
@@ -521,7 +516,7 @@ def cluster_formation(
     every peer): TensorFlow's error becomes `cluster.PeerLost` naming the
     tasks it lost; with a `bound`, a watchdog process (`peers.watch_formation`)
     ends the task naming the peers that accept no connection once
-    construction has waited `bound` seconds (plus `FORMATION_GRACE_S`): the
+    construction has waited `bound` seconds (plus `peers.FORMATION_GRACE_S`): the
     wait is inside TensorFlow's runtime, which holds the interpreter, so no
     thread of this process could. Kubernetes then restarts the group or
     fails the job (`kubeflow.max_restarts`).
@@ -548,7 +543,7 @@ def cluster_formation(
         )
         watch = peers.watch_formation(
             others,
-            seconds + FORMATION_GRACE_S,
+            seconds + peers.FORMATION_GRACE_S,
             {"task": f"{me[0]}:{me[1]}", "kind": kind, "source": source},
         )
     with watch:

@@ -105,6 +105,7 @@ LONGEST_MODULES = (
     "tests/pipelines/test_local_runner.py",
     "tests/components/dropin/test_user_run_fn.py",
     "tests/pipelines/test_distillation_pipeline.py",
+    "tests/components/trainer/test_faults.py",
     "tests/components/dropin/test_tfx_examples_e2e.py",
     "tests/components/transform/test_executor.py",
     "tests/pipelines/test_fashion_mnist_pipeline.py",

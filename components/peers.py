@@ -60,17 +60,27 @@ def unreachable(addresses: Mapping[str, str]) -> list[str]:
 
 @contextlib.contextmanager
 def watch_formation(
-    peers: Mapping[str, str], seconds: float, describe: Mapping[str, str]
+    peers: Mapping[str, str],
+    seconds: float,
+    describe: Mapping[str, str],
+    grace: float = FORMATION_GRACE_S,
 ) -> Iterator[None]:
-    """Ends this process if the block (forming the cluster) runs longer than `seconds`.
+    """Ends this process if the block (forming the cluster) runs longer than `seconds` + `grace`.
 
     Args:
       peers: Every other task of the cluster, `worker:1` -> `host:port`.
       seconds: The bound.
       describe: `task` (this task, `worker:0`), `kind` (the strategy) and
         `source` (what set the bound), for the message.
+      grace: Added to the bound before the watchdog acts.
     """
-    spec = {"pid": os.getpid(), "seconds": seconds, "peers": dict(peers), **describe}
+    spec = {
+        "pid": os.getpid(),
+        "seconds": seconds,
+        "grace": grace,
+        "peers": dict(peers),
+        **describe,
+    }
     watchdog = subprocess.Popen(
         [sys.executable, "-m", "components.peers", json.dumps(spec)],
         stdin=subprocess.PIPE,
@@ -87,7 +97,7 @@ def watch_formation(
 
 def message(spec: Mapping, missing: list[str]) -> str:
     """What the watchdog writes when the cluster did not form in time."""
-    bound = f"within {spec['seconds']:.0f} s ({spec['source']})"
+    bound = f"within {spec['seconds']:g} s ({spec['source']})"
     if missing:
         who = ", ".join(f"{name} ({spec['peers'][name]})" for name in missing)
         what = f"{who} did not join the {spec['kind']} cluster of {spec['task']} {bound}"
@@ -104,7 +114,7 @@ def message(spec: Mapping, missing: list[str]) -> str:
 
 
 def _watch(spec: dict) -> None:
-    ready, _, _ = select.select([sys.stdin], [], [], spec["seconds"])
+    ready, _, _ = select.select([sys.stdin], [], [], spec["seconds"] + spec.get("grace", 0))
     if ready:
         return  # The block ended (or the task died): nothing to do.
     print(message(spec, unreachable(spec["peers"])), file=sys.stderr, flush=True)

@@ -542,9 +542,7 @@ def cluster_formation(
             kind,
         )
         watch = peers.watch_formation(
-            others,
-            seconds + peers.FORMATION_GRACE_S,
-            {"task": f"{me[0]}:{me[1]}", "kind": kind, "source": source},
+            others, seconds, {"task": f"{me[0]}:{me[1]}", "kind": kind, "source": source}
         )
     with watch:
         try:

@@ -28,7 +28,8 @@ def watched(block_seconds: float, bound: float, peers_: dict) -> subprocess.Comp
         import json, time
         from components import peers
         describe = {{"task": "worker:0", "kind": "multi_worker_mirrored", "source": "the test"}}
-        with peers.watch_formation(json.loads({json.dumps(json.dumps(peers_))}), {bound}, describe):
+        peers_ = json.loads({json.dumps(json.dumps(peers_))})
+        with peers.watch_formation(peers_, {bound}, describe, grace=0):
             time.sleep({block_seconds})
         print("formed")
         """
@@ -49,7 +50,7 @@ def test_a_cluster_that_does_not_form_in_time_ends_the_task_naming_the_missing_p
     assert "formed" not in done.stdout
     assert (
         f"Strategy: worker:1 ({missing}) did not join the multi_worker_mirrored cluster of "
-        "worker:0 within 0 s (the test); ending worker:0 (SIGKILL, exit status 137)"
+        "worker:0 within 0.5 s (the test); ending worker:0 (SIGKILL, exit status 137)"
     ) in done.stderr
 
 

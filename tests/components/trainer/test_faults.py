@@ -107,7 +107,8 @@ def test_a_worker_that_never_comes_back_fails_the_restart_within_the_bound_namin
     assert bound <= leader["seconds"] < bound + fault_cases.DETECT_BOUND_S
     assert re.fullmatch(
         rf"Strategy: worker:1 {LOOPBACK_TASK} did not join the multi_worker_mirrored cluster of worker:0 "
-        rf"within {bound:.0f} s \(the coordination service's cluster_register_timeout_in_ms\); "
+        rf"within {fault_cases.NEVER_BACK_REGISTER_S:g} s \(the coordination service's "
+        r"cluster_register_timeout_in_ms\); "
         r"ending worker:0 \(SIGKILL, exit status 137\) .*",
         leader["message"],
     ), leader["message"]

@@ -151,6 +151,12 @@ def main() -> None:
                         file=sys.stderr,
                         flush=True,
                     )
+        # Before the work directory goes: the weights are compared.
+        report(runs, load_before)
+
+
+def report(runs: dict[str, list[fault_cases.Outcome]], load_before: tuple) -> None:
+    """Prints the JSON lines (see the module docstring)."""
     unkilled_ps = runs["ps_none"]
     unkilled_ps_equal = same_weights(unkilled_ps[0].weights, unkilled_ps[1].weights)
     lines = []

@@ -9,6 +9,9 @@ which strategy trains on it (`components.strategies` builds that):
   `TrainJob` replica from its JobSet variables (declared in
   `components.kubeflow.env`); `read_tf_config` reads the environment and
   uses the derived cluster when no `TF_CONFIG` is set.
+- `lost_peers` names the tasks a failed collective or remote call lost
+  (those TensorFlow's error names, else those that accept no connection),
+  and `PeerLost` is the error a training task raises naming them.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 from absl import logging
 
+from components import peers
 from components.config import ConfigError
 from components.kubeflow import env as kenv
 
@@ -342,3 +346,90 @@ def tf_config_from_jobset(environ: Mapping[str, str]) -> dict[str, Any] | None:
         cluster[JOBSET_TASK_TYPES[name]] = [aliases.get(a, a) for a in addresses]
     task = {"type": JOBSET_TASK_TYPES[job], "index": int(index_text)}
     return {"cluster": cluster, "task": task}
+
+
+# --------------------------------------------------------------------------- #
+# Lost peers
+# --------------------------------------------------------------------------- #
+
+
+class PeerLost(RuntimeError):
+    """A task of the training cluster is gone or never joined; the message names it.
+
+    Raised in place of TensorFlow's error (kept as `__cause__`), whose text
+    names tasks as `/job:worker/replica:0/task:1`, or none at all (a
+    collective that timed out).
+    """
+
+
+Task = tuple[str, int]
+# How TensorFlow's errors name a task: `/job:worker/replica:0/task:1`.
+_TASK_IN_TEXT = re.compile(r"/job:(chief|worker|ps)/replica:\d+/task:(\d+)")
+
+
+def task_label(tf_config: TFConfig, task: Task) -> str:
+    """`worker:1 (host:port)`: a task as `TF_CONFIG` lists it."""
+    job, index = task
+    return f"{job}:{index} ({tf_config.cluster[job][index]})"
+
+
+def mentioned_tasks(text: str, tf_config: TFConfig) -> list[Task]:
+    """The other training tasks of the cluster that `text` names, in order of mention."""
+    found: list[Task] = []
+    for job, index_text in _TASK_IN_TEXT.findall(text):
+        task = (job, int(index_text))
+        if (
+            task != (tf_config.task_type, tf_config.task_id)
+            and task[1] < len(tf_config.cluster.get(job, ()))
+            and task not in found
+        ):
+            found.append(task)
+    return found
+
+
+def unreachable_tasks(tf_config: TFConfig, tasks: Sequence[Task] | None = None) -> list[Task]:
+    """Which of `tasks` (default: every other training task) accept no connection, probed at once."""
+    if tasks is None:
+        tasks = [
+            (job, index)
+            for job, addresses in tf_config.training_cluster.items()
+            for index in range(len(addresses))
+            if (job, index) != (tf_config.task_type, tf_config.task_id)
+        ]
+    addresses = {f"{job}:{index}": tf_config.cluster[job][index] for job, index in tasks}
+    down = set(peers.unreachable(addresses))
+    return [task for task in tasks if f"{task[0]}:{task[1]}" in down]
+
+
+def lost_peers(tf_config: TFConfig, text: str) -> list[Task]:
+    """The tasks to blame for an error with this text.
+
+    The tasks TensorFlow's message names, narrowed to those that accept no
+    connection when some do not (a message may name a healthy task too);
+    when it names none, every other task that accepts no connection. Empty
+    when every peer answers: one is alive but stuck.
+    """
+    named = mentioned_tasks(text, tf_config)
+    if named:
+        return unreachable_tasks(tf_config, named) or named
+    return unreachable_tasks(tf_config)
+
+
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """`Type: the cause in TensorFlow's message`, shortened (its messages run to pages).
+
+    A graph execution error starts with the op's Python traceback; the cause
+    is the first line after it.
+    """
+    skip = (
+        "Graph execution error",
+        "Detected at node",
+        "File ",
+        "[[",
+        "The error could be from a previous operation",
+    )
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    body = [line for line in lines if not line.startswith(skip)]
+    head = (body or lines or [""])[0]
+    head = head if len(head) <= limit else head[: limit - 3] + "..."
+    return f"{type(error).__name__}: {head}"

@@ -11,7 +11,10 @@ Kinds:
     `strategy.num_cpu_devices` logical CPU devices when there is no GPU.
   multi_worker_mirrored: synchronous replicas on every worker of the
     `TF_CONFIG` cluster (collective all-reduce; ring or NCCL, packing from
-    config). Without `TF_CONFIG` it runs as a one-worker cluster.
+    config). Without `TF_CONFIG` it runs as a one-worker cluster. A peer
+    that does not join within the formation bound (`formation_bound`) ends
+    the task naming it, instead of the endless wait TensorFlow gives the
+    coordination leader (worker 0 or the chief).
   parameter_server: asynchronous training; this task (the `chief`) is the
     coordinator, `worker` and `ps` tasks run a `tf.distribute.Server`.
   central_storage: variables on the CPU, compute replicated on local devices.
@@ -31,16 +34,19 @@ runtime, so `create_strategy` is the first thing a trainer process should call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.eager import context
 
+from components import cluster, peers
 from components.cluster import TF_CONFIG_ENV, StrategyError, TFConfig, read_tf_config
 from components.config import StrategyConfig, StrategyKind
 from components.config.runtime import WHOLE_TASK_KINDS, whole_task_gpus_message
@@ -449,9 +455,10 @@ def _build(
         return StrategyChoice(strategy=strategy, devices=tuple(devices), **common)
     if kind == "multi_worker_mirrored":
         resolver = tf_config.cluster_resolver() if tf_config is not None else None
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=resolver, communication_options=communication_options(config)
-        )
+        with cluster_formation(tf_config, formation_bound(config), kind):
+            strategy = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=resolver, communication_options=communication_options(config)
+            )
         local = strategy.extended.worker_devices
         return StrategyChoice(strategy=strategy, devices=tuple(local), **common)
     if kind == "parameter_server":
@@ -471,6 +478,83 @@ def _build(
         )
     # `StrategyConfig` admits only the kinds above (validated when it is built).
     raise AssertionError(f"unhandled strategy kind {kind!r}")
+
+
+# --------------------------------------------------------------------------- #
+# Forming a multi-worker cluster
+# --------------------------------------------------------------------------- #
+
+
+def formation_bound(config: StrategyConfig) -> tuple[float, str] | None:
+    """How long a multi-worker task waits for its peers to join, and what set it; None: no bound.
+
+    TensorFlow bounds the wait only for tasks other than the coordination
+    leader (by its registration timeout, an hour unless configured); the
+    leader waits for its peers without end. The bound: the registration
+    timeout of this process's coordination service when the process
+    configured one (`context.configure_coordination_service`, before the
+    strategy), else `strategy.collective_timeout_seconds`.
+    """
+    service = context.context().coordination_service
+    if service is not None and service.cluster_register_timeout_in_ms > 0:
+        return (
+            service.cluster_register_timeout_in_ms / 1000,
+            "the coordination service's cluster_register_timeout_in_ms",
+        )
+    if config.collective_timeout_seconds:
+        return float(config.collective_timeout_seconds), "strategy.collective_timeout_seconds"
+    return None
+
+
+@contextlib.contextmanager
+def cluster_formation(
+    tf_config: TFConfig | None, bound: tuple[float, str] | None, kind: str
+) -> Iterator[None]:
+    """Turns a cluster that does not form into an error naming the missing tasks.
+
+    Around the construction of a multi-worker strategy (which connects to
+    every peer): TensorFlow's error becomes `cluster.PeerLost` naming the
+    tasks it lost; with a `bound`, a watchdog process (`peers.watch_formation`)
+    ends the task naming the peers that accept no connection once
+    construction has waited `bound` seconds (plus `peers.FORMATION_GRACE_S`): the
+    wait is inside TensorFlow's runtime, which holds the interpreter, so no
+    thread of this process could. Kubernetes then restarts the group or
+    fails the job (`kubeflow.max_restarts`).
+    """
+    if tf_config is None or tf_config.num_workers < 2:
+        yield
+        return
+    me = (tf_config.task_type, tf_config.task_id)
+    others = {
+        f"{job}:{index}": address
+        for job, addresses in tf_config.training_cluster.items()
+        for index, address in enumerate(addresses)
+        if (job, index) != me
+    }
+    watch = contextlib.nullcontext()
+    if bound is not None:
+        seconds, source = bound
+        logging.info(
+            "Strategy: waiting up to %.0f s (%s) for %s to join the %s cluster",
+            seconds,
+            source,
+            ", ".join(others),
+            kind,
+        )
+        watch = peers.watch_formation(
+            others, seconds, {"task": f"{me[0]}:{me[1]}", "kind": kind, "source": source}
+        )
+    with watch:
+        try:
+            yield
+        except tf.errors.OpError as e:
+            lost = cluster.lost_peers(tf_config, str(e))
+            who = ", ".join(cluster.task_label(tf_config, t) for t in lost) or "a peer"
+            raise cluster.PeerLost(
+                f"Strategy: {who} did not join the {kind} cluster of {me[0]}:{me[1]} "
+                f"({cluster.first_line(e)}); every task of the cluster must be running: the job "
+                "restarts its tasks or fails (kubeflow.max_restarts)"
+            ) from e
 
 
 def start_server(tf_config: TFConfig, start: bool = True) -> tf.distribute.Server:

@@ -39,6 +39,24 @@ def shared_file(*parts: str) -> str:
     return path
 
 
+def closed_address() -> str:
+    """A loopback address nothing listens on: a cluster task that is gone."""
+    import portpicker
+
+    return f"127.0.0.1:{portpicker.pick_unused_port()}"
+
+
+@pytest.fixture
+def listening():
+    """A loopback address that accepts connections: a cluster task that is up."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
 SHUFFLE_ENV = "TFXKIT_TEST_SHUFFLE_SEED"
 T = TypeVar("T")
 
@@ -90,6 +108,7 @@ LONGEST_MODULES = (
     "tests/components/dropin/test_user_run_fn.py",
     "tests/pipelines/test_reliability.py",
     "tests/pipelines/test_distillation_pipeline.py",
+    "tests/components/trainer/test_faults.py",
     "tests/components/distiller/test_component.py",
     "tests/components/distiller/test_student_strategies.py",
     "tests/components/transform/test_executor.py",

@@ -92,11 +92,13 @@ StrategyKind = Literal[
 
 # Strategies that use every accelerator their task sees: `num_gpus` cannot select among them.
 WHOLE_TASK_KINDS = ("multi_worker_mirrored", "parameter_server", "tpu")
-# Shortest non-zero `strategy.collective_timeout_seconds`: twice what
-# MultiWorkerMirroredStrategy's own health check needs to call an unreachable
-# peer down (a ping every 30 s, 3 tries of 10 s), so that check reports a lost
-# peer first, and a collective waiting for a peer that is writing its
-# backup or compiling its first step is not cut short.
+# Shortest non-zero `strategy.collective_timeout_seconds`: well above what
+# TensorFlow needs to call a lost peer down (its coordination service, which
+# MultiWorkerMirroredStrategy starts, after 10 s without a heartbeat; the
+# strategy's older ping health check, 30 s x 3 tries, is off when that
+# service runs), so that a lost peer is reported as lost, and a collective
+# waiting for a peer that is writing its backup or compiling its first step
+# is not cut short.
 MIN_COLLECTIVE_TIMEOUT_SECONDS = 120
 
 
@@ -133,10 +135,14 @@ class StrategyConfig:
         with `DeadlineExceededError`, instead of hanging (0 = no timeout;
         otherwise at least 120). It guards against a peer that is alive but
         stuck: a peer that is gone is already turned into an error within
-        about a minute by the strategy's health check. It costs one thread
-        per pending collective (TensorFlow calls it a debugging aid), hence
-        off by default. Set it above the longest step, backup write
-        (`train.checkpoint_every_steps`) and first-step compilation.
+        seconds by TensorFlow's coordination service (10 s without a
+        heartbeat). It costs one thread per pending collective (TensorFlow
+        calls it a debugging aid), hence off by default. Set it above the
+        longest step, backup write (`train.checkpoint_every_steps`) and
+        first-step compilation. It also bounds how long a worker waits at
+        start for every peer to join: past it the worker ends naming the
+        peers that do not answer (with 0, worker 0 waits as long as
+        TensorFlow does, without end, and the others an hour).
       tpu: TPU name or address for `TPUClusterResolver` ('' = local / env).
       workers: Expected worker replicas (used to size shards and TFJobs).
       parameter_servers: Expected parameter-server replicas.
@@ -179,7 +185,7 @@ class StrategyConfig:
                 "collective_timeout_seconds",
                 f"expected 0 (no timeout) or at least {MIN_COLLECTIVE_TIMEOUT_SECONDS} seconds, "
                 f"got {timeout}; a shorter one would cut off collectives that wait for a peer's "
-                f"backup or first-step compilation (the health check already reports a lost peer)",
+                f"backup or first-step compilation (TensorFlow already reports a lost peer within seconds)",
             )
         if timeout and self.kind not in ("auto", "multi_worker_mirrored"):
             fail(

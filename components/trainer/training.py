@@ -13,15 +13,16 @@ removes the backup after.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import backup, models, strategies
+from components import backup, cluster, models, strategies
 from components.config import ConfigError, ModelConfig, PipelineConfig
 from components.trainer.inputs import DROP_UNLABELED, TrainingInputs, distributed_datasets
 from components.transform.preprocessing import num_ids
@@ -103,7 +104,10 @@ def fit(
        model run directory when the inputs come from `from_fn_args`) every
        `train.checkpoint_every_steps` steps and resumes from there when the
        process is started again with the same inputs (the task removes it
-       after the export, see `components.trainer.task.export`).
+       after the export, see `components.trainer.task.export`);
+    5. a task of a multi-task cluster that loses a peer (a collective or a
+       remote call fails: the peer died, or a collective timed out) raises
+       `cluster.PeerLost` naming it (see `naming_lost_peers`).
 
     Loss scaling across replicas: Keras's compiled losses average per-example
     losses over the local batch and divide by the replicas in sync, so the
@@ -132,6 +136,7 @@ def fit(
     Raises:
       ConfigError: naming the field, for settings that cannot work (before
         any data is read).
+      cluster.PeerLost: naming the task of the cluster that was lost.
     """
     choice = choice if choice is not None else strategies.create_strategy(config.strategy)
     if choice.role != strategies.ROLE_TRAINER:
@@ -158,16 +163,67 @@ def fit(
         backups = backup.TrainingBackup(
             inputs.backup_dir, save_freq=save_freq, delete_checkpoint=False
         )
-        model.fit(
-            train_data,
-            steps_per_epoch=steps_per_epoch,
-            epochs=math.ceil(inputs.train_steps / steps_per_epoch),
-            callbacks=[backups, _ResumeLog(backups.backup_dir), *callbacks],
-            verbose=2,
-        )
-        results = model.evaluate(eval_data, steps=inputs.eval_steps, return_dict=True, verbose=0)
+        with naming_lost_peers(choice, inputs.backup_dir):
+            model.fit(
+                train_data,
+                steps_per_epoch=steps_per_epoch,
+                epochs=math.ceil(inputs.train_steps / steps_per_epoch),
+                callbacks=[backups, _ResumeLog(backups.backup_dir), *callbacks],
+                verbose=2,
+            )
+            results = model.evaluate(
+                eval_data, steps=inputs.eval_steps, return_dict=True, verbose=0
+            )
     logging.info("Trainer: eval after training: %s", results)
     return model, results
+
+
+# What TensorFlow raises when a peer of the cluster is gone (Unavailable,
+# Aborted) or a collective waited past its timeout (DeadlineExceeded).
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError)
+
+
+@contextlib.contextmanager
+def naming_lost_peers(choice: strategies.StrategyChoice, backup_dir: str) -> Iterator[None]:
+    """Re-raises a lost peer of a multi-task cluster as `cluster.PeerLost`, naming it.
+
+    TensorFlow's error names the peer in its own terms, pages down, or not
+    at all (a collective timeout); the task's own error names it as
+    `TF_CONFIG` does (`worker:1 (host:port)`), says what restarts and where
+    training resumes from. Single-process training re-raises unchanged.
+    """
+    tf_config = choice.tf_config
+    if tf_config is None or (tf_config.num_workers < 2 and not tf_config.has_ps):
+        yield
+        return
+    try:
+        yield
+    except _PEER_ERRORS as e:
+        lost = cluster.lost_peers(tf_config, str(e))
+        me = f"{choice.task_type}:{choice.task_id}"
+        if lost:
+            who = ", ".join(cluster.task_label(tf_config, t) for t in lost)
+            what = f"lost {who}"
+        elif isinstance(e, tf.errors.DeadlineExceededError):
+            what = (
+                "a collective timed out (strategy.collective_timeout_seconds) though every peer "
+                "accepts connections: one is alive but stuck"
+            )
+        else:
+            what = "lost a peer (every peer accepts connections again)"
+        if not choice.uses_coordinator:
+            restart = "the whole group restarts (kubeflow.max_restarts) and resumes"
+        elif any(job == "ps" for job, _ in lost):
+            restart = (
+                "the parameter server's variables are gone with it: the job restarts "
+                "(kubeflow.max_restarts) and the coordinator resumes"
+            )
+        else:
+            restart = "the job restarts (kubeflow.max_restarts) and the coordinator resumes"
+        raise cluster.PeerLost(
+            f"Trainer: {me} of the {choice.kind} cluster {what} ({cluster.first_line(e)}); "
+            f"{restart} from the last backup in {backup_dir}"
+        ) from e
 
 
 def _check_settings(config: PipelineConfig, choice: strategies.StrategyChoice) -> None:

@@ -11,6 +11,7 @@ import pytest
 from components import cluster
 from components.cluster import StrategyError, parse_tf_config
 from components.config import ConfigError
+from tests.conftest import closed_address
 
 WORKERS = ["localhost:2001", "localhost:2002"]
 PS_CLUSTER = {"chief": ["localhost:2000"], "worker": WORKERS, "ps": ["localhost:2003"]}
@@ -243,3 +244,53 @@ def _without(environ, name):
 def test_inconsistent_jobset_env_refuses_to_start_naming_the_variable(environ, field, hint):
     with pytest.raises(StrategyError, match=rf"^{field}: .*{hint}"):
         cluster.read_tf_config(environ)
+
+
+# --------------------------------------------------------------------------- #
+# Lost peers
+# --------------------------------------------------------------------------- #
+
+
+def test_mentioned_tasks_are_the_other_tasks_tensorflow_names_in_order():
+    config = parse_tf_config(tf_config(PS_CLUSTER, "chief"))
+    text = (
+        "Failed copying input tensor from /job:chief/replica:0/task:0/device:CPU:0 to "
+        "/job:ps/replica:0/task:0/device:CPU:0 ... /job:worker/replica:0/task:1 ... "
+        "/job:ps/replica:0/task:0 ... /job:worker/replica:0/task:7"
+    )
+    # Itself, repeats and tasks the cluster does not have are left out.
+    assert cluster.mentioned_tasks(text, config) == [("ps", 0), ("worker", 1)]
+
+
+def test_lost_peers_are_the_named_tasks_that_do_not_answer(listening):
+    workers = {"worker": [closed_address(), listening, closed_address()]}
+    config = parse_tf_config(tf_config(workers, "worker", 2))
+    named = "from /job:worker/replica:0/task:0 and /job:worker/replica:0/task:1"
+    # Both named, only worker 0 is gone.
+    assert cluster.lost_peers(config, named) == [("worker", 0)]
+    # Nothing named: every other task is probed.
+    assert cluster.lost_peers(config, "Deadline Exceeded") == [("worker", 0)]
+    assert cluster.task_label(config, ("worker", 0)) == f"worker:0 ({workers['worker'][0]})"
+
+
+def test_lost_peers_keeps_the_named_tasks_when_all_answer(listening):
+    config = parse_tf_config(tf_config({"worker": [listening, closed_address()]}, "worker", 1))
+    assert cluster.lost_peers(config, "at /job:worker/replica:0/task:0") == [("worker", 0)]
+    assert cluster.lost_peers(config, "no task named") == []
+
+
+def test_first_line_is_the_cause_of_a_graph_execution_error():
+    import tensorflow as tf
+
+    text = (
+        "Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at (most recent call last):\n"
+        '  File "train.py", line 1, in <module>\n\n'
+        "Collective ops is aborted by: Task /job:worker/replica:0/task:1 heartbeat timeout.\n"
+        "The error could be from a previous operation. Restart your program to reset.\n"
+        "\t [[{{node CollectiveReduceV2}}]] [Op:__inference_train_function_1]"
+    )
+    assert cluster.first_line(tf.errors.UnavailableError(None, None, text)) == (
+        "UnavailableError: Collective ops is aborted by: Task /job:worker/replica:0/task:1 "
+        "heartbeat timeout."
+    )
+    assert cluster.first_line(ValueError("x" * 400), limit=10) == "ValueError: xxxxxxx..."

@@ -18,11 +18,12 @@ import typing
 import pytest
 import tensorflow as tf
 
-from components import strategies
+from components import cluster, strategies
 from components.cluster import StrategyError, parse_tf_config
 from components.config import ConfigError, StrategyConfig, StrategyKind, from_dict
 from components.strategies import resolve_kind
 from tests.components.test_cluster import PS_CLUSTER, WORKERS, tf_config
+from tests.conftest import closed_address
 
 # What this host has decides what the factory may pick and refuse.
 VISIBLE_GPUS = len(tf.config.list_physical_devices("GPU"))
@@ -183,6 +184,33 @@ def test_communication_options_come_from_config():
 def test_bad_collective_timeouts_are_refused_naming_the_field(fields, match):
     with pytest.raises(ConfigError, match=match):
         StrategyConfig(**{"kind": "multi_worker_mirrored", "workers": 2, **fields})
+
+
+def test_formation_is_bounded_by_the_collective_timeout():
+    # This process configured no coordination service, whose registration
+    # timeout would come first (see `formation_bound`).
+    timed = StrategyConfig(kind="multi_worker_mirrored", workers=2, collective_timeout_seconds=150)
+    assert strategies.formation_bound(timed) == (150.0, "strategy.collective_timeout_seconds")
+    assert (
+        strategies.formation_bound(dataclasses.replace(timed, collective_timeout_seconds=0)) is None
+    )
+
+
+def test_a_cluster_that_fails_to_form_is_reraised_naming_the_missing_task():
+    leader = closed_address()
+    config = parse_tf_config(tf_config({"worker": [leader, closed_address()]}, "worker", 1))
+    registration = (
+        "Deadline Exceeded\nAdditional GRPC error information from remote target "
+        "/job:worker/replica:0/task:0 while calling /tensorflow.CoordinationService/RegisterTask:"
+    )
+    with pytest.raises(cluster.PeerLost) as raised:
+        with strategies.cluster_formation(config, None, "multi_worker_mirrored"):
+            raise tf.errors.DeadlineExceededError(None, None, registration)
+    assert str(raised.value).startswith(
+        f"Strategy: worker:0 ({leader}) did not join the multi_worker_mirrored cluster of worker:1 "
+        "(DeadlineExceededError: Deadline Exceeded); every task of the cluster must be running"
+    )
+    assert isinstance(raised.value.__cause__, tf.errors.DeadlineExceededError)
 
 
 # --------------------------------------------------------------------------- #

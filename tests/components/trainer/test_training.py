@@ -28,13 +28,14 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from components import strategies
+from components import cluster, strategies
+from components.cluster import parse_tf_config
 from components.config import ConfigError
 from components.models import accumulate_gradients
 from components.payload import CONFIG_KEY
 from components.trainer import run_fn, training
 from tests.components.trainer import penguins
-from tests.conftest import shared_file
+from tests.conftest import closed_address, shared_file
 
 ATOL = 1e-5
 # Bound on every wait for a subprocess (import + train + export on 2 busy cores).
@@ -377,6 +378,66 @@ def test_accumulate_gradients_equals_the_big_batch_gradient():
     )(stacked)
     for a, e in zip(accumulated, expected, strict=True):
         np.testing.assert_allclose(a.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def choice_in(cluster_: dict, task_type: str, index: int = 0, kind: str = "multi_worker_mirrored"):
+    """A trainer's strategy choice in a cluster (no strategy: only its place matters)."""
+    tf_config = parse_tf_config(
+        json.dumps({"cluster": cluster_, "task": {"type": task_type, "index": index}})
+    )
+    return strategies.StrategyChoice(
+        kind=kind,
+        role=strategies.ROLE_TRAINER,
+        reason="",
+        strategy=None,
+        tf_config=tf_config,
+        coordinator=object() if kind == "parameter_server" else None,
+    )
+
+
+def test_a_lost_worker_is_reraised_naming_it_and_the_backup_training_resumes_from():
+    lost = closed_address()
+    choice = choice_in({"worker": [closed_address(), lost]}, "worker", 0)
+    heartbeat = (
+        "Graph execution error:\n\nCollective ops is aborted by: Error reported from /job:worker/task:1: "
+        "Task /job:worker/replica:0/task:1 heartbeat timeout. This indicates that the remote task has failed"
+    )
+    with pytest.raises(cluster.PeerLost) as raised:
+        with training.naming_lost_peers(choice, "/backups/b1"):
+            raise tf.errors.UnavailableError(None, None, heartbeat)
+    assert str(raised.value) == (
+        f"Trainer: worker:0 of the multi_worker_mirrored cluster lost worker:1 ({lost}) "
+        "(UnavailableError: Collective ops is aborted by: Error reported from /job:worker/task:1: "
+        "Task /job:worker/replica:0/task:1 heartbeat timeout. This indicates that the remote task has "
+        "failed); the whole group restarts (kubeflow.max_restarts) and resumes from the last backup "
+        "in /backups/b1"
+    )
+    assert isinstance(raised.value.__cause__, tf.errors.UnavailableError)
+
+
+def test_a_lost_parameter_server_is_named_and_a_stuck_collective_said_so(listening):
+    ps = closed_address()
+    choice = choice_in(
+        {"chief": [closed_address()], "worker": [listening], "ps": [ps]},
+        "chief",
+        kind="parameter_server",
+    )
+    with pytest.raises(cluster.PeerLost, match=rf"lost ps:0 \({ps}\) .*the parameter server's"):
+        with training.naming_lost_peers(choice, "/backups/b2"):
+            raise tf.errors.UnavailableError(
+                None, None, "Failed copying input tensor to /job:ps/replica:0/task:0/device:CPU:0"
+            )
+    # Every peer answers, nothing named: a collective timed out on a stuck peer.
+    stuck = choice_in({"worker": [listening, closed_address()]}, "worker", 1)
+    with pytest.raises(cluster.PeerLost, match=r"a collective timed out .*one is alive but stuck"):
+        with training.naming_lost_peers(stuck, "/backups/b3"):
+            raise tf.errors.DeadlineExceededError(None, None, "Collective has timed out")
+
+
+def test_errors_of_a_single_process_are_not_about_peers():
+    with pytest.raises(tf.errors.UnavailableError):
+        with training.naming_lost_peers(one_device(), "/backups/b4"):
+            raise tf.errors.UnavailableError(None, None, "no cluster")
 
 
 def test_run_fn_without_tfxkit_config_fails(penguin_data):

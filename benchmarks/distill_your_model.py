@@ -323,8 +323,9 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"--settings: unknown {unknown}; choose from {sorted(SETTINGS)}")
     summaries = [run_setting(args, setting) for setting in keys]
+    # Exactly the keys, so runs compare by them (a setting is its labeled_fraction).
     keep = (
-        "setting labeled_fraction seeds teacher_acc alone_acc alone_acc_std alone_aug_acc "
+        "labeled_fraction seeds teacher_acc alone_acc alone_acc_std alone_aug_acc "
         "alone_aug_acc_std distilled_acc distilled_acc_std distilled_minus_best_alone "
         "distilled_minus_best_alone_se gap_recovered param_ratio model_latency_ratio_b256"
     ).split()

@@ -57,6 +57,10 @@ class TrainingInputs:
         if not self.backup_dir:
             object.__setattr__(self, "backup_dir", backup.run_dir_location(self.model_run_dir))
 
+    def label(self, config: PipelineConfig) -> str:
+        """The transformed label feature: `label_key`, else the config's `data.label.name`."""
+        return self.label_key or config.data.label.name
+
     @classmethod
     def from_fn_args(cls, fn_args, config: PipelineConfig, label_key: str = "") -> TrainingInputs:
         return cls(
@@ -111,7 +115,7 @@ def make_datasets(
       ValueError: (`LayoutError` / `IngestionError`) naming the file when the
         transformed examples disagree with the layout record.
     """
-    label_key = inputs.label_key or config.data.label.name
+    label_key = inputs.label(config)
     labeled_fraction = config.data.labeled_fraction if config.data is not None else 1.0
     record = layout.read_layout(inputs.transform_output)
     graph_spec = tft_output.transformed_feature_spec()

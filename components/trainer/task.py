@@ -148,7 +148,7 @@ def export(
     written = export_from_task(
         model,
         tft.TFTransformOutput(inputs.transform_output),
-        inputs.label_key or config.data.label.name,
+        inputs.label(config),
         inputs.serving_model_dir,
         is_chief=choice.is_chief,
         task_type=choice.task_type,

@@ -22,6 +22,14 @@ from components.distiller import teachers as teachers_lib
 from tests.components.distiller.keras_teachers import RAW_SPEC, save_teacher, serialized
 
 
+@pytest.fixture(autouse=True)
+def _on_the_cpu():
+    """Every model call here on the CPU: on a GPU host, TF32 matmuls in one of two
+    compared calls would differ from the other by more than the tolerance."""
+    with tf.device("/cpu:0"):
+        yield
+
+
 @pytest.fixture(scope="module")
 def tft_output(tmp_path_factory):
     """A transform graph over raw `x` (4 floats) and `label`: `x_xf = x`, `label` kept."""

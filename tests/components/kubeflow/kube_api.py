@@ -164,19 +164,20 @@ def unknown_fields(obj, schema, path=""):
     return out
 
 
-def run_to_failure(manifest, fake, *, log=lambda _: None, **kwargs):
-    """Runs `jobs.run` against the fake API server, as the Trainer step does, with
-    short polls; returns the `JobFailed` it raised (the test fails if it did not)."""
+def run_to_failure(manifest, fake, *, error=None, poll_seconds=0.01, log=lambda _: None, **kwargs):
+    """Runs `jobs.run` against the fake API server, as the Trainer step does (30 s
+    timeout, short polls unless given); returns the `error` it raised (default
+    `jobs.JobFailed`; the test fails if it raised none)."""
     import pytest
 
     from components.kubeflow import jobs
 
-    with pytest.raises(jobs.JobFailed) as err:
+    with pytest.raises(error or jobs.JobFailed) as err:
         jobs.run(
             manifest,
             api_client(fake.host),
             timeout_seconds=30,
-            poll_seconds=0.01,
+            poll_seconds=poll_seconds,
             log=log,
             **kwargs,
         )

@@ -443,17 +443,15 @@ def test_timeout_deletes_the_job_and_says_why_it_waited(mw_manifest):
     ]
     clock = _FakeClock()
     with FakeKubernetes(states, pods) as fake:
-        with pytest.raises(jobs.JobTimeout) as err:
-            jobs.run(
-                mw_manifest,
-                api_client(fake.host),
-                timeout_seconds=30,
-                poll_seconds=5,
-                log=lambda _: None,
-                clock=clock,
-                sleep=clock.sleep,
-            )
-    message = str(err.value)
+        timeout = run_to_failure(
+            mw_manifest,
+            fake,
+            error=jobs.JobTimeout,
+            poll_seconds=5,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+    message = str(timeout)
     assert "did not finish within kubeflow.tfjob_timeout_seconds=30" in message
     assert "unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in message
     assert fake.calls()[-1] == ("DELETE", f"{JOB}/taxi-trainer-abc")

@@ -21,9 +21,8 @@ from benchmarks.tiny import tiny
 from components.config import PipelineConfig
 from pipelines.configs import load_config
 
-SHARED = os.path.normpath(
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
-)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
 SHARED_DATA = os.path.join(SHARED, "data")
 
 
@@ -224,28 +223,70 @@ def digits_distillation_run(tmp_path_factory, digits_config):
     return result["output"], config, result["summary"]
 
 
+# Bound on one tiny pipeline run started as a child process.
+CLI_RUN_TIMEOUT_SECONDS = 2400
+
+
 @pytest.fixture(scope="session")
-def reliability_baseline(tmp_path_factory, taxi_config):
-    """A finished tiny taxi run that pushed one model: where every reliability
-    test starts (tests/pipelines/test_reliability*.py), built once per test
-    run (see `once_per_run`) and shared by their modules. Nothing changes
-    it: each test runs against its own copy.
+def tiny_taxi_run(tmp_path_factory, taxi_config):
+    """The tiny taxi pipeline on the taxi CSV's first rows, started through the
+    console script as a user starts it (`tfxkit run --config FILE --output DIR`),
+    once per test run (see `once_per_run`): it pushed one model. The taxi tests
+    of tests/pipelines/test_local_runner.py read it, and every reliability test
+    (tests/pipelines/test_reliability*.py) starts from it. Nothing changes it:
+    a test that runs again does so on its own copy.
+
+    Returns:
+      A mapping: `output` (the run's directory), `config` (`PipelineConfig`),
+      `summary` (its summary.json), `stdout` and `stderr` (the console).
+    """
+    import subprocess
+    import sys
+
+    import yaml
+
+    from benchmarks.reliability_cases import baseline_config
+    from components.config import to_dict
+
+    def run(work: str) -> dict:
+        config = baseline_config(tiny(taxi_config), work)
+        config_path = os.path.join(work, "tiny_taxi.yaml")
+        with open(config_path, "w") as f:
+            yaml.safe_dump(to_dict(config), f)
+        out = os.path.join(work, "out")
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "run", "--config", config_path]
+            + ["--output", out],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": REPO},
+            capture_output=True,
+            text=True,
+            timeout=CLI_RUN_TIMEOUT_SECONDS,
+        )
+        assert result.returncode == 0, result.stderr[-5000:]
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+        assert summary["pushed_model"], summary
+        return {
+            "output": out,
+            "config": config.to_json(),
+            "summary": summary,
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+        }
+
+    result = once_per_run(tmp_path_factory, "tiny_taxi_run", run)
+    return {**result, "config": PipelineConfig.from_json(result["config"])}
+
+
+@pytest.fixture(scope="session")
+def reliability_baseline(tiny_taxi_run):
+    """Where every reliability test starts: the tiny taxi run (`tiny_taxi_run`).
 
     Returns:
       `(output_dir, config)`.
     """
-    from benchmarks.reliability_cases import baseline_config
-    from pipelines import local_runner
-
-    def run(work: str) -> dict:
-        config = baseline_config(tiny(taxi_config), work)
-        out = os.path.join(work, "out")
-        summary = local_runner.run(config, out)
-        assert summary["pushed_model"], summary
-        return {"output": out, "config": config.to_json()}
-
-    result = once_per_run(tmp_path_factory, "reliability_baseline", run)
-    return result["output"], PipelineConfig.from_json(result["config"])
+    return tiny_taxi_run["output"], tiny_taxi_run["config"]
 
 
 def write_fashion_idx(directory, sizes=None, seed=0) -> dict:

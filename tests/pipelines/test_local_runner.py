@@ -13,17 +13,13 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import yaml
 from ml_metadata.proto import metadata_store_pb2
 
 from benchmarks.tiny import tiny
-from components.config import to_dict
 from components.data import taxi_csv_path
 from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
@@ -108,41 +104,11 @@ def _serve(pushed_dir, examples):
     return {k: v.numpy() for k, v in outputs.items()}
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Bound on the console script's tiny run (minutes on two busy cores); it only
-# stops a hung run.
-CLI_RUN_TIMEOUT_SECONDS = 2400
-
-
 @pytest.fixture(scope="module")
-def taxi_cli_run(tmp_path_factory, taxi_config):
-    """The tiny taxi run through the console script, as a user starts it.
-
-    Returns:
-      `(output_dir, summary, completed process)`.
-    """
-    work = tmp_path_factory.mktemp("taxi_run")
-    config_path = work / "tiny_taxi.yaml"
-    config_path.write_text(yaml.safe_dump(to_dict(tiny(taxi_config))))
-    output = str(work / "out")
-    result = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "run", "--config", str(config_path)]
-        + ["--output", output],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": REPO},
-        capture_output=True,
-        text=True,
-        timeout=CLI_RUN_TIMEOUT_SECONDS,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
-    with open(os.path.join(output, "summary.json")) as f:
-        return output, json.load(f), result
-
-
-@pytest.fixture(scope="module")
-def taxi_run(taxi_cli_run):
-    output, summary, _ = taxi_cli_run
-    return output, summary
+def taxi_run(tiny_taxi_run):
+    """The tiny taxi run the console script made (tests/conftest.py, shared
+    with the reliability tests): `(output_dir, summary)`."""
+    return tiny_taxi_run["output"], tiny_taxi_run["summary"]
 
 
 @pytest.mark.multiprocess
@@ -182,9 +148,10 @@ MAX_CONSOLE_LINES = 60
 
 @pytest.mark.multiprocess
 @pytest.mark.e2e
-def test_taxi_console_shows_progress_and_summary_and_the_log_keeps_the_rest(taxi_cli_run):
-    output, summary, result = taxi_cli_run
-    out = result.stdout.splitlines()
+def test_taxi_console_shows_progress_and_summary_and_the_log_keeps_the_rest(tiny_taxi_run):
+    output, summary = tiny_taxi_run["output"], tiny_taxi_run["summary"]
+    stdout, stderr = tiny_taxi_run["stdout"], tiny_taxi_run["stderr"]
+    out = stdout.splitlines()
     for node in summary["components"]:
         assert any(line.endswith(f"> {node} started") for line in out), (node, out)
         assert any(f"< {node} finished (" in line for line in out), (node, out)
@@ -194,8 +161,8 @@ def test_taxi_console_shows_progress_and_summary_and_the_log_keeps_the_rest(taxi
     assert summary["log"] == log
     # No traceback (the first run's empty drift baseline included) and no
     # library start-up noise on the console.
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    assert len(out) + len(result.stderr.splitlines()) <= MAX_CONSOLE_LINES, result
+    assert "Traceback" not in stderr and "Traceback" not in stdout
+    assert len(out) + len(stderr.splitlines()) <= MAX_CONSOLE_LINES, (stdout, stderr)
     with open(log) as f:
         text = f.read()
     assert "node Transform is finished." in text
@@ -244,11 +211,11 @@ def test_taxi_transform_wrote_the_configured_shards_and_compression(taxi_run, ta
 
 @pytest.mark.multiprocess
 @pytest.mark.e2e
-def test_taxi_rerun_is_served_from_cache(taxi_run, taxi_config, tmp_path):
+def test_taxi_rerun_is_served_from_cache(tiny_taxi_run, taxi_config, tmp_path):
     # A copy: the shared run stays as the other tests expect it.
     output = str(tmp_path / "out")
-    shutil.copytree(taxi_run[0], output)
-    second = local_runner.run(tiny(taxi_config), output, runner="beam")
+    shutil.copytree(tiny_taxi_run["output"], output)
+    second = local_runner.run(tiny_taxi_run["config"], output, runner="beam")
     states = _node_states(output, taxi_config.name)
     cached = {n for n, s in states.items() if s == metadata_store_pb2.Execution.CACHED}
     # The copy's Pusher pushes to the copy's own serving directory (its

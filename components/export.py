@@ -20,6 +20,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 
+from components import legacy_keras
+
 SERVING_OUTPUT_KEYS = ("probabilities", "logits", "classes")
 TRANSFORMED_LOGITS_SIGNATURE = "transformed_logits"
 
@@ -69,7 +71,8 @@ def export_serving_model(
     }
     # Optimizer state is training-only; leaving it out keeps the serving model
     # small and makes SavedModel sizes of differently trained models comparable.
-    model.save(export_dir, save_format="tf", signatures=signatures, include_optimizer=False)
+    with legacy_keras.keras_unconverted():
+        model.save(export_dir, save_format="tf", signatures=signatures, include_optimizer=False)
 
 
 def scratch_export_dir(scratch_dir: str, task_type: str, task_id: int) -> str:

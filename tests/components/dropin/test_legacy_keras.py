@@ -94,3 +94,47 @@ def test_keras3_asked_for_explicitly_fails_at_import_naming_the_variable(tmp_pat
     assert "KerasMismatchError: TF_USE_LEGACY_KERAS='0': TFX 1.16 and tfxkit need tf_keras" in (
         result.stderr
     )
+
+
+@pytest.mark.multiprocess
+def test_tf_keras_internals_are_not_transpiled_but_user_code_still_is(tmp_path):
+    # A tf.function over a tf_keras model: tf_keras's own code is called as is
+    # (as AutoGraph always treated Keras), while the user's layer, whose Python
+    # `if` on a tensor needs AutoGraph, is still converted. A file, not `-c`:
+    # AutoGraph reads the user's source.
+    script = tmp_path / "script.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import tensorflow as tf
+            import tf_keras
+            import components
+            from tensorflow.python.autograph.impl import conversion
+
+            class Sign(tf_keras.layers.Layer):
+                def call(self, x):
+                    if tf.reduce_sum(x) > 0:
+                        return x
+                    return -x
+
+            inputs = tf_keras.Input(shape=(2,))
+            model = tf_keras.Model(inputs, Sign()(inputs))
+            serve = tf.function(lambda x: model(x))
+            print("NEG", serve(tf.constant([[-1.0, -2.0]])).numpy().tolist())
+            print("KERAS_CONVERTED", not conversion.is_allowlisted(tf_keras.Model.fit))
+            print("USER_CONVERTED", not conversion.is_allowlisted(Sign.call))
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=str(tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    seen = _seen(result)
+    assert seen["NEG"] == "[[1.0, 2.0]]"
+    assert seen["KERAS_CONVERTED"] == "False" and seen["USER_CONVERTED"] == "True"

@@ -15,17 +15,6 @@ every module imported afterwards (a user's module file included) sees
 tf_keras whatever was imported first. Objects created with Keras 3 before
 that stay Keras 3; `check_model_keras` names such a model when it reaches the
 Trainer.
-
-`exempt_from_autograph` (called by `ensure_legacy_keras` once TensorFlow is
-imported, and by every training task, `components.trainer.task.start`) gives
-tf_keras the AutoGraph treatment Keras always had: TensorFlow's conversion
-rules leave `keras` (and, before Keras left it, `tensorflow`) unconverted,
-but do not know the `tf_keras` package, so every `tf.function` over a
-tf_keras model (the train, test and predict steps, a serving signature)
-re-transpiled tf_keras's own engine code on every trace: ~10 s of the first
-training step of TFX's taxi example on a CPU, paid by no Keras before.
-User code stays converted as before (a layer's `call` is converted by
-tf_keras's base layer itself, as Keras 2 always did).
 """
 
 from __future__ import annotations
@@ -64,7 +53,6 @@ def ensure_legacy_keras() -> bool:
     if tf is None:
         # TensorFlow is not imported yet: it will read the variable itself.
         return False
-    exempt_from_autograph()
     current = vars(tf).get("keras")
     if current is None or not _is_keras3(current):
         return False
@@ -79,33 +67,6 @@ def ensure_legacy_keras() -> bool:
 
     # A fresh lazy loader resolves from the (now set) variable on first use.
     tf.keras = lazy_loader.KerasLazyLoader(vars(tf))
-    return True
-
-
-# AutoGraph's rule for the tf_keras package (see the module docstring).
-TF_KERAS_MODULE = "tf_keras"
-
-
-def exempt_from_autograph() -> bool:
-    """Makes AutoGraph call tf_keras's own functions unconverted, as it does Keras's.
-
-    Idempotent. Only speed depends on it: if TensorFlow's conversion rules
-    are no longer where TF 2.16 keeps them, nothing is changed.
-
-    Returns:
-      True when the rule was added by this call.
-    """
-    try:
-        from tensorflow.python.autograph.core import config
-    except ImportError:
-        return False
-    rules = getattr(config, "CONVERSION_RULES", None)
-    if not isinstance(rules, tuple) or not hasattr(config, "DoNotConvert"):
-        return False
-    if any(getattr(r, "_prefix", None) == TF_KERAS_MODULE for r in rules):
-        return False
-    # Appended: no rule before it matches a tf_keras module (the first match decides).
-    config.CONVERSION_RULES = (*rules, config.DoNotConvert(TF_KERAS_MODULE))
     return True
 
 

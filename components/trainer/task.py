@@ -27,7 +27,7 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import backup, legacy_keras, payload, strategies
+from components import backup, payload, strategies
 from components.config import PipelineConfig, StrategyConfig
 from components.export import export_from_task
 from components.trainer import training
@@ -61,8 +61,6 @@ def start(strategy: StrategyConfig, component: str) -> strategies.StrategyChoice
       The strategy choice of a task that trains; None for an evaluator task,
       after a parameter-server task's server has stopped.
     """
-    # Every trace of a tf_keras step or signature would re-transpile tf_keras otherwise.
-    legacy_keras.exempt_from_autograph()
     choice = strategies.create_strategy(strategy)
     if choice.role == strategies.ROLE_SERVER:
         logging.info(

@@ -1,24 +1,37 @@
-"""TFX's taxi native-Keras example, stock and with the two-import swap, side by side.
+"""TFX's own examples, stock and with the two-import swap, side by side.
 
-    .venv/bin/python benchmarks/drop_in.py [--train-steps 1000] [--repeats 3] [--workdir DIR]
+    .venv/bin/python benchmarks/drop_in.py [--example taxi|penguin|both] [--train-steps N]
+        [--penguin-train-steps N] [--repeats 3] [--workdir DIR]
 
-One run executes the pipeline file from the tfx wheel
-(`tfx/examples/chicago_taxi_pipeline/taxi_pipeline_native_keras.py`, its
-module file `taxi_utils_native_keras.py` and the taxi CSV that ships with
-it) twice through `BeamDagRunner`, each in a fresh process: once as it is,
-once with only its `Transform` / `Trainer` imports changed to tfxkit's
-(defaults everywhere: one device on a CPU machine, tfxkit's input pipeline
-behind `data_accessor.tf_dataset_factory`, ingestion-ready Transform output).
-Both use the example's own step counts unless `--train-steps` is given.
+Two examples from the tfx wheel (see `benchmarks.tfx_examples`):
+
+- `taxi`: `chicago_taxi_pipeline/taxi_pipeline_native_keras.py`, its module
+  file `taxi_utils_native_keras.py` and the taxi CSV that ships with it, at
+  the example's own 1000 steps unless `--train-steps` is given: a 1000-step
+  model, where an execution's fixed costs show;
+- `penguin`: `penguin/penguin_pipeline_local.py` with `penguin_utils_keras.py`
+  on the shared penguin CSV, at `--penguin-train-steps` (default 5000, the
+  example's own is 100): a tiny MLP on batches of 20, so the Trainer's time
+  is its input pipeline and per-step overhead (input-heavy).
+
+Each run executes the pipeline through `BeamDagRunner` twice, each in a
+fresh process: once as it is, once with only its `Transform` / `Trainer`
+imports changed to tfxkit's (defaults everywhere: one device on a CPU
+machine, tfxkit's input pipeline behind `data_accessor.tf_dataset_factory`,
+ingestion-ready Transform output).
 
 Prints one JSON line per run (wall time of the whole pipeline, Transform
-and Trainer execution times from ML Metadata, the Evaluator's binary
-accuracy, whether a model was pushed), then the headline: swapped / stock
-ratios of mean wall time and mean Trainer time, each side's accuracy (mean
-and standard deviation over `--repeats` runs: the example seeds nothing, so
-run-to-run spread is its seed noise), the difference with its standard
-error, and whether the pushed models' serving signatures are identical.
-Runs alternate stock / swapped so that both sides see the same machine load.
+and Trainer execution times from ML Metadata, where the Trainer's and the
+Transform's executions spent their time (`trainer_phases_s`,
+`transform_phases_s`, see `benchmarks.phase_timing`), the Evaluator's
+accuracy, whether a model was pushed), then the headline, one object per
+example under `examples`: swapped / stock ratios of mean wall time, mean
+Trainer time and mean Transform time, each side's mean phases, each side's
+accuracy (mean and standard deviation over `--repeats` runs: the examples
+seed nothing, so run-to-run spread is their seed noise), the difference
+with its standard error, and whether the pushed models' serving signatures
+are identical. Runs alternate stock / swapped so that both sides see the
+same machine load.
 """
 
 from __future__ import annotations
@@ -56,7 +69,12 @@ def _execution_seconds(metadata_path: str) -> dict[str, float]:
     return out
 
 
-def _accuracy(pipeline_root: str) -> float | None:
+# The Evaluator metric each example's accuracy is read from (TFMA's key name).
+METRICS = {"taxi": "binary_accuracy", "penguin": "sparse_categorical_accuracy"}
+DEFAULT_STEPS = {"taxi": 1000, "penguin": 5000}
+
+
+def _accuracy(pipeline_root: str, metric: str) -> float | None:
     import tensorflow_model_analysis as tfma
 
     base = os.path.join(pipeline_root, "Evaluator", "evaluation")
@@ -65,33 +83,37 @@ def _accuracy(pipeline_root: str) -> float | None:
             if metrics.slice_key.single_slice_keys:
                 continue
             for entry in metrics.metric_keys_and_values:
-                if entry.key.name == "binary_accuracy":
+                if entry.key.name == metric:
                     return round(entry.value.double_value.value, 4)
     return None
 
 
-def run_side(side: str, root: str, train_steps: int | None) -> dict:
-    """Runs one side in this process and returns its figures."""
+def run_side(name: str, side: str, root: str, train_steps: int | None) -> dict:
+    """Runs one side of example `name` in this process and returns its figures."""
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-    from benchmarks import tfx_examples
+    from benchmarks import phase_timing, tfx_examples
 
-    example = tfx_examples.TAXI
+    example = {"taxi": tfx_examples.TAXI, "penguin": tfx_examples.PENGUIN}[name]
     module = tfx_examples.load_pipeline(
         example, os.path.join(root, "code"), swapped=side == "swapped", train_steps=train_steps
     )
-    pipeline = tfx_examples.create_pipeline(example, module, root, tfx_examples.TAXI_DATA)
+    data = tfx_examples.TAXI_DATA if name == "taxi" else tfx_examples.penguin_data_root(root)
+    pipeline = tfx_examples.create_pipeline(example, module, root, data)
+    phase_timing.install()
     start = time.perf_counter()
     BeamDagRunner().run(pipeline)
     wall = time.perf_counter() - start
     seconds = _execution_seconds(os.path.join(root, "metadata.db"))
     pushed = tfx_examples.pushed_models(root)
     return {
+        "example": name,
         "side": side,
         "wall_s": round(wall, 1),
         "transform_s": round(seconds.get("Transform", float("nan")), 1),
         "trainer_s": round(seconds.get("Trainer", float("nan")), 1),
-        "binary_accuracy": _accuracy(os.path.join(root, "pipeline_root")),
+        **phase_timing.summary(),
+        METRICS[name]: _accuracy(os.path.join(root, "pipeline_root"), METRICS[name]),
         "pushed": bool(pushed),
         "signatures": json.dumps(tfx_examples.signatures(pushed[-1])) if pushed else None,
     }
@@ -99,7 +121,16 @@ def run_side(side: str, root: str, train_steps: int | None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train-steps", type=int, default=None, help="default: the example's 1000")
+    parser.add_argument("--example", choices=["taxi", "penguin", "both"], default="both")
+    parser.add_argument(
+        "--train-steps", type=int, default=None, help="taxi's steps (default: the example's 1000)"
+    )
+    parser.add_argument(
+        "--penguin-train-steps",
+        type=int,
+        default=DEFAULT_STEPS["penguin"],
+        help="penguin's steps (input-heavy; the example's own is 100)",
+    )
     parser.add_argument(
         "--repeats", type=int, default=3, help="runs per side (accuracy spread needs 2 or more)"
     )
@@ -107,43 +138,59 @@ def main() -> None:
     parser.add_argument("--side", choices=["stock", "swapped"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="tfxkit-dropin-bench-")
+    names = ["taxi", "penguin"] if args.example == "both" else [args.example]
+    steps = {"taxi": args.train_steps, "penguin": args.penguin_train_steps}
     if args.side:
-        result = run_side(args.side, workdir, args.train_steps)
+        result = run_side(names[0], args.side, workdir, steps[names[0]])
         print("RESULT " + json.dumps(result), flush=True)
         return
-    runs: dict[str, list[dict]] = {"stock": [], "swapped": []}
-    for repeat in range(args.repeats):
-        for side in ("stock", "swapped"):
-            root = os.path.join(workdir, f"{side}-{repeat}")
-            command = [sys.executable, os.path.abspath(__file__), "--side", side]
-            command += ["--workdir", root]
-            if args.train_steps is not None:
-                command += ["--train-steps", str(args.train_steps)]
-            env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-            done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
-            lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-            if done.returncode != 0 or not lines:
-                sys.stderr.write(done.stderr[-5000:])
-                raise SystemExit(f"{side} run {repeat} failed (exit {done.returncode})")
-            result = json.loads(lines[-1][len("RESULT ") :])
-            runs[side].append(result)
-            shown = {k: v for k, v in result.items() if k != "signatures"}
-            print(json.dumps({"repeat": repeat, **shown}), flush=True)
-    print(json.dumps(headline(runs, args.train_steps or 1000)))
+    headlines = {}
+    for name in names:
+        runs: dict[str, list[dict]] = {"stock": [], "swapped": []}
+        for repeat in range(args.repeats):
+            for side in ("stock", "swapped"):
+                root = os.path.join(workdir, f"{name}-{side}-{repeat}")
+                command = [sys.executable, os.path.abspath(__file__), "--side", side]
+                command += ["--example", name, "--workdir", root]
+                if name == "taxi" and args.train_steps is not None:
+                    command += ["--train-steps", str(args.train_steps)]
+                if name == "penguin":
+                    command += ["--penguin-train-steps", str(args.penguin_train_steps)]
+                env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+                done = subprocess.run(
+                    command, env=env, capture_output=True, text=True, cwd=REPO_ROOT
+                )
+                lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+                if done.returncode != 0 or not lines:
+                    sys.stderr.write(done.stderr[-5000:])
+                    raise SystemExit(f"{name} {side} run {repeat} failed (exit {done.returncode})")
+                result = json.loads(lines[-1][len("RESULT ") :])
+                runs[side].append(result)
+                shown = {k: v for k, v in result.items() if k != "signatures"}
+                print(json.dumps({"repeat": repeat, **shown}), flush=True)
+        headlines[name] = headline(runs, steps[name] or DEFAULT_STEPS[name], METRICS[name])
+    print(json.dumps({"examples": headlines}))
 
 
-def headline(runs: dict[str, list[dict]], train_steps: int) -> dict:
-    """Swapped / stock ratios, both accuracies and their difference over the repeats."""
+def _mean_phases(runs: list[dict], key: str) -> dict[str, float]:
+    phases = runs[0][key]
+    return {p: round(statistics.fmean(r[key][p] for r in runs), 2) for p in phases}
+
+
+def headline(runs: dict[str, list[dict]], train_steps: int, metric: str) -> dict:
+    """One example's swapped / stock ratios, mean phases, both accuracies and their difference."""
     stock, swapped = runs["stock"], runs["swapped"]
     out: dict = {"train_steps": train_steps, "repeats": len(stock)}
-    for key in ("wall_s", "trainer_s"):
+    for key in ("wall_s", "trainer_s", "transform_s"):
         ratio = statistics.fmean(r[key] for r in swapped) / statistics.fmean(r[key] for r in stock)
         out[f"{key[:-2]}_ratio_swapped_over_stock"] = round(ratio, 3)
-    acc = {side: [r["binary_accuracy"] for r in side_runs] for side, side_runs in runs.items()}
+    for key in ("trainer_phases_s", "transform_phases_s"):
+        out[key] = {side: _mean_phases(side_runs, key) for side, side_runs in runs.items()}
+    acc = {side: [r[metric] for r in side_runs] for side, side_runs in runs.items()}
     for side, values in acc.items():
         mean, std = mean_std(values)
-        out[f"binary_accuracy_{side}"] = round(mean, 4)
-        out[f"binary_accuracy_{side}_std"] = None if std is None else round(std, 4)
+        out[f"{metric}_{side}"] = round(mean, 4)
+        out[f"{metric}_{side}_std"] = None if std is None else round(std, 4)
     diff = statistics.fmean(acc["swapped"]) - statistics.fmean(acc["stock"])
     se = diff_se(acc["swapped"], acc["stock"])
     out["accuracy_diff"] = round(diff, 4)

@@ -31,6 +31,9 @@ def _run(accuracy, wall_s=10.0, trainer_s=5.0):
         "binary_accuracy": accuracy,
         "wall_s": wall_s,
         "trainer_s": trainer_s,
+        "transform_s": 3.0,
+        "trainer_phases_s": {"do": trainer_s},
+        "transform_phases_s": {"do": 3.0},
         "signatures": "s",
     }
 
@@ -40,7 +43,7 @@ def test_drop_in_headline_judges_the_difference_against_its_standard_error():
         "stock": [_run(0.78, 10.0, 4.0), _run(0.79, 10.0, 6.0)],
         "swapped": [_run(0.785, 12.0, 5.0), _run(0.795, 12.0, 7.0)],
     }
-    out = drop_in.headline(runs, 1000)
+    out = drop_in.headline(runs, 1000, "binary_accuracy")
     assert out["wall_ratio_swapped_over_stock"] == 1.2
     assert out["trainer_ratio_swapped_over_stock"] == 1.2
     assert out["binary_accuracy_stock"] == 0.785 and out["binary_accuracy_swapped"] == 0.79
@@ -49,10 +52,12 @@ def test_drop_in_headline_judges_the_difference_against_its_standard_error():
     assert out["within_seed_noise"] is True and out["same_serving_signatures"] is True
 
     runs["swapped"] = [_run(0.90), _run(0.91)]
-    assert drop_in.headline(runs, 1000)["within_seed_noise"] is False
+    assert drop_in.headline(runs, 1000, "binary_accuracy")["within_seed_noise"] is False
 
 
 def test_drop_in_headline_of_one_repeat_has_no_spread_to_judge_by():
-    out = drop_in.headline({"stock": [_run(0.78)], "swapped": [_run(0.79)]}, 1000)
+    out = drop_in.headline(
+        {"stock": [_run(0.78)], "swapped": [_run(0.79)]}, 1000, "binary_accuracy"
+    )
     assert out["binary_accuracy_stock_std"] is None
     assert out["accuracy_diff_se"] is None and out["within_seed_noise"] is None

@@ -20,8 +20,6 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 
-from components import legacy_keras
-
 SERVING_OUTPUT_KEYS = ("probabilities", "logits", "classes")
 TRANSFORMED_LOGITS_SIGNATURE = "transformed_logits"
 
@@ -71,8 +69,7 @@ def export_serving_model(
     }
     # Optimizer state is training-only; leaving it out keeps the serving model
     # small and makes SavedModel sizes of differently trained models comparable.
-    with legacy_keras.keras_unconverted():
-        model.save(export_dir, save_format="tf", signatures=signatures, include_optimizer=False)
+    model.save(export_dir, save_format="tf", signatures=signatures, include_optimizer=False)
 
 
 def scratch_export_dir(scratch_dir: str, task_type: str, task_id: int) -> str:

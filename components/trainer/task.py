@@ -5,8 +5,10 @@ the student baseline runs too), the Distiller's (`components.distiller.run_fn`)
 and a user's `run_fn` hosted by the Trainer executor
 (`components.trainer.host`). In the order TensorFlow needs:
 
-1. `start`: the strategy is created before any other TensorFlow op runs in
-   this process (logical devices and collective ops must be set up first).
+1. `start`: AutoGraph calls tf_keras's own code as it is
+   (`components.legacy_keras.keep_keras_unconverted`), and the strategy is
+   created before any other TensorFlow op runs in this process (logical
+   devices and collective ops must be set up first).
    A parameter-server `ps` task serves until the job ends and an evaluator
    task has nothing to do (the Evaluator component evaluates the export):
    both get None. A training task goes on.
@@ -27,7 +29,7 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import backup, payload, strategies
+from components import backup, legacy_keras, payload, strategies
 from components.config import PipelineConfig, StrategyConfig
 from components.export import export_from_task
 from components.trainer import training
@@ -61,6 +63,7 @@ def start(strategy: StrategyConfig, component: str) -> strategies.StrategyChoice
       The strategy choice of a task that trains; None for an evaluator task,
       after a parameter-server task's server has stopped.
     """
+    legacy_keras.keep_keras_unconverted()
     choice = strategies.create_strategy(strategy)
     if choice.role == strategies.ROLE_SERVER:
         logging.info(

@@ -97,41 +97,47 @@ def test_keras3_asked_for_explicitly_fails_at_import_naming_the_variable(tmp_pat
 
 
 # --------------------------------------------------------------------------- #
-# AutoGraph while saving: tf_keras's code called as it is, user code converted
+# AutoGraph: tf_keras's code called as it is, what user code is reached through converted
 # --------------------------------------------------------------------------- #
 
 
-def test_tf_keras_is_unconverted_only_while_the_context_is_open():
+def test_tf_keras_is_called_as_it_is_except_its_training_engine():
     import tf_keras as keras
     from tensorflow.python.autograph.core import config as autograph_config
     from tensorflow.python.autograph.impl import conversion
 
     from components import legacy_keras
 
+    # TensorFlow is imported: making tf_keras tf.keras adds the rules too.
+    legacy_keras.ensure_legacy_keras()
+    legacy_keras.keep_keras_unconverted()
+    rules = [
+        rule
+        for rule in autograph_config.CONVERSION_RULES
+        if rule.matches("tf_keras.src.engine.training") or rule.matches("tf_keras.src.layers")
+    ]
+    assert [type(r).__name__ for r in rules] == ["Convert", "DoNotConvert"]
+    assert conversion.is_allowlisted(keras.layers.Dense.call)
+    assert conversion.is_allowlisted(keras.losses.Loss.__call__)
+    assert not conversion.is_allowlisted(keras.Model.make_train_function)
+
     def user_function(x):
         return x
 
-    before = autograph_config.CONVERSION_RULES
-    # A method nothing else in this process has called through AutoGraph.
-    assert not conversion.is_allowlisted(keras.layers.Dense.compute_output_signature)
-    with legacy_keras.keras_unconverted():
-        assert conversion.is_allowlisted(keras.layers.Dense.compute_output_signature)
-        assert not conversion.is_allowlisted(user_function)
-    assert autograph_config.CONVERSION_RULES == before
-    assert not conversion.is_allowlisted(keras.layers.Dense.compute_output_signature)
+    assert not conversion.is_allowlisted(user_function)
 
 
-def test_after_a_product_save_a_user_model_with_python_control_flow_trains_and_saves(tmp_path):
-    """A user's layer `call` and `train_step` that branch in Python on
-    tensors work in `fit` only when AutoGraph converts them. A product model
-    saved under `keras_unconverted` first (as the Trainer exports in the
-    same process as a user's run_fn under BeamDagRunner) leaves both
-    converted, and the user's model still saves and loads back."""
+def test_user_code_that_needs_autograph_still_trains_evaluates_and_saves(tmp_path):
+    """A user's layer `call`, `train_step`, `test_step` and loss that branch
+    in Python on tensors work inside Keras's tf.functions only when AutoGraph
+    converts them: under the rules they still are."""
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
 
     from components import legacy_keras
+
+    legacy_keras.keep_keras_unconverted()
 
     class SignFlip(keras.layers.Layer):
         def call(self, x):
@@ -146,23 +152,38 @@ def test_after_a_product_save_a_user_model_with_python_control_flow_trains_and_s
                 self.positive.assign_add(1)
             return result
 
-    product_inputs = keras.Input([3])
-    product = keras.Model(product_inputs, keras.layers.Dense(2)(product_inputs))
-    with legacy_keras.keras_unconverted():
-        product.save(str(tmp_path / "product"), save_format="tf")
+        def test_step(self, data):
+            result = super().test_step(data)
+            if tf.reduce_sum(data[0]) < 0:
+                self.negative.assign_add(1)
+            return result
+
+    def loss(y_true, y_pred):
+        error = tf.reduce_mean(tf.square(y_true - y_pred))
+        if error > 1e6:
+            return tf.zeros_like(error)
+        return error
+
+    def counting(outputs, inputs):
+        model = Counting(inputs, outputs)
+        model.positive = tf.Variable(0, trainable=False)
+        model.negative = tf.Variable(0, trainable=False)
+        model.compile(optimizer="sgd", loss=loss)
+        return model
 
     inputs = keras.Input([3])
-    model = Counting(inputs, keras.layers.Dense(2)(SignFlip()(inputs)))
-    model.positive = tf.Variable(0, trainable=False)
-    model.compile(optimizer="sgd", loss="mse")
+    model = counting(keras.layers.Dense(2)(SignFlip()(inputs)), inputs)
     x = np.concatenate([np.ones([4, 3]), -np.ones([4, 3])]).astype("float32")
-    model.fit(x, np.zeros([8, 2], "float32"), batch_size=4, epochs=1, shuffle=False, verbose=0)
-    assert int(model.positive.numpy()) == 1  # the step's branch ran in the graph
+    y = np.zeros([8, 2], "float32")
+    model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    model.evaluate(x, y, batch_size=4, verbose=0)
+    assert (int(model.positive.numpy()), int(model.negative.numpy())) == (1, 1)
     signs = keras.Model(inputs, model.layers[1].output)
     np.testing.assert_allclose(signs.predict(x, batch_size=4, verbose=0), np.abs(x))
-    # tf_keras cannot save a layer branching in Python on a tensor at all (with
-    # or without the rule); the user's step is saved with a plain layer.
-    plain = Counting(inputs, keras.layers.Dense(2)(inputs))
+    # tf_keras saves no layer that branches in Python on a tensor, with or
+    # without the rules; the user's steps and loss are saved with a plain layer.
+    plain = counting(keras.layers.Dense(2)(inputs), inputs)
+    plain.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
     plain.save(str(tmp_path / "model"), save_format="tf")
-    loaded = keras.models.load_model(str(tmp_path / "model"))
+    loaded = keras.models.load_model(str(tmp_path / "model"), custom_objects={"loss": loss})
     np.testing.assert_allclose(loaded.predict(x, verbose=0), plain.predict(x, verbose=0))

@@ -12,8 +12,7 @@ as the `transform` config section says instead:
   fixed-length float vector per example (`layout.PACKED_FEATURE`), so parsing
   costs one feature instead of dozens;
 
-counting each shard's records and bytes as it writes them (no second
-read), and stages those stats. After the run,
+then reads every shard back and stages its stats. After the run,
 `write_layout_record` merges the staged stats of every split into the layout
 record (`tfxkit_layout.json`, see `components.layout`).
 
@@ -28,13 +27,13 @@ import dataclasses
 import hashlib
 import json
 import os
-import random
 from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
 import tensorflow as tf
 import tensorflow_transform as tft
+from apache_beam.io.filesystem import CompressionTypes
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.coders import example_coder
@@ -136,66 +135,8 @@ def describe_shard(path: str, compression: str) -> dict[str, Any]:
     return {"path": path, **dataclasses.asdict(stats)}
 
 
-def shard_path(output_path: str, index: int, settings: OutputSettings) -> str:
-    """Shard `index` of a split, named as Beam's `WriteToTFRecord` names it."""
-    return f"{output_path}-{index:05d}-of-{settings.num_shards:05d}{settings.suffix}"
-
-
-class AssignShardsFn(beam.DoFn):
-    """Serialized records -> `(shard index, record)`, round robin from a random start per bundle."""
-
-    def __init__(self, num_shards: int):
-        self._num_shards = num_shards
-        self._next = 0
-
-    def start_bundle(self):
-        self._next = random.randrange(self._num_shards)
-
-    def process(self, record):
-        yield self._next, record
-        self._next = (self._next + 1) % self._num_shards
-
-
-def write_shard(index: int, records, output_path: str, settings: OutputSettings) -> dict[str, Any]:
-    """Writes one shard (replacing any earlier attempt) and returns what it wrote.
-
-    The record count and the uncompressed stream size are counted while
-    writing; the file size is the file's own.
-    """
-    path = shard_path(output_path, index, settings)
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    options = tf.io.TFRecordOptions(compression_type=layout.compression_type(settings.compression))
-    count = data = 0
-    with tf.io.TFRecordWriter(path, options) as out:
-        for record in records:
-            out.write(record)
-            count += 1
-            data += len(record)
-    return {
-        "path": path,
-        "records": count,
-        "raw_bytes": data + layout.RECORD_OVERHEAD_BYTES * count,
-        "file_bytes": tf.io.gfile.stat(path).length,
-    }
-
-
-def _write_grouped(element, output_path: str, settings: OutputSettings) -> dict[str, Any]:
-    index, records = element
-    return write_shard(index, records, output_path, settings)
-
-
 def _stage_shard_record(shards, output_path: str, settings: OutputSettings, packing) -> None:
-    """Writes one split's shard list for `write_layout_record` to merge into the layout record.
-
-    A shard no record went to is written here, empty, so that a split always
-    has `num_shards` files.
-    """
-    written = {s["path"] for s in shards}
-    shards = list(shards) + [
-        write_shard(i, [], output_path, settings)
-        for i in range(settings.num_shards)
-        if shard_path(output_path, i, settings) not in written
-    ]
+    """Writes one split's shard list for `write_layout_record` to merge into the layout record."""
     tf.io.gfile.makedirs(settings.staging_dir)
     name = hashlib.sha256(output_path.encode()).hexdigest()[:16] + ".json"
     record = {
@@ -219,12 +160,22 @@ class WriteIngestionReady(beam.PTransform):
     def expand(self, pcoll):
         settings = self._settings
         packing = plan_packing(self._schema, settings)
-        return (
+        written = (
             pcoll
             | "EncodeAndSerialize" >> beam.ParDo(EncodeExamplesFn(self._schema, packing))
-            | "AssignShards" >> beam.ParDo(AssignShardsFn(settings.num_shards))
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.Map(_write_grouped, self._output_path, settings)
+            | "WriteToTFRecord"
+            >> beam.io.WriteToTFRecord(
+                self._output_path,
+                file_name_suffix=settings.suffix,
+                num_shards=settings.num_shards,
+                compression_type=CompressionTypes.GZIP
+                if settings.compression == "gzip"
+                else CompressionTypes.UNCOMPRESSED,
+            )
+        )
+        return (
+            written
+            | "DescribeShards" >> beam.Map(describe_shard, settings.compression)
             | "CollectShards" >> beam.combiners.ToList()
             | "StageShardRecord"
             >> beam.Map(_stage_shard_record, self._output_path, settings, packing)

@@ -193,7 +193,7 @@ def test_default_run_writes_two_gzip_shards_per_worker(stock_format):
             assert f.read(2) == b"\x1f\x8b", "not a gzip file"
         assert sum(1 for _ in tf.data.TFRecordDataset(files, compression_type="GZIP")) == rows
         assert sum(layout.shard_stats()[f].records for f in files) == rows
-        # Counted while writing: what a full read of each file finds.
+        # The recorded stats are what a full read of each file finds.
         for f in files:
             assert layout.shard_stats()[f] == transform_layout.scan_shard(f, "gzip")
 

@@ -1,9 +1,9 @@
 """TFX's own examples, stock and with the two-import swap, side by side.
 
-    .venv/bin/python benchmarks/drop_in.py [--example taxi|penguin|both] [--train-steps N]
-        [--penguin-train-steps N] [--repeats 3] [--workdir DIR]
+    .venv/bin/python benchmarks/drop_in.py [--example taxi|penguin|mnist|all] [--train-steps N]
+        [--penguin-train-steps N] [--mnist-train-steps N] [--repeats 3] [--workdir DIR]
 
-Two examples from the tfx wheel (see `benchmarks.tfx_examples`):
+Three examples from the tfx wheel (see `benchmarks.tfx_examples`):
 
 - `taxi`: `chicago_taxi_pipeline/taxi_pipeline_native_keras.py`, its module
   file `taxi_utils_native_keras.py` and the taxi CSV that ships with it, at
@@ -12,7 +12,13 @@ Two examples from the tfx wheel (see `benchmarks.tfx_examples`):
 - `penguin`: `penguin/penguin_pipeline_local.py` with `penguin_utils_keras.py`
   on the shared penguin CSV, at `--penguin-train-steps` (default 5000, the
   example's own is 100): a tiny MLP on batches of 20, so the Trainer's time
-  is its input pipeline and per-step overhead (input-heavy).
+  is its input pipeline and per-step overhead;
+- `mnist`: `mnist/mnist_pipeline_native_keras.py` with
+  `mnist_utils_native_keras.py` (an MLP on 784 pixel floats, batches of 40,
+  its own `MirroredStrategy`) on 12,000 real Fashion-MNIST images written in
+  the example's format (`tfx_examples.mnist_data_root`), at
+  `--mnist-train-steps` (default: the example's own 5000): an image example,
+  where parsing 784-float examples is a real share of each step (input-heavy).
 
 Each run executes the pipeline through `BeamDagRunner` twice, each in a
 fresh process: once as it is, once with only its `Transform` / `Trainer`
@@ -70,14 +76,20 @@ def _execution_seconds(metadata_path: str) -> dict[str, float]:
 
 
 # The Evaluator metric each example's accuracy is read from (TFMA's key name).
-METRICS = {"taxi": "binary_accuracy", "penguin": "sparse_categorical_accuracy"}
-DEFAULT_STEPS = {"taxi": 1000, "penguin": 5000}
+METRICS = {
+    "taxi": "binary_accuracy",
+    "penguin": "sparse_categorical_accuracy",
+    "mnist": "sparse_categorical_accuracy",
+}
+DEFAULT_STEPS = {"taxi": 1000, "penguin": 5000, "mnist": 5000}
 
 
 def _accuracy(pipeline_root: str, metric: str) -> float | None:
     import tensorflow_model_analysis as tfma
 
-    base = os.path.join(pipeline_root, "Evaluator", "evaluation")
+    # The MNIST example names its Evaluator `Evaluator.mnist`.
+    (evaluator,) = [d for d in os.listdir(pipeline_root) if d.startswith("Evaluator")]
+    base = os.path.join(pipeline_root, evaluator, "evaluation")
     for run in sorted(os.listdir(base)):
         for metrics in tfma.load_metrics(os.path.join(base, run)):
             if metrics.slice_key.single_slice_keys:
@@ -94,11 +106,19 @@ def run_side(name: str, side: str, root: str, train_steps: int | None) -> dict:
 
     from benchmarks import phase_timing, tfx_examples
 
-    example = {"taxi": tfx_examples.TAXI, "penguin": tfx_examples.PENGUIN}[name]
+    example = {
+        "taxi": tfx_examples.TAXI,
+        "penguin": tfx_examples.PENGUIN,
+        "mnist": tfx_examples.MNIST,
+    }[name]
     module = tfx_examples.load_pipeline(
         example, os.path.join(root, "code"), swapped=side == "swapped", train_steps=train_steps
     )
-    data = tfx_examples.TAXI_DATA if name == "taxi" else tfx_examples.penguin_data_root(root)
+    data = {
+        "taxi": lambda: tfx_examples.TAXI_DATA,
+        "penguin": lambda: tfx_examples.penguin_data_root(root),
+        "mnist": lambda: tfx_examples.mnist_data_root(root),
+    }[name]()
     pipeline = tfx_examples.create_pipeline(example, module, root, data)
     phase_timing.install()
     start = time.perf_counter()
@@ -121,7 +141,7 @@ def run_side(name: str, side: str, root: str, train_steps: int | None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--example", choices=["taxi", "penguin", "both"], default="both")
+    parser.add_argument("--example", choices=["taxi", "penguin", "mnist", "all"], default="all")
     parser.add_argument(
         "--train-steps", type=int, default=None, help="taxi's steps (default: the example's 1000)"
     )
@@ -129,7 +149,13 @@ def main() -> None:
         "--penguin-train-steps",
         type=int,
         default=DEFAULT_STEPS["penguin"],
-        help="penguin's steps (input-heavy; the example's own is 100)",
+        help="penguin's steps (the example's own is 100)",
+    )
+    parser.add_argument(
+        "--mnist-train-steps",
+        type=int,
+        default=DEFAULT_STEPS["mnist"],
+        help="mnist's steps (input-heavy; the example's own is 5000)",
     )
     parser.add_argument(
         "--repeats", type=int, default=3, help="runs per side (accuracy spread needs 2 or more)"
@@ -138,8 +164,12 @@ def main() -> None:
     parser.add_argument("--side", choices=["stock", "swapped"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="tfxkit-dropin-bench-")
-    names = ["taxi", "penguin"] if args.example == "both" else [args.example]
-    steps = {"taxi": args.train_steps, "penguin": args.penguin_train_steps}
+    names = list(METRICS) if args.example == "all" else [args.example]
+    steps = {
+        "taxi": args.train_steps,
+        "penguin": args.penguin_train_steps,
+        "mnist": args.mnist_train_steps,
+    }
     if args.side:
         result = run_side(names[0], args.side, workdir, steps[names[0]])
         print("RESULT " + json.dumps(result), flush=True)
@@ -154,8 +184,8 @@ def main() -> None:
                 command += ["--example", name, "--workdir", root]
                 if name == "taxi" and args.train_steps is not None:
                     command += ["--train-steps", str(args.train_steps)]
-                if name == "penguin":
-                    command += ["--penguin-train-steps", str(args.penguin_train_steps)]
+                if name != "taxi":
+                    command += [f"--{name}-train-steps", str(steps[name])]
                 env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
                 done = subprocess.run(
                     command, env=env, capture_output=True, text=True, cwd=REPO_ROOT

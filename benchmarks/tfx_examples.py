@@ -37,9 +37,9 @@ class Example:
       module_file: Its user module (preprocessing_fn and run_fn).
       swap: (old, new) source edits that make it use the tfxkit components.
       steps: (old, new) templates of its train / eval step arguments.
-      student_module: A Distiller module file with a small `student_fn` for
-        it (`add_distillation`).
       accuracy: The TFMA accuracy metric of its own Evaluator.
+      student_module: A Distiller module file with a small `student_fn` for
+        it (`add_distillation`), if there is one.
     """
 
     name: str
@@ -47,8 +47,8 @@ class Example:
     module_file: str
     swap: tuple[tuple[str, str], ...]
     steps: tuple[str, str]
-    student_module: str
     accuracy: str
+    student_module: str = ""
 
 
 STUDENTS = os.path.join(REPO_ROOT, "benchmarks", "tfx_students")
@@ -91,6 +91,47 @@ PENGUIN = Example(
     student_module=os.path.join(STUDENTS, "penguin_student.py"),
     accuracy="SparseCategoricalAccuracy",
 )
+
+
+MNIST = Example(
+    name="mnist_native_keras",
+    pipeline_file=os.path.join(EXAMPLES, "mnist", "mnist_pipeline_native_keras.py"),
+    module_file=os.path.join(EXAMPLES, "mnist", "mnist_utils_native_keras.py"),
+    swap=TAXI.swap,
+    steps=(
+        "trainer_pb2.TrainArgs(num_steps=5000)",
+        "trainer_pb2.TrainArgs(num_steps={train})",
+    ),
+    accuracy="SparseCategoricalAccuracy",
+)
+MNIST_IMAGES = 12_000
+
+
+def mnist_data_root(workdir: str, images: int = MNIST_IMAGES) -> str:
+    """A data root for the MNIST example (`ImportExampleGen` over TFRecord files)
+    holding the first `images` Fashion-MNIST training images in the example's
+    own format: `image_floats` (784 floats in [-0.5, 0.5]) and `image_class`
+    (an int64 class id), the format TFX's MNIST example reads.
+
+    Raises:
+      components.fashion_mnist.FashionMnistMissing: when the images are not installed.
+    """
+    from components import fashion_mnist
+
+    pixels, labels = fashion_mnist.load_split("train")
+    pixels, labels = pixels[:images], labels[:images]
+    root = os.path.join(workdir, "mnist_data")
+    os.makedirs(root, exist_ok=True)
+    floats = pixels.reshape(len(pixels), -1).astype("float32") / 255.0 - 0.5
+    with tf.io.TFRecordWriter(os.path.join(root, "fashion_mnist.tfrecord")) as writer:
+        for image, label in zip(floats, labels, strict=True):
+            feature = {
+                "image_floats": tf.train.Feature(float_list=tf.train.FloatList(value=image)),
+                "image_class": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+            }
+            example = tf.train.Example(features=tf.train.Features(feature=feature))
+            writer.write(example.SerializeToString())
+    return root
 
 
 def load_pipeline(example: Example, workdir: str, *, swapped: bool, train_steps: int | None = None):
@@ -148,6 +189,8 @@ def create_pipeline(example: Example, module, root: str, data_root: str):
     )
     if example is TAXI:
         return module._create_pipeline(**common)
+    if example is MNIST:
+        return module._create_pipeline(**common, accuracy_threshold=0.0)
     return module.create_pipeline(
         **common,
         accuracy_threshold=0.0,

@@ -92,6 +92,8 @@ def _run_locked(
     from tfx import v1 as tfx
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
+    from components import beam_signatures
+
     # Nothing of a previous run's result survives this point: until this run
     # ends, summary.json says it is running.
     started_ms = int(time.time() * 1000)
@@ -118,7 +120,9 @@ def _run_locked(
     dag_runner = BeamDagRunner() if runner == "beam" else tfx.orchestration.LocalDagRunner()
 
     error = None
-    with progress.console_logging(stream, run_log):
+    # Every component runs in this process; Beam's signature reads are
+    # memoised for all of them (components.beam_signatures).
+    with progress.console_logging(stream, run_log), beam_signatures.cached_signatures():
         try:
             dag_runner.run(pipeline)
         except Exception as e:  # noqa: BLE001 - summarised, then re-raised below

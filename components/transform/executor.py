@@ -20,7 +20,7 @@ import os
 from tfx.components.transform import executor as tfx_transform_executor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import payload
+from components import beam_signatures, payload
 from components.transform import tfx_compat, writer
 
 # Prefix TFX gives the transformed examples of a split (`<split uri>/transformed_examples-*`).
@@ -48,7 +48,7 @@ class Executor(tfx_transform_executor.Executor):
         # A user module carries drop-in settings (with or without a full config).
         config = decoded.settings or decoded.config
         if config is None or getattr(config, "stock_output", False):
-            with tfx_compat.without_deep_copy():
+            with tfx_compat.without_deep_copy(), beam_signatures.cached_signatures():
                 super().Do(input_dict, output_dict, exec_properties)
             return
         graph_uri = artifact_utils.get_single_uri(
@@ -60,6 +60,7 @@ class Executor(tfx_transform_executor.Executor):
         writer.clear_staged_records(settings)
         with (
             tfx_compat.without_deep_copy(),
+            beam_signatures.cached_signatures(),
             tfx_compat.tfrecord_writer(
                 lambda schema, output_path: writer.WriteIngestionReady(
                     settings, schema, output_path

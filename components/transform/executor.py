@@ -10,7 +10,8 @@ the same writer from its drop-in settings (`components.dropin`); without
 tfxkit settings, or with `stock_output`, the executor behaves exactly as TFX's.
 
 This module only unpacks artifacts, validates the config and delegates: the
-writer is `writer`, every patch of TFX / TFT internals is `tfx_compat`.
+writer is `writer`, every patch of TFX / TFT internals is `tfx_compat`, and
+Beam's signature memo (a run's speed only) is `components.beam_signatures`.
 """
 
 from __future__ import annotations

@@ -35,9 +35,8 @@ EXPECTED_BEAM = "2.72"
 BEAM_VERSION: str = apache_beam.__version__
 # Every module that calls `get_signature` by a name of its own (`from ... import get_signature`).
 MODULES = (decorators, core, ptransform, util)
-# Beam's own function, restored on exit; `ORIGINAL` is what the memo calls to read a signature.
+# Beam's own function: what the memo calls to read a signature, restored on exit.
 BEAM_GET_SIGNATURE = decorators.get_signature
-ORIGINAL = BEAM_GET_SIGNATURE
 
 _LOCK = threading.Lock()
 _depth = 0
@@ -48,12 +47,12 @@ def _cached_get_signature(func):
     bound = isinstance(func, types.MethodType)
     function = func.__func__ if bound else func
     if type(function) is not types.FunctionType:
-        return ORIGINAL(func)
+        return BEAM_GET_SIGNATURE(func)
     with _LOCK:
         known = _cache.get(function)
         if known is not None and bound in known:
             return known[bound]
-    signature = ORIGINAL(func)
+    signature = BEAM_GET_SIGNATURE(func)
     with _LOCK:
         _cache.setdefault(function, {})[bound] = signature
     return signature

@@ -106,19 +106,11 @@ def run_side(name: str, side: str, root: str, train_steps: int | None) -> dict:
 
     from benchmarks import phase_timing, tfx_examples
 
-    example = {
-        "taxi": tfx_examples.TAXI,
-        "penguin": tfx_examples.PENGUIN,
-        "mnist": tfx_examples.MNIST,
-    }[name]
+    example = tfx_examples.BY_KEY[name]
     module = tfx_examples.load_pipeline(
         example, os.path.join(root, "code"), swapped=side == "swapped", train_steps=train_steps
     )
-    data = {
-        "taxi": lambda: tfx_examples.TAXI_DATA,
-        "penguin": lambda: tfx_examples.penguin_data_root(root),
-        "mnist": lambda: tfx_examples.mnist_data_root(root),
-    }[name]()
+    data = tfx_examples.data_root(example, root)
     pipeline = tfx_examples.create_pipeline(example, module, root, data)
     phase_timing.install()
     start = time.perf_counter()

@@ -134,6 +134,19 @@ def mnist_data_root(workdir: str, images: int = MNIST_IMAGES) -> str:
     return root
 
 
+# The examples by the short key `benchmarks/drop_in.py` takes.
+BY_KEY = {"taxi": TAXI, "penguin": PENGUIN, "mnist": MNIST}
+
+
+def data_root(example: Example, workdir: str) -> str:
+    """The data root `create_pipeline` hands `example` (written under `workdir` when needed)."""
+    if example is TAXI:
+        return TAXI_DATA
+    if example is PENGUIN:
+        return penguin_data_root(workdir)
+    return mnist_data_root(workdir)
+
+
 def load_pipeline(example: Example, workdir: str, *, swapped: bool, train_steps: int | None = None):
     """Imports a copy of the example's pipeline file (swapped or stock) from `workdir`.
 

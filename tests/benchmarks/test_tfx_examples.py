@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -44,7 +45,7 @@ def test_swapped_mnist_pipeline_uses_tfxkit_components_at_the_given_steps(tmp_pa
     by_id = {c.id: c for c in pipeline.components}
     assert isinstance(by_id["Transform"], TfxkitTransform)
     assert isinstance(by_id["Trainer.mnist"], TfxkitTrainer)
-    assert by_id["Trainer.mnist"].exec_properties["train_args"] == '{\n  "num_steps": 7\n}'
+    assert json.loads(by_id["Trainer.mnist"].exec_properties["train_args"]) == {"num_steps": 7}
 
     stock = tfx_examples.load_pipeline(tfx_examples.MNIST, str(tmp_path / "stock"), swapped=False)
     stock_ids = {

@@ -26,18 +26,19 @@ imports changed to tfxkit's (defaults everywhere: one device on a CPU
 machine, tfxkit's input pipeline behind `data_accessor.tf_dataset_factory`,
 ingestion-ready Transform output).
 
-Prints one JSON line per run (wall time of the whole pipeline, Transform
-and Trainer execution times from ML Metadata, where the Trainer's and the
+Prints one JSON line per run (wall time of the whole pipeline, Transform and
+Trainer execution times from ML Metadata, where the Trainer's and the
 Transform's executions spent their time (`trainer_phases_s`,
-`transform_phases_s`, see `benchmarks.phase_timing`), the Evaluator's
-accuracy, whether a model was pushed), then the headline, one object per
-example under `examples`: swapped / stock ratios of mean wall time, mean
-Trainer time and mean Transform time, each side's mean phases, each side's
-accuracy (mean and standard deviation over `--repeats` runs: the examples
-seed nothing, so run-to-run spread is their seed noise), the difference
-with its standard error, and whether the pushed models' serving signatures
-are identical. Runs alternate stock / swapped so that both sides see the
-same machine load.
+`transform_phases_s`, see `benchmarks.phase_timing`), the seconds its
+training dataset alone takes for the same batches (`input_alone_s`), the
+Evaluator's accuracy, whether a model was pushed), then the headline, one
+object per example under `examples`: swapped / stock ratios of mean wall
+time, mean Trainer time and mean Transform time, each side's mean phases and
+`input_alone_s`, each side's accuracy (mean and standard deviation over
+`--repeats` runs: the examples seed nothing, so run-to-run spread is their
+seed noise), the difference with its standard error, and whether the pushed
+models' serving signatures are identical. Runs alternate stock / swapped so
+that both sides see the same machine load.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def run_side(name: str, side: str, root: str, train_steps: int | None) -> dict:
         "transform_s": round(seconds.get("Transform", float("nan")), 1),
         "trainer_s": round(seconds.get("Trainer", float("nan")), 1),
         **phase_timing.summary(),
+        "input_alone_s": phase_timing.input_alone(),
         METRICS[name]: _accuracy(os.path.join(root, "pipeline_root"), METRICS[name]),
         "pushed": bool(pushed),
         "signatures": json.dumps(tfx_examples.signatures(pushed[-1])) if pushed else None,
@@ -199,6 +201,10 @@ def _mean_phases(runs: list[dict], key: str) -> dict[str, float]:
     return {p: round(statistics.fmean(r[key][p] for r in runs), 2) for p in phases}
 
 
+def _mean_or_none(values: list) -> float | None:
+    return None if None in values or not values else round(statistics.fmean(values), 2)
+
+
 def headline(runs: dict[str, list[dict]], train_steps: int, metric: str) -> dict:
     """One example's swapped / stock ratios, mean phases, both accuracies and their difference."""
     stock, swapped = runs["stock"], runs["swapped"]
@@ -208,6 +214,10 @@ def headline(runs: dict[str, list[dict]], train_steps: int, metric: str) -> dict
         out[f"{key[:-2]}_ratio_swapped_over_stock"] = round(ratio, 3)
     for key in ("trainer_phases_s", "transform_phases_s"):
         out[key] = {side: _mean_phases(side_runs, key) for side, side_runs in runs.items()}
+    out["input_alone_s"] = {
+        side: _mean_or_none([r.get("input_alone_s") for r in side_runs])
+        for side, side_runs in runs.items()
+    }
     acc = {side: [r[metric] for r in side_runs] for side, side_runs in runs.items()}
     for side, values in acc.items():
         mean, std = mean_std(values)

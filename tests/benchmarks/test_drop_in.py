@@ -10,7 +10,17 @@ from benchmarks import drop_in
 from benchmarks.stats import diff_se
 
 
-def _run(side, wall, trainer, transform, acc, steps, signatures="sig", metric="binary_accuracy"):
+def _run(
+    side,
+    wall,
+    trainer,
+    transform,
+    acc,
+    steps,
+    signatures="sig",
+    metric="binary_accuracy",
+    alone=1.5,
+):
     return {
         "side": side,
         "wall_s": wall,
@@ -18,6 +28,7 @@ def _run(side, wall, trainer, transform, acc, steps, signatures="sig", metric="b
         "transform_s": transform,
         "trainer_phases_s": {"do": trainer, "steps": steps, "export": 1.0},
         "transform_phases_s": {"do": transform, "beam": transform - 1.0},
+        "input_alone_s": alone,
         metric: acc,
         "signatures": signatures,
     }
@@ -26,7 +37,10 @@ def _run(side, wall, trainer, transform, acc, steps, signatures="sig", metric="b
 def test_ratios_phases_and_accuracy_of_one_example():
     runs = {
         "stock": [_run("stock", 100, 20, 30, 0.77, 10), _run("stock", 110, 22, 32, 0.78, 12)],
-        "swapped": [_run("swapped", 90, 15, 27, 0.79, 8), _run("swapped", 95, 17, 29, 0.76, 10)],
+        "swapped": [
+            _run("swapped", 90, 15, 27, 0.79, 8, alone=0.5),
+            _run("swapped", 95, 17, 29, 0.76, 10, alone=0.7),
+        ],
     }
     out = drop_in.headline(runs, 1000, "binary_accuracy")
     assert out["train_steps"] == 1000 and out["repeats"] == 2
@@ -35,6 +49,7 @@ def test_ratios_phases_and_accuracy_of_one_example():
     assert out["transform_ratio_swapped_over_stock"] == pytest.approx(28 / 31, abs=1e-3)
     assert out["trainer_phases_s"]["stock"] == {"do": 21.0, "steps": 11.0, "export": 1.0}
     assert out["transform_phases_s"]["swapped"] == {"do": 28.0, "beam": 27.0}
+    assert out["input_alone_s"] == {"stock": 1.5, "swapped": 0.6}
     assert out["binary_accuracy_stock"] == pytest.approx(0.775)
     assert out["accuracy_diff"] == pytest.approx(0.0, abs=1e-9)
     assert out["accuracy_diff_se"] == pytest.approx(diff_se([0.79, 0.76], [0.77, 0.78]), abs=1e-4)
@@ -48,7 +63,9 @@ def test_each_example_reads_its_own_metric_and_differing_signatures_show():
         "stock": [_run("stock", 50, 20, 10, 0.9, 15, "a", metric)],
         "swapped": [_run("swapped", 45, 14, 10, 0.95, 9, "b", metric)],
     }
+    runs["stock"][0]["input_alone_s"] = None  # a run_fn that built no training dataset
     out = drop_in.headline(runs, 5000, metric)
+    assert out["input_alone_s"] == {"stock": None, "swapped": 1.5}
     assert out[f"{metric}_swapped"] == pytest.approx(0.95)
     assert out[f"{metric}_stock_std"] is None
     assert out["within_seed_noise"] is None

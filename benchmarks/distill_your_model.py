@@ -3,7 +3,7 @@
 Everything a TFX user would write is in `benchmarks/your_model/` (tf.keras
 module files, no tfxkit import): a Fashion-MNIST `preprocessing_fn`, a
 convolutional teacher's `run_fn` (about 585k parameters, translate / flip
-augmentation) and a small convolutional student (about 61k) with both a
+augmentation) and a small convolutional student (about 56k, under a tenth) with both a
 `student_fn` (for the Distiller) and a `run_fn` (to train it alone). One TFX
 pipeline per setting runs through BeamDagRunner: ImportExampleGen, the
 tfxkit Transform and Trainers (the two-import swap), then per student seed

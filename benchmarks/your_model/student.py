@@ -1,7 +1,7 @@
 """The small convolutional student's module file.
 
-One 3x3 convolution per block, [16, 32, 64] filters, a 64-unit head: about
-61k parameters (1/10 of the teacher). `student_fn` is what the Distiller
+One 3x3 convolution per block, [16, 32, 64] filters, a 56-unit head: 56,178
+parameters (0.096 of the teacher's 584,170). `student_fn` is what the Distiller
 trains; `run_fn` trains the same model alone through a stock-compatible
 Trainer (`custom_config`: `seed`, `augment`).
 """
@@ -17,7 +17,7 @@ import common  # noqa: E402
 
 def student_fn(fn_args):
     del fn_args
-    return common.conv_net([16, 32, 64], 1, 64, "student")
+    return common.conv_net([16, 32, 64], 1, 56, "student")
 
 
 def run_fn(fn_args):

@@ -40,6 +40,8 @@ class Example:
       accuracy: The TFMA accuracy metric of its own Evaluator.
       student_module: A Distiller module file with a small `student_fn` for
         it (`add_distillation`), if there is one.
+      batch: (old, new) template of the batch size in its module file, if
+        `module_file_with_batch` may change it.
     """
 
     name: str
@@ -49,6 +51,7 @@ class Example:
     steps: tuple[str, str]
     accuracy: str
     student_module: str = ""
+    batch: tuple[str, str] = ("", "")
 
 
 STUDENTS = os.path.join(REPO_ROOT, "benchmarks", "tfx_students")
@@ -103,6 +106,8 @@ MNIST = Example(
         "trainer_pb2.TrainArgs(num_steps={train})",
     ),
     accuracy="SparseCategoricalAccuracy",
+    # Its run_fn reads training and evaluation batches of 40.
+    batch=("tf_transform_output, 40)", "tf_transform_output, {batch})"),
 )
 MNIST_IMAGES = 12_000
 
@@ -181,6 +186,30 @@ def load_pipeline(example: Example, workdir: str, *, swapped: bool, train_steps:
     return module
 
 
+def module_file_with_batch(example: Example, workdir: str, batch_size: int) -> str:
+    """A copy of the example's module file under `workdir` reading batches of `batch_size`.
+
+    Only the batch size changes (every place the module sets it): the same
+    example as a team with more data would run it.
+
+    Raises:
+      ValueError: if the example's module has no batch size to change.
+      AssertionError: if the wheel's file no longer holds the expected text.
+    """
+    old, new = example.batch
+    if not old:
+        raise ValueError(f"{example.name}: its module file's batch size cannot be changed")
+    with open(example.module_file, encoding="utf-8") as f:
+        source = f.read()
+    assert source.count(old), f"{example.module_file} no longer has {old!r}"
+    directory = os.path.join(workdir, "module")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, os.path.basename(example.module_file))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(source.replace(old, new.format(batch=batch_size)))
+    return path
+
+
 def penguin_data_root(workdir: str) -> str:
     """A penguin data root (`<root>/labelled/*.csv`) holding the shared penguin CSV."""
     labelled = os.path.join(workdir, "penguin_data", "labelled")
@@ -189,13 +218,16 @@ def penguin_data_root(workdir: str) -> str:
     return os.path.dirname(labelled)
 
 
-def create_pipeline(example: Example, module, root: str, data_root: str):
-    """The example's pipeline under `root` (pipeline root, metadata, push destination)."""
+def create_pipeline(example: Example, module, root: str, data_root: str, module_file: str = ""):
+    """The example's pipeline under `root` (pipeline root, metadata, push destination).
+
+    `module_file` replaces the example's own (e.g. `module_file_with_batch`).
+    """
     common = dict(
         pipeline_name=f"{module.__name__}",
         pipeline_root=os.path.join(root, "pipeline_root"),
         data_root=data_root,
-        module_file=example.module_file,
+        module_file=module_file or example.module_file,
         serving_model_dir=os.path.join(root, "serving_model"),
         metadata_path=os.path.join(root, "metadata.db"),
         beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"],

@@ -6,6 +6,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from benchmarks import tfx_examples
@@ -56,3 +57,26 @@ def test_swapped_mnist_pipeline_uses_tfxkit_components_at_the_given_steps(tmp_pa
     }
     assert stock_ids.keys() == by_id.keys()
     assert not issubclass(stock_ids["Trainer.mnist"], TfxkitTrainer)
+
+
+def test_a_module_copy_reads_the_given_batch_size_and_the_pipeline_trains_it(tmp_path):
+    path = tfx_examples.module_file_with_batch(tfx_examples.MNIST, str(tmp_path), 256)
+
+    with open(tfx_examples.MNIST.module_file, encoding="utf-8") as f:
+        own = f.read()
+    with open(path, encoding="utf-8") as f:
+        copy = f.read()
+    # Training and evaluation batches both change; nothing else does.
+    assert own.count("tf_transform_output, 40)") == 2
+    assert copy == own.replace("tf_transform_output, 40)", "tf_transform_output, 256)")
+    module = tfx_examples.load_pipeline(tfx_examples.MNIST, str(tmp_path / "code"), swapped=True)
+    pipeline = tfx_examples.create_pipeline(
+        tfx_examples.MNIST, module, str(tmp_path), str(tmp_path / "data"), path
+    )
+    (trainer,) = [c for c in pipeline.components if c.id == "Trainer.mnist"]
+    assert trainer.exec_properties["module_file"] == path
+
+
+def test_an_example_without_a_batch_template_is_refused_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="taxi_native_keras: its module file's batch size"):
+        tfx_examples.module_file_with_batch(tfx_examples.TAXI, str(tmp_path), 256)

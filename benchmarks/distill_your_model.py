@@ -3,15 +3,15 @@
 Everything a TFX user would write is in `benchmarks/your_model/` (tf.keras
 module files, no tfxkit import): a Fashion-MNIST `preprocessing_fn`, a
 convolutional teacher's `run_fn` (about 585k parameters, translate / flip
-augmentation) and a small convolutional student (about 56k, under a tenth) with both a
-`student_fn` (for the Distiller) and a `run_fn` (to train it alone). One TFX
-pipeline per setting runs through BeamDagRunner: ImportExampleGen, the
-tfxkit Transform and Trainers (the two-import swap), then per student seed
-the student alone without and with augmentation (the stock-compatible
-Trainer) and the student distilled by the Distiller (teacher-target cache,
-clean images, alpha 0.5, T 2). The teacher is trained once per setting and
-shared by the seeds; the pipeline's cache keeps it across runs of this
-benchmark.
+augmentation) and a small convolutional student (about 56k, under a tenth)
+with both a `student_fn` (for the Distiller) and a `run_fn` (to train it
+alone). One TFX pipeline per setting runs through BeamDagRunner:
+ImportExampleGen, the tfxkit Transform and Trainers (the two-import swap),
+then per student seed the student alone without and with augmentation (the
+stock-compatible Trainer) and the student distilled by the Distiller
+(teacher-target cache, clean images, alpha 0.5, T 2). The teacher is trained
+once per setting and shared by the seeds; the pipeline's cache keeps it
+across runs of this benchmark.
 
 Settings: `scarce` (the headline) keeps 10% of the training labels; the
 other 54,000 images are an unlabeled transfer set (label -1) that only the

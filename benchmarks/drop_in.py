@@ -1,7 +1,8 @@
 """TFX's own examples, stock and with the two-import swap, side by side.
 
     .venv/bin/python benchmarks/drop_in.py [--example taxi|penguin|mnist|all] [--train-steps N]
-        [--penguin-train-steps N] [--mnist-train-steps N] [--repeats 3] [--workdir DIR]
+        [--penguin-train-steps N] [--mnist-train-steps N] [--mnist-batch-size N]
+        [--repeats 3] [--workdir DIR]
 
 Three examples from the tfx wheel (see `benchmarks.tfx_examples`):
 

@@ -181,9 +181,10 @@ def main() -> None:
         "penguin": args.penguin_train_steps,
         "mnist": args.mnist_train_steps,
     }
+    # Batch sizes other than the module's own (None: its own).
+    batches = {"mnist": args.mnist_batch_size}
     if args.side:
-        batch = args.mnist_batch_size if names[0] == "mnist" else None
-        result = run_side(names[0], args.side, workdir, steps[names[0]], batch)
+        result = run_side(names[0], args.side, workdir, steps[names[0]], batches.get(names[0]))
         print("RESULT " + json.dumps(result), flush=True)
         return
     headlines = {}
@@ -198,8 +199,8 @@ def main() -> None:
                     command += ["--train-steps", str(args.train_steps)]
                 if name != "taxi":
                     command += [f"--{name}-train-steps", str(steps[name])]
-                if name == "mnist" and args.mnist_batch_size:
-                    command += ["--mnist-batch-size", str(args.mnist_batch_size)]
+                if batches.get(name):
+                    command += [f"--{name}-batch-size", str(batches[name])]
                 env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
                 done = subprocess.run(
                     command, env=env, capture_output=True, text=True, cwd=REPO_ROOT
@@ -213,8 +214,8 @@ def main() -> None:
                 shown = {k: v for k, v in result.items() if k != "signatures"}
                 print(json.dumps({"repeat": repeat, **shown}), flush=True)
         headlines[name] = headline(runs, steps[name] or DEFAULT_STEPS[name], METRICS[name])
-        if name == "mnist" and args.mnist_batch_size:
-            headlines[name]["batch_size"] = args.mnist_batch_size
+        if batches.get(name):
+            headlines[name]["batch_size"] = batches[name]
     print(json.dumps({"examples": headlines}))
 
 

@@ -289,8 +289,11 @@ def reliability_baseline(tiny_taxi_run):
     return tiny_taxi_run["output"], tiny_taxi_run["config"]
 
 
-def write_fashion_idx(directory, sizes=None, seed=0) -> dict:
+def write_fashion_idx(directory, sizes=None, seed=0, learnable=False) -> dict:
     """Writes tiny Fashion-MNIST IDX files (gzip, the published format) into `directory`.
+
+    Images are random noise; with `learnable`, dim noise with one bright band
+    of rows whose place is the label's, so a model can learn them.
 
     Returns:
       split -> (images uint8 [n, 28, 28], labels uint8 [n]) as written.
@@ -301,8 +304,13 @@ def write_fashion_idx(directory, sizes=None, seed=0) -> dict:
     rng = np.random.default_rng(seed)
     written = {}
     for split, (images_name, labels_name) in fashion_mnist.FILES.items():
-        images = rng.integers(0, 256, size=(sizes[split], 28, 28), dtype=np.uint8)
         labels = (np.arange(sizes[split]) % 10).astype(np.uint8)
+        if learnable:
+            images = rng.integers(0, 64, size=(sizes[split], 28, 28), dtype=np.uint8)
+            for image, label in zip(images, labels, strict=True):
+                image[4 + 2 * label : 6 + 2 * label] = 255
+        else:
+            images = rng.integers(0, 256, size=(sizes[split], 28, 28), dtype=np.uint8)
         for name, array in ((images_name, images), (labels_name, labels)):
             header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
             with gzip.open(os.path.join(directory, name), "wb") as f:

@@ -1,0 +1,174 @@
+"""Does tfxkit's reader change what a model learns? One Transform output, two readers.
+
+    .venv/bin/python -m benchmarks.reader_accuracy [--batch-size 256] [--train-steps 5000]
+        [--repeats 8] [--workdir DIR]
+
+`benchmarks/drop_in.py` compares whole pipelines, where the Transforms differ
+too. This isolates the reader: TFX's MNIST example (its module's `input_fn`
+and `build_keras_model`, from the tfx wheel, under the `MirroredStrategy` its
+`run_fn` enters) trains on the transformed examples of one stock Transform
+run, once through stock's `tf_dataset_factory` and once through tfxkit's
+(`components.trainer.data_accessor`, the drop-in defaults). Same files, same
+model code, same batch size and steps; both sides are evaluated on the whole
+eval split through stock's reader. Each run is a fresh process; sides
+alternate.
+
+Prints one JSON line per run (side, eval accuracy, seconds in `fit`), then the
+headline: each side's accuracy (mean and standard deviation), the difference
+with its standard error, `within_seed_noise` (|difference| <= 2 SE) and the
+ratio of mean `fit` seconds (tfxkit over stock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.stats import diff_se, mean_std  # noqa: E402
+
+SIDES = ("stock", "tfxkit")
+
+
+def transform_once(root: str) -> str:
+    """Runs the stock MNIST pipeline up to its Transform under `root`; returns its pipeline root."""
+    from tfx.orchestration import pipeline as tfx_pipeline
+    from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+
+    from benchmarks import tfx_examples
+
+    example = tfx_examples.MNIST
+    module = tfx_examples.load_pipeline(example, os.path.join(root, "code"), swapped=False)
+    pipeline = tfx_examples.create_pipeline(
+        example, module, root, tfx_examples.data_root(example, root)
+    )
+    # TFX's partial run: the Transform and what it needs, nothing downstream.
+    BeamDagRunner().run(pipeline, run_options=tfx_pipeline.RunOptions(to_nodes=["Transform"]))
+    return pipeline.pipeline_info.pipeline_root
+
+
+def _only(pattern: str) -> str:
+    (path,) = glob.glob(pattern)
+    return path
+
+
+def train_once(side: str, pipeline_root: str, batch_size: int, train_steps: int) -> dict:
+    """One run of the example's model on `side`'s reader; returns its eval accuracy and fit seconds."""
+    from components import legacy_keras
+
+    legacy_keras.ensure_legacy_keras()
+    import tensorflow as tf
+    import tensorflow_transform as tft
+    from tfx.components.trainer import fn_args_utils
+    from tfx.components.util import tfxio_utils
+    from tfx.examples.mnist import mnist_utils_native_keras_base as base
+    from tfx.proto import example_gen_pb2
+    from tfx_bsl.public.tfxio import TensorFlowDatasetOptions
+
+    from components.dropin import DropInSettings
+    from components.trainer import data_accessor
+
+    graph = _only(os.path.join(pipeline_root, "Transform", "transform_graph", "*"))
+    examples = _only(os.path.join(pipeline_root, "Transform", "transformed_examples", "*"))
+    transform_output = tft.TFTransformOutput(graph)
+
+    def stock(file_pattern, options, schema=None):
+        return tfxio_utils.make_tfxio(
+            file_pattern=file_pattern,
+            telemetry_descriptors=[],
+            payload_format=example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE,
+            schema=schema,
+        ).TensorFlowDataset(options)
+
+    factory = stock
+    if side == "tfxkit":
+        factory = data_accessor.make_tf_dataset_factory(
+            DropInSettings(), graph, tempfile.mkdtemp(prefix="reader_accuracy_")
+        )
+    accessor = fn_args_utils.DataAccessor(factory, None, None)
+    train = base.input_fn(
+        [os.path.join(examples, "Split-train", "*")], accessor, transform_output, batch_size
+    )
+    with tf.distribute.MirroredStrategy().scope():
+        model = base.build_keras_model()
+    start = time.perf_counter()
+    model.fit(train, steps_per_epoch=train_steps, verbose=0)
+    fit_s = time.perf_counter() - start
+    whole_eval = stock(
+        [os.path.join(examples, "Split-eval", "*")],
+        TensorFlowDatasetOptions(
+            batch_size=batch_size,
+            label_key=base.transformed_name(base.LABEL_KEY),
+            num_epochs=1,
+            shuffle=False,
+        ),
+        transform_output.transformed_metadata.schema,
+    )
+    _, accuracy = model.evaluate(whole_eval, verbose=0)
+    return {"side": side, "accuracy": round(float(accuracy), 4), "fit_s": round(fit_s, 1)}
+
+
+def headline(runs: list[dict], batch_size: int, train_steps: int) -> dict:
+    """Both sides' accuracies, their difference with its standard error, and the fit ratio."""
+    out: dict = {"batch_size": batch_size, "train_steps": train_steps}
+    acc = {side: [r["accuracy"] for r in runs if r["side"] == side] for side in SIDES}
+    out["repeats"] = min(len(values) for values in acc.values())
+    for side, values in acc.items():
+        mean, std = mean_std(values)
+        out[f"{side}_accuracy"] = round(mean, 4)
+        out[f"{side}_accuracy_std"] = None if std is None else round(std, 4)
+    diff = statistics.fmean(acc["tfxkit"]) - statistics.fmean(acc["stock"])
+    se = diff_se(acc["tfxkit"], acc["stock"])
+    out["accuracy_diff"] = round(diff, 4)
+    out["accuracy_diff_se"] = None if se is None else round(se, 4)
+    out["within_seed_noise"] = None if se is None else abs(diff) <= 2 * se
+    fit = {side: statistics.fmean(r["fit_s"] for r in runs if r["side"] == side) for side in SIDES}
+    out["fit_ratio_tfxkit_over_stock"] = round(fit["tfxkit"] / fit["stock"], 3)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--train-steps", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=8, help="runs per side")
+    parser.add_argument("--workdir", default="")
+    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--pipeline-root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        result = train_once(args.side, args.pipeline_root, args.batch_size, args.train_steps)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+    workdir = args.workdir or tempfile.mkdtemp(prefix="reader_accuracy_")
+    pipeline_root = transform_once(workdir)
+    runs = []
+    for repeat in range(args.repeats):
+        for side in SIDES:
+            command = [sys.executable, "-m", "benchmarks.reader_accuracy", "--side", side]
+            command += ["--pipeline-root", pipeline_root]
+            command += ["--batch-size", str(args.batch_size)]
+            command += ["--train-steps", str(args.train_steps)]
+            env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+            done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+            if done.returncode != 0 or not lines:
+                sys.stderr.write(done.stderr[-5000:])
+                raise SystemExit(f"{side} run {repeat} failed (exit {done.returncode})")
+            result = json.loads(lines[-1][len("RESULT ") :])
+            runs.append(result)
+            print(json.dumps({"repeat": repeat, **result}), flush=True)
+    print(json.dumps(headline(runs, args.batch_size, args.train_steps)))
+
+
+if __name__ == "__main__":
+    main()

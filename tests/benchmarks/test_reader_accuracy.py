@@ -1,0 +1,67 @@
+"""`benchmarks/reader_accuracy.py`: its headline from recorded runs, and one short run of each side."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+
+import pytest
+
+from benchmarks import reader_accuracy
+from components import fashion_mnist
+from tests.conftest import write_fashion_idx
+
+
+def test_headline_compares_the_two_readers():
+    runs = [
+        {"side": "stock", "accuracy": 0.86, "fit_s": 80.0},
+        {"side": "tfxkit", "accuracy": 0.85, "fit_s": 40.0},
+        {"side": "stock", "accuracy": 0.87, "fit_s": 60.0},
+        {"side": "tfxkit", "accuracy": 0.87, "fit_s": 30.0},
+    ]
+    out = reader_accuracy.headline(runs, batch_size=256, train_steps=5000)
+    assert out["batch_size"] == 256 and out["train_steps"] == 5000 and out["repeats"] == 2
+    assert out["stock_accuracy"] == 0.865 and out["tfxkit_accuracy"] == 0.86
+    assert out["stock_accuracy_std"] == round(statistics.stdev([0.86, 0.87]), 4)
+    assert out["tfxkit_accuracy_std"] == round(statistics.stdev([0.85, 0.87]), 4)
+    assert out["accuracy_diff"] == -0.005
+    se = math.sqrt(statistics.variance([0.86, 0.87]) / 2 + statistics.variance([0.85, 0.87]) / 2)
+    assert out["accuracy_diff_se"] == round(se, 4)
+    assert out["within_seed_noise"] is True
+    assert out["fit_ratio_tfxkit_over_stock"] == 0.5
+
+
+def test_one_run_per_side_gives_no_standard_error():
+    runs = [
+        {"side": "stock", "accuracy": 0.9, "fit_s": 2.0},
+        {"side": "tfxkit", "accuracy": 0.8, "fit_s": 1.0},
+    ]
+    out = reader_accuracy.headline(runs, batch_size=64, train_steps=10)
+    assert out["accuracy_diff"] == -0.1
+    assert out["stock_accuracy_std"] is None and out["accuracy_diff_se"] is None
+    assert out["within_seed_noise"] is None
+
+
+@pytest.mark.e2e
+def test_both_readers_train_the_example_on_one_transform_output(tmp_path, monkeypatch):
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    write_fashion_idx(str(idx), {"train": 600, "eval": 2}, learnable=True)
+    monkeypatch.setenv(fashion_mnist.ENV_DIR, str(idx))
+
+    pipeline_root = reader_accuracy.transform_once(str(tmp_path / "work"))
+
+    # The partial run ran the Transform and what it reads, nothing else.
+    assert sorted(os.listdir(pipeline_root)) == [
+        "ImportExampleGen",
+        "SchemaGen",
+        "StatisticsGen",
+        "Transform",
+        "_wheels",
+    ]
+    for side in reader_accuracy.SIDES:
+        result = reader_accuracy.train_once(side, pipeline_root, batch_size=32, train_steps=200)
+        assert result["side"] == side and result["fit_s"] > 0
+        # The band gives the class away: either reader teaches it (chance is 0.1).
+        assert result["accuracy"] >= 0.8

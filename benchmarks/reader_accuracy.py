@@ -136,35 +136,46 @@ def headline(runs: list[dict], batch_size: int, train_steps: int) -> dict:
     return out
 
 
+def _child(args: list[str], what: str) -> dict:
+    """Runs this script with `args` in a fresh process; returns the result it printed.
+
+    Its output (TFX's module wheel builds included) stays off this stdout.
+    """
+    command = [sys.executable, "-m", "benchmarks.reader_accuracy", *args]
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        sys.stderr.write(done.stderr[-5000:])
+        raise SystemExit(f"{what} failed (exit {done.returncode})")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--train-steps", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=8, help="runs per side")
     parser.add_argument("--workdir", default="")
+    parser.add_argument("--transform", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--pipeline-root", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.side:
-        result = train_once(args.side, args.pipeline_root, args.batch_size, args.train_steps)
+    if args.transform or args.side:
+        if args.transform:
+            result = {"pipeline_root": transform_once(args.workdir)}
+        else:
+            result = train_once(args.side, args.pipeline_root, args.batch_size, args.train_steps)
         print("RESULT " + json.dumps(result), flush=True)
         return
     workdir = args.workdir or tempfile.mkdtemp(prefix="reader_accuracy_")
-    pipeline_root = transform_once(workdir)
+    pipeline_root = _child(["--transform", "--workdir", workdir], "the Transform")["pipeline_root"]
+    sizes = ["--batch-size", str(args.batch_size), "--train-steps", str(args.train_steps)]
     runs = []
     for repeat in range(args.repeats):
         for side in SIDES:
-            command = [sys.executable, "-m", "benchmarks.reader_accuracy", "--side", side]
-            command += ["--pipeline-root", pipeline_root]
-            command += ["--batch-size", str(args.batch_size)]
-            command += ["--train-steps", str(args.train_steps)]
-            env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-            done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
-            lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-            if done.returncode != 0 or not lines:
-                sys.stderr.write(done.stderr[-5000:])
-                raise SystemExit(f"{side} run {repeat} failed (exit {done.returncode})")
-            result = json.loads(lines[-1][len("RESULT ") :])
+            child = ["--side", side, "--pipeline-root", pipeline_root, *sizes]
+            result = _child(child, f"{side} run {repeat}")
             runs.append(result)
             print(json.dumps({"repeat": repeat, **result}), flush=True)
     print(json.dumps(headline(runs, args.batch_size, args.train_steps)))

@@ -56,7 +56,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.stats import diff_se, mean_std  # noqa: E402
+from benchmarks.stats import compare_accuracies  # noqa: E402
 
 
 def _execution_seconds(metadata_path: str) -> dict[str, float]:
@@ -242,15 +242,7 @@ def headline(runs: dict[str, list[dict]], train_steps: int, metric: str) -> dict
         for side, side_runs in runs.items()
     }
     acc = {side: [r[metric] for r in side_runs] for side, side_runs in runs.items()}
-    for side, values in acc.items():
-        mean, std = mean_std(values)
-        out[f"{metric}_{side}"] = round(mean, 4)
-        out[f"{metric}_{side}_std"] = None if std is None else round(std, 4)
-    diff = statistics.fmean(acc["swapped"]) - statistics.fmean(acc["stock"])
-    se = diff_se(acc["swapped"], acc["stock"])
-    out["accuracy_diff"] = round(diff, 4)
-    out["accuracy_diff_se"] = None if se is None else round(se, 4)
-    out["within_seed_noise"] = None if se is None else abs(diff) <= 2 * se
+    out.update(compare_accuracies(acc, "swapped", "stock", lambda side: f"{metric}_{side}"))
     signatures = {r["signatures"] for side_runs in runs.values() for r in side_runs}
     out["same_serving_signatures"] = len(signatures) == 1
     return out

@@ -34,7 +34,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.stats import diff_se, mean_std  # noqa: E402
+from benchmarks.stats import compare_accuracies  # noqa: E402
 
 SIDES = ("stock", "tfxkit")
 
@@ -122,15 +122,7 @@ def headline(runs: list[dict], batch_size: int, train_steps: int) -> dict:
     out: dict = {"batch_size": batch_size, "train_steps": train_steps}
     acc = {side: [r["accuracy"] for r in runs if r["side"] == side] for side in SIDES}
     out["repeats"] = min(len(values) for values in acc.values())
-    for side, values in acc.items():
-        mean, std = mean_std(values)
-        out[f"{side}_accuracy"] = round(mean, 4)
-        out[f"{side}_accuracy_std"] = None if std is None else round(std, 4)
-    diff = statistics.fmean(acc["tfxkit"]) - statistics.fmean(acc["stock"])
-    se = diff_se(acc["tfxkit"], acc["stock"])
-    out["accuracy_diff"] = round(diff, 4)
-    out["accuracy_diff_se"] = None if se is None else round(se, 4)
-    out["within_seed_noise"] = None if se is None else abs(diff) <= 2 * se
+    out.update(compare_accuracies(acc, "tfxkit", "stock", lambda side: f"{side}_accuracy"))
     fit = {side: statistics.fmean(r["fit_s"] for r in runs if r["side"] == side) for side in SIDES}
     out["fit_ratio_tfxkit_over_stock"] = round(fit["tfxkit"] / fit["stock"], 3)
     return out

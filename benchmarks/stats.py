@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -19,3 +19,26 @@ def diff_se(*samples: Sequence[float]) -> float | None:
     if any(len(s) < 2 for s in samples):
         return None
     return math.sqrt(sum(statistics.variance(s) / len(s) for s in samples))
+
+
+def compare_accuracies(
+    acc: Mapping[str, Sequence[float]], new: str, base: str, key: Callable[[str], str]
+) -> dict:
+    """Two sides' accuracies over runs, compared.
+
+    Returns, rounded to 4 places: each side's mean under `key(side)` and its
+    standard deviation under `key(side) + "_std"`, then `accuracy_diff` (new -
+    base) with `accuracy_diff_se`, and `within_seed_noise` (|diff| <= 2 SE).
+    The spreads, the SE and the judgement are None with one run on a side.
+    """
+    out: dict = {}
+    for side, values in acc.items():
+        mean, std = mean_std(values)
+        out[key(side)] = round(mean, 4)
+        out[key(side) + "_std"] = None if std is None else round(std, 4)
+    diff = statistics.fmean(acc[new]) - statistics.fmean(acc[base])
+    se = diff_se(acc[new], acc[base])
+    out["accuracy_diff"] = round(diff, 4)
+    out["accuracy_diff_se"] = None if se is None else round(se, 4)
+    out["within_seed_noise"] = None if se is None else abs(diff) <= 2 * se
+    return out

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from benchmarks import drop_in
-from benchmarks.stats import diff_se, mean_std
+from benchmarks.stats import compare_accuracies, diff_se, mean_std
 
 
 def test_mean_std_is_the_sample_spread():
@@ -24,6 +24,26 @@ def test_one_value_has_no_spread_rather_than_zero():
 def test_diff_se_adds_the_variances_of_the_means():
     a, b = [1.0, 2.0, 3.0], [2.0, 4.0]
     assert diff_se(a, b) == pytest.approx(math.sqrt(1.0 / 3 + 2.0 / 2))
+
+
+def test_compare_accuracies_names_each_side_and_judges_the_difference():
+    acc = {"base": [0.80, 0.82], "new": [0.83, 0.85]}
+    out = compare_accuracies(acc, "new", "base", lambda side: f"acc_{side}")
+    assert list(out) == [
+        "acc_base",
+        "acc_base_std",
+        "acc_new",
+        "acc_new_std",
+        "accuracy_diff",
+        "accuracy_diff_se",
+        "within_seed_noise",
+    ]
+    assert out["acc_base"] == 0.81 and out["acc_new"] == 0.84
+    assert out["acc_base_std"] == out["acc_new_std"] == pytest.approx(0.0141, abs=1e-4)
+    assert out["accuracy_diff"] == 0.03
+    # sqrt(0.0002 / 2 + 0.0002 / 2): 0.03 is 2.1 standard errors, outside seed noise.
+    assert out["accuracy_diff_se"] == pytest.approx(0.0141, abs=1e-4)
+    assert out["within_seed_noise"] is False
 
 
 def _run(accuracy, wall_s=10.0, trainer_s=5.0):

@@ -91,9 +91,9 @@ def train_once(side: str, pipeline_root: str, batch_size: int, train_steps: int)
 
     factory = stock
     if side == "tfxkit":
-        factory = data_accessor.make_tf_dataset_factory(
-            DropInSettings(), graph, tempfile.mkdtemp(prefix="reader_accuracy_")
-        )
+        # The scratch directory holds a file cache only when ingestion asks for one.
+        scratch = os.path.join(os.path.dirname(pipeline_root), "scratch")
+        factory = data_accessor.make_tf_dataset_factory(DropInSettings(), graph, scratch)
     accessor = fn_args_utils.DataAccessor(factory, None, None)
     train = base.input_fn(
         [os.path.join(examples, "Split-train", "*")], accessor, transform_output, batch_size

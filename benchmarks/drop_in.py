@@ -48,7 +48,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +55,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks import fresh_process  # noqa: E402
 from benchmarks.stats import compare_accuracies  # noqa: E402
 
 
@@ -185,7 +185,7 @@ def main() -> None:
     batches = {"mnist": args.mnist_batch_size}
     if args.side:
         result = run_side(names[0], args.side, workdir, steps[names[0]], batches.get(names[0]))
-        print("RESULT " + json.dumps(result), flush=True)
+        fresh_process.print_result(result)
         return
     headlines = {}
     for name in names:
@@ -193,7 +193,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             for side in ("stock", "swapped"):
                 root = os.path.join(workdir, f"{name}-{side}-{repeat}")
-                command = [sys.executable, os.path.abspath(__file__), "--side", side]
+                command = [os.path.abspath(__file__), "--side", side]
                 command += ["--example", name, "--workdir", root]
                 if name == "taxi" and args.train_steps is not None:
                     command += ["--train-steps", str(args.train_steps)]
@@ -201,15 +201,7 @@ def main() -> None:
                     command += [f"--{name}-train-steps", str(steps[name])]
                 if batches.get(name):
                     command += [f"--{name}-batch-size", str(batches[name])]
-                env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-                done = subprocess.run(
-                    command, env=env, capture_output=True, text=True, cwd=REPO_ROOT
-                )
-                lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-                if done.returncode != 0 or not lines:
-                    sys.stderr.write(done.stderr[-5000:])
-                    raise SystemExit(f"{name} {side} run {repeat} failed (exit {done.returncode})")
-                result = json.loads(lines[-1][len("RESULT ") :])
+                result = fresh_process.run(command, f"{name} {side} run {repeat}")
                 runs[side].append(result)
                 shown = {k: v for k, v in result.items() if k != "signatures"}
                 print(json.dumps({"repeat": repeat, **shown}), flush=True)

@@ -26,7 +26,6 @@ import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks import fresh_process  # noqa: E402
 from benchmarks.stats import compare_accuracies  # noqa: E402
 
 SIDES = ("stock", "tfxkit")
@@ -128,21 +128,6 @@ def headline(runs: list[dict], batch_size: int, train_steps: int) -> dict:
     return out
 
 
-def _child(args: list[str], what: str) -> dict:
-    """Runs this script with `args` in a fresh process; returns the result it printed.
-
-    Its output (TFX's module wheel builds included) stays off this stdout.
-    """
-    command = [sys.executable, "-m", "benchmarks.reader_accuracy", *args]
-    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        sys.stderr.write(done.stderr[-5000:])
-        raise SystemExit(f"{what} failed (exit {done.returncode})")
-    return json.loads(lines[-1][len("RESULT ") :])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=256)
@@ -158,16 +143,18 @@ def main() -> None:
             result = {"pipeline_root": transform_once(args.workdir)}
         else:
             result = train_once(args.side, args.pipeline_root, args.batch_size, args.train_steps)
-        print("RESULT " + json.dumps(result), flush=True)
+        fresh_process.print_result(result)
         return
     workdir = args.workdir or tempfile.mkdtemp(prefix="reader_accuracy_")
-    pipeline_root = _child(["--transform", "--workdir", workdir], "the Transform")["pipeline_root"]
+    this = ["-m", "benchmarks.reader_accuracy"]
+    transform = fresh_process.run([*this, "--transform", "--workdir", workdir], "the Transform")
+    pipeline_root = transform["pipeline_root"]
     sizes = ["--batch-size", str(args.batch_size), "--train-steps", str(args.train_steps)]
     runs = []
     for repeat in range(args.repeats):
         for side in SIDES:
-            child = ["--side", side, "--pipeline-root", pipeline_root, *sizes]
-            result = _child(child, f"{side} run {repeat}")
+            child = [*this, "--side", side, "--pipeline-root", pipeline_root, *sizes]
+            result = fresh_process.run(child, f"{side} run {repeat}")
             runs.append(result)
             print(json.dumps({"repeat": repeat, **result}), flush=True)
     print(json.dumps(headline(runs, args.batch_size, args.train_steps)))

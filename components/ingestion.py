@@ -16,7 +16,8 @@ The order of operations is what makes it fast on few cores:
    parallel `map` (one op per batch, which is what makes stock TFX parsing
    slow), and unpack a packed feature vector into the model's features;
 4. `cache` the parsed (still packed) batches, so later epochs skip reading
-   and parsing;
+   and parsing (`cache: auto`: in memory when the recorded shard stats say
+   they fit, see `resolve_cache`);
 5. shuffle batches, then permute examples within windows of about
    `shuffle_buffer` examples (vectorised, so the cached path stays as fast as
    iterating the cache), repeat, re-slice into fixed-size batches and
@@ -40,10 +41,11 @@ import math
 from collections.abc import Mapping, Sequence
 
 import tensorflow as tf
+from absl import logging
 from google.protobuf.message import DecodeError
 from tensorflow.python.util import deprecation
 
-from components import layout
+from components import layout, memory
 from components.config import IngestionConfig
 from components.layout import IngestionError
 
@@ -72,6 +74,62 @@ def shard_policy(num_files: int, num_pipelines: int) -> str:
     ):
         return "file"
     return "data"
+
+
+# `cache: auto` keeps the parsed training data in memory when its estimate is
+# at most this share of what the process can still allocate
+# (`components.memory`): the rest stays for the model, the shuffle windows and
+# the other datasets of the run (an evaluation dataset may cache too).
+AUTO_CACHE_SHARE = 0.2
+# Bytes a parsed tf.string value takes beside its text (TensorFlow's tstring).
+_STRING_VALUE_BYTES = 32
+
+
+def parsed_bytes(
+    spec: Mapping, shard_stats: Mapping[str, layout.ShardStats] | None, files: Sequence[str]
+) -> int | None:
+    """An upper estimate of the parsed tensors of `files`; None when the record counts are unknown.
+
+    Each record counts its serialized size (what variable-length values and
+    strings hold) plus the dense size of every fixed-length feature, so the
+    estimate is never below what a parsed record takes.
+    """
+    if shard_stats is None:
+        return None
+    stats = [shard_stats[f] for f in files if f in shard_stats]
+    if len(stats) != len(files):
+        return None
+    per_record = 0
+    for feature_spec in spec.values():
+        if isinstance(feature_spec, tf.io.FixedLenFeature):
+            values = math.prod(feature_spec.shape)
+            size = (
+                _STRING_VALUE_BYTES if feature_spec.dtype == tf.string else feature_spec.dtype.size
+            )
+            per_record += values * size
+    return sum(s.raw_bytes + s.records * per_record for s in stats)
+
+
+def resolve_cache(
+    kind: str, estimate: int | None, available: int | None, num_pipelines: int = 1
+) -> str:
+    """The cache a training dataset uses: `kind`, or for `auto` `memory` when its share fits.
+
+    Args:
+      kind: `ingestion.cache`.
+      estimate: `parsed_bytes` of every file the dataset's pipelines read.
+      available: Bytes the process can still allocate (`components.memory`).
+      num_pipelines: Input pipelines splitting the files (each caches its share).
+
+    Returns:
+      `none`, `memory` or `file`.
+    """
+    if kind != "auto":
+        return kind
+    if estimate is None or available is None:
+        return "none"
+    share = estimate / max(1, num_pipelines)
+    return "memory" if share <= AUTO_CACHE_SHARE * available else "none"
 
 
 def _tune(value: int) -> int:
@@ -243,7 +301,22 @@ def make_dataset(
         )
     policy = shard_policy(len(files), num_pipelines)
     shuffle = training and config.shuffle_buffer > 0
-    cached = training and config.cache != "none"
+    cache = "none"
+    if training:
+        # `auto` decides by this process's memory, which is the dataset's only
+        # while it is built eagerly: a parameter-server worker's dataset function
+        # is traced on the coordinator and runs elsewhere, so it does not cache.
+        available = None if tf.inside_function() else memory.available_bytes()
+        estimate = parsed_bytes(spec, shard_stats, files)
+        cache = resolve_cache(config.cache, estimate, available, num_pipelines)
+        if config.cache == "auto":
+            logging.info(
+                "ingestion: cache auto -> %s (parsed training data about %s MB, %s MB available)",
+                cache,
+                "unknown" if estimate is None else estimate // 2**20,
+                "unknown" if available is None else available // 2**20,
+            )
+    cached = cache != "none"
 
     expected = _expectations(files, compression, shard_stats)
     # Not while tracing: a parameter-server worker's dataset function is a
@@ -355,8 +428,8 @@ def make_dataset(
     if cached:
         # Cached as parsed (and still packed: one tensor per batch to mix and
         # re-slice instead of one per feature), after all reading and parsing.
-        suffix = f"_pipeline{pipeline_id}" if num_pipelines > 1 and config.cache == "file" else ""
-        ds = ds.cache(cache_path + suffix if config.cache == "file" else "")
+        suffix = f"_pipeline{pipeline_id}" if num_pipelines > 1 and cache == "file" else ""
+        ds = ds.cache(cache_path + suffix if cache == "file" else "")
     if all(isinstance(s, tf.io.FixedLenFeature) for s in spec.values()):
         if shuffle:
             window = max(1, math.ceil(config.shuffle_buffer / read_batch))

@@ -49,9 +49,15 @@ class IngestionConfig:
         shuffling): files are reshuffled every epoch, parsed batches are
         shuffled in a buffer of about this many examples and examples are
         permuted within windows of this many.
-      cache: `none`, `memory`, or `file` (under the model run directory): keep
-        the parsed training data after the first epoch, so later epochs skip
-        reading and parsing. Needs the (packed) data to fit in memory / disk.
+      cache: `auto`, `none`, `memory`, or `file` (under the model run
+        directory): keep the parsed training data after the first epoch, so
+        later epochs skip reading and parsing. `memory` / `file` need the
+        (packed) data to fit in memory / on disk; `auto` caches in memory when
+        the writer's recorded shard stats put the parsed data (each input
+        pipeline's share) at most a fifth of the memory the process can still
+        allocate (its cgroup limit included), and does not cache otherwise
+        (no recorded stats, such as stock TFX Transform output, or a
+        parameter-server worker's dataset).
       num_parallel_reads: Files read concurrently (0 = autotune).
       num_parallel_calls: Parallel parse calls (0 = autotune).
       prefetch: Batches prefetched (0 = autotune).
@@ -62,7 +68,7 @@ class IngestionConfig:
     batch_size: int = 256
     eval_batch_size: int = 256
     shuffle_buffer: int = 10000
-    cache: Literal["none", "memory", "file"] = "none"
+    cache: Literal["auto", "none", "memory", "file"] = "auto"
     num_parallel_reads: int = 0
     num_parallel_calls: int = 0
     prefetch: int = 0

@@ -5,7 +5,8 @@ TensorFlowDatasetOptions(...), schema)` exactly as under stock TFX and gets
 the same batches: the same examples, the same `(features, label)` structure,
 shapes and dtypes (the label popped when `label_key` is set), the same epoch,
 shuffling and final-batch semantics. They come from `components.ingestion`
-(parallel interleave, batch-then-parse, parallel map, prefetch), over files
+(parallel interleave, batch-then-parse, parallel map, the parsed data
+cached in memory when it fits, `ingestion.cache: auto`, prefetch), over files
 resolved by `components.stored_input` as the Trainer's own datasets are: the
 tfxkit Transform's layout record when the files are the ones it wrote (so
 packed and uncompressed shards work, and corrupt shards fail naming the

@@ -19,7 +19,7 @@ import tensorflow as tf
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
-from components import ingestion
+from components import ingestion, memory
 from components import layout as transform_layout
 from components.config import IngestionConfig
 from components.transform import writer
@@ -242,7 +242,9 @@ def test_workers_share_every_example_exactly_once(tmp_path, num_shards, workers)
 
 
 def test_cache_does_not_change_epoch_contents(packed):
-    plain = take_examples(packed.make(training=True), 2 * NUM_EXAMPLES)
+    plain = take_examples(
+        packed.make(dataclasses.replace(CONFIG, cache="none"), training=True), 2 * NUM_EXAMPLES
+    )
     cached = take_examples(
         packed.make(dataclasses.replace(CONFIG, cache="memory"), training=True), 2 * NUM_EXAMPLES
     )
@@ -263,6 +265,79 @@ def test_file_cache_matches_memory_cache(packed, tmp_path):
     )
     assert from_file == in_memory
     assert tf.io.gfile.glob(str(tmp_path / "cache*"))
+
+
+def _reads_on_without_its_files(written: Written, config: IngestionConfig, **kwargs) -> bool:
+    """Whether a training dataset keeps yielding epochs after its files are gone.
+
+    Two epochs are drawn first, so a cache is complete; then the shards are
+    deleted and two more epochs are drawn. Only a cached dataset gets them.
+    """
+    iterator = iter(written.make(config, training=True, **kwargs))
+    epoch_batches = -(-NUM_EXAMPLES // BATCH)
+    for _ in range(2 * epoch_batches):
+        next(iterator)
+    for path in written.files:
+        os.remove(path)
+    try:
+        for _ in range(2 * epoch_batches):
+            next(iterator)
+    except (tf.errors.OpError, ingestion.IngestionError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("cache,expected", [("auto", True), ("memory", True), ("none", False)])
+def test_auto_cache_keeps_small_recorded_data_in_memory(tmp_path, cache, expected):
+    written = write(tmp_path, pack=False, compression="gzip")
+    assert (
+        _reads_on_without_its_files(written, dataclasses.replace(CONFIG, cache=cache)) is expected
+    )
+
+
+def test_auto_cache_reads_files_again_when_the_data_would_not_fit(tmp_path, monkeypatch):
+    written = write(tmp_path, pack=False, compression="gzip")
+    estimate = ingestion.parsed_bytes(SPEC, written.layout.shard_stats(), written.files)
+    # Room for the estimate, but not within the share `auto` may take.
+    room = int(estimate / ingestion.AUTO_CACHE_SHARE) - 1
+    monkeypatch.setattr(memory, "available_bytes", lambda: room)
+    assert not _reads_on_without_its_files(written, CONFIG)
+
+
+def test_auto_cache_reads_files_again_without_recorded_stats(tmp_path):
+    written = write(tmp_path, pack=False, compression="gzip")
+    assert not _reads_on_without_its_files(written, CONFIG, shard_stats=None)
+
+
+def test_parsed_bytes_counts_serialized_records_and_dense_values(tmp_path):
+    written = write(tmp_path, pack=False, compression="none", num_shards=2)
+    stats = written.layout.shard_stats()
+    # uid 1 float, vec 3 floats, cat 1 int64, tag 1 string, label 1 int64.
+    dense = 4 + 3 * 4 + 8 + ingestion._STRING_VALUE_BYTES + 8
+    raw = sum(stats[f].raw_bytes for f in written.files)
+    assert ingestion.parsed_bytes(SPEC, stats, written.files) == raw + NUM_EXAMPLES * dense
+    assert ingestion.parsed_bytes(SPEC, None, written.files) is None
+    # A file the stats do not cover leaves the size unknown.
+    assert ingestion.parsed_bytes(SPEC, stats, [*written.files, "other"]) is None
+
+
+@pytest.mark.parametrize(
+    "kind,estimate,available,pipelines,expected",
+    [
+        ("auto", 100, 500, 1, "memory"),
+        ("auto", 101, 500, 1, "none"),
+        ("auto", 200, 500, 2, "memory"),
+        ("auto", None, 500, 1, "none"),
+        ("auto", 100, None, 1, "none"),
+        ("none", 1, 10**12, 1, "none"),
+        ("memory", 10**12, 1, 1, "memory"),
+        ("file", 1, 1, 1, "file"),
+    ],
+)
+def test_resolve_cache(kind, estimate, available, pipelines, expected):
+    # AUTO_CACHE_SHARE of 500 bytes is 100: each pipeline's share must fit in it.
+    assert ingestion.AUTO_CACHE_SHARE * 500 == 100
+    assert ingestion.resolve_cache(kind, estimate, available, pipelines) == expected
 
 
 def test_shuffle_reorders_every_epoch(packed):

@@ -339,11 +339,29 @@ def make_dataset(
         file_ds = file_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
 
     data_shards = num_pipelines if policy == "data" else 1
+    # Whether every file can be looked up by name as a pattern (no glob characters).
+    checkable_paths = not any(c in path for path in files for c in "*?[\\")
     read_batch = max(per_replica_batch, READ_BATCH)
     sentinel = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
 
     @_plain
     def read_file(path, want_bytes, want_records):
+        if accounting and checkable_paths:
+            # `ignore_errors` (below) asks a file it could not open again and again:
+            # TFRecordDataset never moves past one, so a shard gone or unreadable
+            # when a later epoch re-reads it would spin forever instead of failing.
+            # It fails here, naming the file, before the reader opens it.
+            present = tf.debugging.Assert(
+                tf.size(tf.io.matching_files(path)) > 0,
+                [
+                    "ingestion: TFRecord shard",
+                    path,
+                    "is gone or cannot be listed (deleted or moved while training?); restore the file "
+                    "or re-run the Transform",
+                ],
+            )
+            with tf.control_dependencies([present]):
+                path = tf.identity(path)
         batches = tf.data.TFRecordDataset(path, compression_type=ctype).batch(read_batch)
         if not accounting and data_shards == 1:
             return batches.map(_plain(lambda batch: (path, batch)))

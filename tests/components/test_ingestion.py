@@ -93,7 +93,7 @@ class Written:
             compression=self.layout.compression,
             training=training,
             packing=self.layout.packing,
-            shard_stats=self.layout.shard_stats(),
+            shard_stats=kwargs.pop("shard_stats", self.layout.shard_stats()),
             seed=kwargs.pop("seed", 3),
             **kwargs,
         )
@@ -267,8 +267,8 @@ def test_file_cache_matches_memory_cache(packed, tmp_path):
     assert tf.io.gfile.glob(str(tmp_path / "cache*"))
 
 
-def _reads_on_without_its_files(written: Written, config: IngestionConfig, **kwargs) -> bool:
-    """Whether a training dataset keeps yielding epochs after its files are gone.
+def _error_without_its_files(written: Written, config: IngestionConfig, **kwargs) -> str | None:
+    """The error a training dataset raises once its files are gone; None if it reads on.
 
     Two epochs are drawn first, so a cache is complete; then the shards are
     deleted and two more epochs are drawn. Only a cached dataset gets them.
@@ -282,17 +282,25 @@ def _reads_on_without_its_files(written: Written, config: IngestionConfig, **kwa
     try:
         for _ in range(2 * epoch_batches):
             next(iterator)
-    except (tf.errors.OpError, ingestion.IngestionError):
-        return False
-    return True
+    except (tf.errors.OpError, ingestion.IngestionError) as e:
+        return str(e)
+    return None
 
 
-@pytest.mark.parametrize("cache,expected", [("auto", True), ("memory", True), ("none", False)])
-def test_auto_cache_keeps_small_recorded_data_in_memory(tmp_path, cache, expected):
+@pytest.mark.parametrize("cache", ["auto", "memory"])
+def test_auto_cache_keeps_small_recorded_data_in_memory(tmp_path, cache):
     written = write(tmp_path, pack=False, compression="gzip")
-    assert (
-        _reads_on_without_its_files(written, dataclasses.replace(CONFIG, cache=cache)) is expected
-    )
+    assert _error_without_its_files(written, dataclasses.replace(CONFIG, cache=cache)) is None
+
+
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_a_shard_gone_after_the_first_epoch_fails_naming_it(tmp_path, compression):
+    # Without a cache every epoch opens the files again: a vanished shard must
+    # fail the read (not spin: the reader would retry a file it cannot open forever).
+    written = write(tmp_path, pack=False, compression=compression)
+    error = _error_without_its_files(written, dataclasses.replace(CONFIG, cache="none"))
+    assert error is not None and "is gone" in error
+    assert any(os.path.basename(path) in error for path in written.files)
 
 
 def test_auto_cache_reads_files_again_when_the_data_would_not_fit(tmp_path, monkeypatch):
@@ -301,12 +309,13 @@ def test_auto_cache_reads_files_again_when_the_data_would_not_fit(tmp_path, monk
     # Room for the estimate, but not within the share `auto` may take.
     room = int(estimate / ingestion.AUTO_CACHE_SHARE) - 1
     monkeypatch.setattr(memory, "available_bytes", lambda: room)
-    assert not _reads_on_without_its_files(written, CONFIG)
+    assert "is gone" in _error_without_its_files(written, CONFIG)
 
 
 def test_auto_cache_reads_files_again_without_recorded_stats(tmp_path):
-    written = write(tmp_path, pack=False, compression="gzip")
-    assert not _reads_on_without_its_files(written, CONFIG, shard_stats=None)
+    # Uncompressed files without stats are checked against their own sizes.
+    written = write(tmp_path, pack=False, compression="none")
+    assert "is gone" in _error_without_its_files(written, CONFIG, shard_stats=None)
 
 
 def test_parsed_bytes_counts_serialized_records_and_dense_values(tmp_path):

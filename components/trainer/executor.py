@@ -26,7 +26,7 @@ from tfx.components.util import udf_utils
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import payload
+from components import payload, user_code
 from components.kubeflow import env as tfxkit_env
 from components.kubeflow import jobs
 from components.trainer import host, launcher
@@ -36,6 +36,11 @@ class Executor(tfx_trainer_executor.GenericExecutor):
     """Fails fast on an invalid config, before any input is read."""
 
     def Do(self, input_dict, output_dict, exec_properties):
+        # TFX's user-code wheel (a module_file) is unpacked, not pip-installed.
+        with user_code.unpacked_wheels():
+            self._do(input_dict, output_dict, exec_properties)
+
+    def _do(self, input_dict, output_dict, exec_properties):
         decoded = payload.decode_exec_properties(exec_properties)
         decoded, exec_properties = self.prepare(decoded, input_dict, exec_properties)
         if launcher.should_launch(decoded.config):

@@ -11,7 +11,9 @@ tfxkit settings, or with `stock_output`, the executor behaves exactly as TFX's.
 
 This module only unpacks artifacts, validates the config and delegates: the
 writer is `writer`, every patch of TFX / TFT internals is `tfx_compat`, and
-Beam's signature memo (a run's speed only) is `components.beam_signatures`.
+what only makes a run faster is elsewhere: Beam's signature memo
+(`components.beam_signatures`) and the user-code wheel unpacked instead of
+pip-installed (`components.user_code`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 from tfx.components.transform import executor as tfx_transform_executor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import beam_signatures, payload
+from components import beam_signatures, payload, user_code
 from components.transform import tfx_compat, writer
 
 # Prefix TFX gives the transformed examples of a split (`<split uri>/transformed_examples-*`).
@@ -49,7 +51,11 @@ class Executor(tfx_transform_executor.Executor):
         # A user module carries drop-in settings (with or without a full config).
         config = decoded.settings or decoded.config
         if config is None or getattr(config, "stock_output", False):
-            with tfx_compat.without_deep_copy(), beam_signatures.cached_signatures():
+            with (
+                tfx_compat.without_deep_copy(),
+                beam_signatures.cached_signatures(),
+                user_code.unpacked_wheels(),
+            ):
                 super().Do(input_dict, output_dict, exec_properties)
             return
         graph_uri = artifact_utils.get_single_uri(
@@ -62,6 +68,7 @@ class Executor(tfx_transform_executor.Executor):
         with (
             tfx_compat.without_deep_copy(),
             beam_signatures.cached_signatures(),
+            user_code.unpacked_wheels(),
             tfx_compat.tfrecord_writer(
                 lambda schema, output_path: writer.WriteIngestionReady(
                     settings, schema, output_path

@@ -6,7 +6,7 @@ and a user's `run_fn` hosted by the Trainer executor
 (`components.trainer.host`). In the order TensorFlow needs:
 
 1. `start`: AutoGraph calls tf_keras's own code as it is
-   (`components.legacy_keras.keep_keras_unconverted`), and the strategy is
+   (`components.legacy_keras.keep_libraries_unconverted`), and the strategy is
    created before any other TensorFlow op runs in this process (logical
    devices and collective ops must be set up first).
    A parameter-server `ps` task serves until the job ends and an evaluator
@@ -63,7 +63,7 @@ def start(strategy: StrategyConfig, component: str) -> strategies.StrategyChoice
       The strategy choice of a task that trains; None for an evaluator task,
       after a parameter-server task's server has stopped.
     """
-    legacy_keras.keep_keras_unconverted()
+    legacy_keras.keep_libraries_unconverted()
     choice = strategies.create_strategy(strategy)
     if choice.role == strategies.ROLE_SERVER:
         logging.info(

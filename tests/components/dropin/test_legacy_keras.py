@@ -110,7 +110,7 @@ def test_tf_keras_is_called_as_it_is_except_its_training_engine():
 
     # TensorFlow is imported: making tf_keras tf.keras adds the rules too.
     legacy_keras.ensure_legacy_keras()
-    legacy_keras.keep_keras_unconverted()
+    legacy_keras.keep_libraries_unconverted()
     rules = [
         rule
         for rule in autograph_config.CONVERSION_RULES
@@ -127,6 +127,24 @@ def test_tf_keras_is_called_as_it_is_except_its_training_engine():
     assert not conversion.is_allowlisted(user_function)
 
 
+def test_tfx_libraries_a_serving_function_reaches_are_called_as_they_are():
+    # TFX's examples call these inside their serving tf.function.
+    import tensorflow_transform as tft
+    from tensorflow.python.autograph.impl import conversion
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tfx_bsl.tfxio import tensor_representation_util
+
+    from components import legacy_keras
+
+    legacy_keras.keep_libraries_unconverted()
+    assert conversion.is_allowlisted(tft.TFTransformOutput.raw_feature_spec)
+    assert conversion.is_allowlisted(tft.TransformFeaturesLayer.call)
+    assert conversion.is_allowlisted(
+        tensor_representation_util.InferTensorRepresentationsFromSchema
+    )
+    assert conversion.is_allowlisted(schema_pb2.Schema)
+
+
 def test_user_code_that_needs_autograph_still_trains_evaluates_and_saves(tmp_path):
     """A user's layer `call`, `train_step`, `test_step` and loss that branch
     in Python on tensors work inside Keras's tf.functions only when AutoGraph
@@ -137,7 +155,7 @@ def test_user_code_that_needs_autograph_still_trains_evaluates_and_saves(tmp_pat
 
     from components import legacy_keras
 
-    legacy_keras.keep_keras_unconverted()
+    legacy_keras.keep_libraries_unconverted()
 
     class SignFlip(keras.layers.Layer):
         def call(self, x):

@@ -8,7 +8,7 @@ order. Nested calls of one phase count once (the outermost).
 
 Trainer phases (seconds inside the executor's `Do`):
   setup: `Do` entered -> the user's `run_fn` called (FnArgs, the strategy,
-    the data accessor, importing the module file);
+    the data accessor, installing and importing the module file);
   strategy: of which, tfxkit's strategy resolution (`task.start`; 0 stock);
   input_setup: `data_accessor.tf_dataset_factory` calls (building the datasets);
   first_step: `Model.fit` entered -> first training batch done (tracing the
@@ -28,7 +28,8 @@ Transform phases (seconds inside the executor's `Do`):
   beam: TFX's `TransformProcessor.Transform` (analysis, transform and
     writing, one Beam pipeline);
   layout_record: tfxkit's layout record (`writer.write_layout_record`; 0 stock);
-  rest: the remainder of `Do` (checks, settings, clean-up).
+  rest: the remainder of `Do` (installing the module file, checks,
+    settings, clean-up).
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ import apache_beam
 from apache_beam.transforms import core, ptransform, util
 from apache_beam.typehints import decorators
 
+from components import patching
+
 EXPECTED_BEAM = "2.72"
 # What the patch compares against EXPECTED_BEAM (a module attribute so tests can fake it).
 BEAM_VERSION: str = apache_beam.__version__
@@ -39,7 +41,6 @@ MODULES = (decorators, core, ptransform, util)
 BEAM_GET_SIGNATURE = decorators.get_signature
 
 _LOCK = threading.Lock()
-_depth = 0
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -66,31 +67,34 @@ def installable() -> bool:
     )
 
 
+def _install() -> None:
+    for module in MODULES:
+        module.get_signature = _cached_get_signature
+
+
+def _restore() -> None:
+    for module in MODULES:
+        module.get_signature = BEAM_GET_SIGNATURE
+    with _LOCK:
+        _cache.clear()
+
+
+_PATCH = patching.SharedPatch(_install, _restore)
+
+
 @contextlib.contextmanager
 def cached_signatures() -> Iterator[bool]:
     """Memoises Beam's `get_signature` until the block exits.
 
-    Re-entrant and thread-safe: the outermost block installs the patch and
-    restores Beam's function (and drops the memo) when it exits.
+    Re-entrant and thread-safe (`components.patching`): the outermost block
+    installs the patch and restores Beam's function (and drops the memo) when
+    it exits.
 
     Yields:
       Whether the memo is in place (False on another Beam version).
     """
-    global _depth
     if not installable():
         yield False
         return
-    with _LOCK:
-        _depth += 1
-        if _depth == 1:
-            for module in MODULES:
-                module.get_signature = _cached_get_signature
-    try:
+    with _PATCH.active():
         yield True
-    finally:
-        with _LOCK:
-            _depth -= 1
-            if _depth == 0:
-                for module in MODULES:
-                    module.get_signature = BEAM_GET_SIGNATURE
-                _cache.clear()

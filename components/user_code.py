@@ -24,19 +24,16 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import threading
 import zipfile
-from collections.abc import Iterator
 from email.parser import Parser
 
 from absl import logging
 from tfx.components.util import udf_utils
 
+from components import patching
+
 # TFX's own install, restored when the outermost block exits.
 TFX_INSTALL = udf_utils.install_to_temp_directory
-
-_LOCK = threading.Lock()
-_depth = 0
 
 
 def _dist_info_file(names: list[str], name: str) -> str | None:
@@ -92,22 +89,21 @@ def _install(pip_dependency: str, temp_dir: str | None = None) -> str:
     return unpack(pip_dependency, temp_dir)
 
 
-@contextlib.contextmanager
-def unpacked_wheels() -> Iterator[None]:
+def _use_unpacking() -> None:
+    udf_utils.install_to_temp_directory = _install
+
+
+def _use_pip() -> None:
+    udf_utils.install_to_temp_directory = TFX_INSTALL
+
+
+_PATCH = patching.SharedPatch(_use_unpacking, _use_pip)
+
+
+def unpacked_wheels() -> contextlib.AbstractContextManager[None]:
     """Installs TFX user-code wheels by unpacking them until the block exits.
 
-    Re-entrant and thread-safe: the outermost block installs the replacement
-    and restores TFX's own install when it exits.
+    Re-entrant and thread-safe (`components.patching`): the outermost block
+    installs the replacement and restores TFX's own install when it exits.
     """
-    global _depth
-    with _LOCK:
-        if _depth == 0:
-            udf_utils.install_to_temp_directory = _install
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _depth -= 1
-            if _depth == 0:
-                udf_utils.install_to_temp_directory = TFX_INSTALL
+    return _PATCH.active()

@@ -18,7 +18,9 @@ pip-installed (`components.user_code`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 from tfx.components.transform import executor as tfx_transform_executor
 from tfx.types import artifact_utils, standard_component_specs
@@ -41,6 +43,17 @@ def split_prefixes(transformed_examples) -> dict[str, str]:
     return prefixes
 
 
+@contextlib.contextmanager
+def _every_run() -> Iterator[None]:
+    """What every run of this executor, stock output or not, runs under."""
+    with (
+        tfx_compat.without_deep_copy(),
+        beam_signatures.cached_signatures(),
+        user_code.unpacked_wheels(),
+    ):
+        yield
+
+
 class Executor(tfx_transform_executor.Executor):
     """Fails fast on an unsupported TFX / TFT or an invalid config, then runs TFX's Transform with the tfxkit writer."""
 
@@ -51,11 +64,7 @@ class Executor(tfx_transform_executor.Executor):
         # A user module carries drop-in settings (with or without a full config).
         config = decoded.settings or decoded.config
         if config is None or getattr(config, "stock_output", False):
-            with (
-                tfx_compat.without_deep_copy(),
-                beam_signatures.cached_signatures(),
-                user_code.unpacked_wheels(),
-            ):
+            with _every_run():
                 super().Do(input_dict, output_dict, exec_properties)
             return
         graph_uri = artifact_utils.get_single_uri(
@@ -66,9 +75,7 @@ class Executor(tfx_transform_executor.Executor):
         )
         writer.clear_staged_records(settings)
         with (
-            tfx_compat.without_deep_copy(),
-            beam_signatures.cached_signatures(),
-            user_code.unpacked_wheels(),
+            _every_run(),
             tfx_compat.tfrecord_writer(
                 lambda schema, output_path: writer.WriteIngestionReady(
                     settings, schema, output_path

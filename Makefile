@@ -43,7 +43,7 @@ test: setup fashion-mnist
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --durations=25 $(PYTEST_ARGS)
 
 # Fashion-MNIST ships in Debian (dataset-fashion-mnist). Root installs it when
-# missing; anyone else is told how (see components/fashion_mnist.py).
+# missing; anyone else is told how (see components/data/fashion_mnist.py).
 FASHION_MNIST_DIR := /usr/share/datasets/fashion-mnist
 fashion-mnist:
 	@test -d $(FASHION_MNIST_DIR) || { \

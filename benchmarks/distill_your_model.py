@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from benchmarks.stats import diff_se, mean_std
+from components.testing.stats import diff_se, mean_std
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = os.path.join(REPO, "benchmarks", "your_model")
@@ -55,7 +55,7 @@ def write_examples(directory: str, labeled_fraction: float, limit: int = 0) -> N
     """Fashion-MNIST as raw tf.Examples: `train/` (labels kept for `labeled_fraction`, else -1), `eval/`."""
     import tensorflow as tf
 
-    from components import fashion_mnist
+    from components.data import fashion_mnist
 
     rng = np.random.default_rng(0)
     for split in ("train", "eval"):
@@ -219,7 +219,7 @@ def measure(serving_dir: str, records: list[bytes], labels: np.ndarray) -> dict:
     """Accuracy through the serving signature; parameters; latency at batch 256 (model and signature)."""
     import tensorflow as tf
 
-    from components.distillation import count_params
+    from components.distillation.model import count_params
 
     loaded = tf.saved_model.load(serving_dir)
     serve = loaded.signatures["serving_default"]

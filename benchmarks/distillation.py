@@ -1,6 +1,6 @@
 """Distillation: teacher vs student from scratch vs distilled student.
 
-One run, one machine, per dataset (`digits`, `mnist` = `../shared/data/
+One run, one machine, per dataset (`digits`, `mnist` = `tests/data/
 mnist_1000.tfrecord`, `taxi`, `fashion_mnist`: the 70,000 real images of the
 Debian package `dataset-fashion-mnist`, `make fashion-mnist`):
 
@@ -53,16 +53,16 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_transform as tft  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from benchmarks.stats import mean_std  # noqa: E402
-from components import strategies  # noqa: E402
 from components.config import PipelineConfig, from_dict, to_dict  # noqa: E402
 from components.distiller.run_fn import train_student  # noqa: E402
-from components.export import export_serving_model  # noqa: E402
-from components.trainer import training  # noqa: E402
+from components.testing.stats import mean_std  # noqa: E402
+from components.training import fit as training  # noqa: E402
+from components.training import strategies  # noqa: E402
+from components.training.export import export_serving_model  # noqa: E402
 from pipelines import report  # noqa: E402
 from pipelines.configs import load_config  # noqa: E402
 
-MNIST_PATH = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "mnist_1000.tfrecord"))
+MNIST_PATH = os.path.join(REPO, "tests", "data", "mnist_1000.tfrecord")
 TEMPERATURES = (1.0, 2.0, 5.0, 10.0, 20.0)
 ALPHAS = (0.1, 0.5, 0.9)
 
@@ -105,7 +105,7 @@ def run_transform(config: PipelineConfig, workdir: str) -> dict[str, str]:
     from tfx import v1 as tfx
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-    from components.data import check_input, resolve_input
+    from components.data.sources import check_input, resolve_input
     from components.transform.component import Transform
     from pipelines.pipeline import example_gen
 

@@ -4,7 +4,7 @@
         [--penguin-train-steps N] [--mnist-train-steps N] [--mnist-batch-size N]
         [--repeats 3] [--workdir DIR]
 
-Three examples from the tfx wheel (see `benchmarks.tfx_examples`):
+Three examples from the tfx wheel (see `components.testing.tfx_examples`):
 
 - `taxi`: `chicago_taxi_pipeline/taxi_pipeline_native_keras.py`, its module
   file `taxi_utils_native_keras.py` and the taxi CSV that ships with it, at
@@ -55,8 +55,8 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import fresh_process  # noqa: E402
-from benchmarks.stats import compare_accuracies  # noqa: E402
+from components.testing import fresh_process  # noqa: E402
+from components.testing.stats import compare_accuracies  # noqa: E402
 
 
 def _execution_seconds(metadata_path: str) -> dict[str, float]:
@@ -111,7 +111,8 @@ def run_side(
     """
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-    from benchmarks import phase_timing, tfx_examples
+    from benchmarks import phase_timing
+    from components.testing import tfx_examples
 
     example = tfx_examples.BY_KEY[name]
     module = tfx_examples.load_pipeline(

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/faults.py [--repeats 3] [--workdir DIR]
 
-Runs every fault kind of `benchmarks/fault_cases.py` on its own (the same
+Runs every fault kind of `components/testing/fault_cases.py` on its own (the same
 scenarios the fault tests run, on the same launcher machinery), each beside
 the unkilled run of the same job, on the tiny penguins teacher, `--repeats`
 passes over all of them (the machine is shared: medians). Prints one JSON
@@ -23,7 +23,7 @@ line per fault:
 - `steps_repeated`: steps run again after resuming from the backup (the
   most in any pass);
 - `final_equals_unkilled`: in every pass the final weights equal the
-  unkilled run's within 1e-6 (see `tests/components/trainer/test_faults.py`
+  unkilled run's within 1e-6 (see `tests/components/training/test_faults.py`
   for the tolerance). Parameter-server training is asynchronous, so
   `unkilled_runs_equal` says whether two unkilled runs agree even.
 
@@ -46,7 +46,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import fault_cases, local_cluster  # noqa: E402
+from components.testing import fault_cases, local_cluster
 
 ATOL = 1e-6
 

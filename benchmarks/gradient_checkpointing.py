@@ -50,7 +50,7 @@ def child(checkpointing: bool, batch: int, steps: int, filters: str) -> dict:
     import tensorflow as tf
     import tf_keras as keras
 
-    from components.trainer import training
+    from components.training import fit as training
     from pipelines.configs import load_config
 
     config = load_config("fashion_mnist")

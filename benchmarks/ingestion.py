@@ -47,9 +47,10 @@ import pyarrow as pa  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from components import ingestion, models  # noqa: E402
-from components import layout as transform_layout  # noqa: E402
 from components.config import PipelineConfig  # noqa: E402
+from components.data import ingestion
+from components.data import layout as transform_layout
+from components.training import models
 from pipelines.configs import load_config  # noqa: E402
 
 # Distinct ids of a `vocabulary` feature in the synthetic data (the real taxi
@@ -157,7 +158,7 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
     from tensorflow_transform.tf_metadata import schema_utils
     from tfx.components.transform import executor as tfx_transform_executor
 
-    from components.transform import writer
+    from components.data import writer
 
     started = time.perf_counter()
     spec = transformed_spec(config)
@@ -344,7 +345,7 @@ def train_rates(
     The datasets take turns (`rounds` times, `steps` steps each, the first
     steps of a turn untimed), so load from other processes hits them alike.
     """
-    from components.trainer import training
+    from components.training import fit as training
 
     keras.utils.set_random_seed(config.train.seed)
     model = models.build_classifier(config.data, config.teacher, cardinalities(config), "teacher")

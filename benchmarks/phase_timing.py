@@ -86,7 +86,7 @@ def _patch_fit() -> None:
 
     A stock pipeline file that imports tfx before anything sets
     `TF_USE_LEGACY_KERAS` gets Keras 3 as `tf.keras`; tfxkit's Trainer gives
-    its run_fn tf_keras (`components.legacy_keras`).
+    its run_fn tf_keras (`components.compat.legacy_keras`).
     """
     for name in ("tf_keras", "keras"):
         keras = sys.modules.get(name)
@@ -159,9 +159,10 @@ def install() -> None:
     _patch(tfx_transform.Executor, "Do", "transform", "do")
     _patch(tfx_transform.TransformProcessor, "Transform", "transform", "beam")
     if "components.trainer.executor" in sys.modules:
-        from components.trainer import executor, task
+        from components.data import writer
+        from components.trainer import executor
+        from components.training import task
         from components.transform import executor as transform_executor
-        from components.transform import writer
 
         executor.Executor.Do = _trainer_do(executor.Executor.Do)
         _patch(task, "start", "trainer", "strategy")

@@ -33,8 +33,8 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import fresh_process  # noqa: E402
-from benchmarks.stats import compare_accuracies  # noqa: E402
+from components.testing import fresh_process  # noqa: E402
+from components.testing.stats import compare_accuracies  # noqa: E402
 
 SIDES = ("stock", "tfxkit")
 
@@ -44,7 +44,7 @@ def transform_once(root: str) -> str:
     from tfx.orchestration import pipeline as tfx_pipeline
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-    from benchmarks import tfx_examples
+    from components.testing import tfx_examples
 
     example = tfx_examples.MNIST
     module = tfx_examples.load_pipeline(example, os.path.join(root, "code"), swapped=False)
@@ -63,7 +63,7 @@ def _only(pattern: str) -> str:
 
 def train_once(side: str, pipeline_root: str, batch_size: int, train_steps: int) -> dict:
     """One run of the example's model on `side`'s reader; returns its eval accuracy and fit seconds."""
-    from components import legacy_keras
+    from components.compat import legacy_keras
 
     legacy_keras.ensure_legacy_keras()
     import tensorflow as tf
@@ -74,7 +74,7 @@ def train_once(side: str, pipeline_root: str, batch_size: int, train_steps: int)
     from tfx.proto import example_gen_pb2
     from tfx_bsl.public.tfxio import TensorFlowDatasetOptions
 
-    from components.dropin import DropInSettings
+    from components.config.dropin import DropInSettings
     from components.trainer import data_accessor
 
     graph = _only(os.path.join(pipeline_root, "Transform", "transform_graph", "*"))

@@ -1,6 +1,6 @@
 """Reliability summary: runs the bad-input catalogue against a pushed model.
 
-Each case (benchmarks/reliability_cases.py) starts from a copy of a run
+Each case (pipelines/testing/reliability_cases.py) starts from a copy of a run
 that already pushed a model, breaks one thing and runs the real pipeline.
 Prints one JSON line per case, then the summary as the last line:
 {"cases", "as_documented", "skipped", "wrongly_pushed", "lost_models"}. A case
@@ -23,10 +23,10 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from benchmarks.reliability_cases import CASES, baseline_config, run_case  # noqa: E402
-from benchmarks.tiny import tiny  # noqa: E402
+from components.testing.tiny import tiny  # noqa: E402
 from pipelines import local_runner  # noqa: E402
 from pipelines.configs import load_config  # noqa: E402
+from pipelines.testing.reliability_cases import CASES, baseline_config, run_case  # noqa: E402
 
 
 def main(names: list[str]) -> None:

@@ -71,8 +71,8 @@ def materialize(workdir: str) -> dict:
     import tensorflow_transform.beam as tft_beam
     from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
-    from components.data import taxi_csv_path
-    from components.transform.preprocessing import build_preprocessing_fn
+    from components.data.preprocessing import build_preprocessing_fn
+    from components.data.sources import taxi_csv_path
 
     config = _config(1)
     kinds = {f.name: f.kind for f in config.data.features}
@@ -132,15 +132,15 @@ def materialize(workdir: str) -> dict:
 def worker(spec_path: str) -> None:
     with open(spec_path) as f:
         spec = json.load(f)
-    from components import strategies
     from components.config import PipelineConfig
+    from components.training import strategies
 
     config = PipelineConfig.from_json(spec["config"])
     choice = strategies.create_strategy(config.strategy)
     import tensorflow_transform as tft
     import tf_keras as keras
 
-    from components.trainer import training
+    from components.training import fit as training
 
     class EpochTimer(keras.callbacks.Callback):
         def __init__(self):

@@ -36,7 +36,7 @@ would otherwise break downstream:
 The stock executors do the reading; `conform` (`select`, then retype)
 rewrites each `tf.Example`.
 `CsvExampleGen` / `ImportExampleGen` here are TFX's with these executors.
-The rules travel in `custom_config` (through `components.payload`) and hold
+The rules travel in `custom_config` (through `components.config.payload`) and hold
 only what the rewrite needs, so other config changes do not invalidate ExampleGen's cache.
 """
 
@@ -54,9 +54,8 @@ from tfx.components.example_gen.import_example_gen import executor as import_exe
 from tfx.dsl.components.base import executor_spec
 from tfx.proto import example_gen_pb2
 
-from components import payload
-from components.config import DataConfig
-from components.data import BOM
+from components.config import DataConfig, payload
+from components.data.sources import BOM
 
 # The tf.Example value list each configured kind is written as.
 VALUE_LISTS = {

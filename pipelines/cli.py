@@ -123,7 +123,7 @@ def _run(config, output: str, runner: str) -> int:
     try:
         output = rundir.check_output_dir(output)
         with rundir.exclusive_run(output), rundir.log_to_file(output) as run_log:
-            from components.data import DataError, check_data_path
+            from components.data.sources import DataError, check_data_path
 
             try:
                 check_data_path(config.data)
@@ -160,7 +160,7 @@ def _submit(args) -> int:
     import tempfile
 
     from components.config import ConfigError
-    from components.kubeflow import submit
+    from components.kubernetes import submit
     from pipelines.configs import load_config
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,12 +19,12 @@ hook for node selectors or tolerations:
   (`env.PLACEMENT_ID`), so the training job it may submit places its
   replicas the same way.
 
-Both placement forms are rendered by `components.kubeflow.placement`, the
+Both placement forms are rendered by `components.kubernetes.placement`, the
 rendering training-job replicas get too.
 
 The result is one YAML file (pipeline spec, then platform spec) that
 `kfp.components.load_component_from_file` loads and `kfp.Client` uploads
-(`components.kubeflow.submit`).
+(`components.kubernetes.submit`).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import Any
 from google.protobuf import json_format
 
 from components.config import ConfigError, PipelineConfig
-from components.data import FASHION_MNIST_SPLITS, ResolvedInput
-from components.kubeflow import backend, jobs
-from components.kubeflow import env as tfxkit_env
-from components.kubeflow.placement import kubernetes_executor_config, resource_spec
+from components.data.sources import FASHION_MNIST_SPLITS, ResolvedInput
+from components.kubernetes import backend, jobs
+from components.kubernetes import env as tfxkit_env
+from components.kubernetes.placement import kubernetes_executor_config, resource_spec
 from pipelines import precheck, roles
 from pipelines.pipeline import PipelinePaths, create_pipeline
 
@@ -69,7 +69,7 @@ def cluster_input(config: PipelineConfig) -> ResolvedInput:
     """
     uri = precheck.cluster_data_uri(config)
     if config.data.builtin == "fashion_mnist":
-        # The bucket holds the layout `components.data.write_fashion_mnist` writes.
+        # The bucket holds the layout `components.data.sources.write_fashion_mnist` writes.
         return ResolvedInput(
             uri.rstrip("/"), "*/*.tfrecord", config.data.format, splits=FASHION_MNIST_SPLITS
         )
@@ -221,7 +221,7 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         placement = placed.get(node.id)
         if placement is None or node.id in launchers:
             # A job launcher only submits and watches: its replicas get the
-            # placement (components.kubeflow.jobs.build_manifest), the step does not.
+            # placement (components.kubernetes.jobs.build_manifest), the step does not.
             continue
         resources = resource_spec(placement)
         if resources.ByteSize():

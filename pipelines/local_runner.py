@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from components.config import PipelineConfig
-from components.data import check_input, resolve_input
+from components.data.sources import check_input, resolve_input
 from pipelines import progress, report
 from pipelines.pipeline import PipelinePaths, create_pipeline
 from pipelines.rundir import (  # noqa: F401 - ConcurrentRunError and exclusive_run re-exported
@@ -67,7 +67,7 @@ def run(
     Raises:
       pipelines.rundir.OutputDirError: `output_dir` cannot be created or written.
       pipelines.rundir.ConcurrentRunError: another run uses `output_dir`.
-      components.data.DataError: bad input, before any component runs.
+      components.data.sources.DataError: bad input, before any component runs.
       RuntimeError: the pipeline failed (the summary says which component).
     """
     if runner not in ("beam", "local"):
@@ -92,7 +92,7 @@ def _run_locked(
     from tfx import v1 as tfx
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-    from components import beam_signatures
+    from components.compat import beam_signatures
 
     # Nothing of a previous run's result survives this point: until this run
     # ends, summary.json says it is running.
@@ -121,7 +121,7 @@ def _run_locked(
 
     error = None
     # Every component runs in this process; Beam's signature reads are
-    # memoised for all of them (components.beam_signatures).
+    # memoised for all of them (components.compat.beam_signatures).
     with progress.console_logging(stream, run_log), beam_signatures.cached_signatures():
         try:
             dag_runner.run(pipeline)

@@ -22,7 +22,7 @@ import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
 from components.config import PipelineConfig
-from components.data import ResolvedInput
+from components.data.sources import ResolvedInput
 from components.distiller.component import Distiller
 from components.example_gen import CsvExampleGen, ExampleRules, ImportExampleGen
 from components.pusher.component import Pusher
@@ -201,7 +201,7 @@ def create_pipeline(
 
     Args:
       config: A validated `PipelineConfig`.
-      data: The ExampleGen input (see `components.data.resolve_input`).
+      data: The ExampleGen input (see `components.data.sources.resolve_input`).
       paths: Pipeline root, push destination and metadata location.
       beam_pipeline_args: Beam args for Beam-based components.
       enable_cache: Reuse outputs of executions with unchanged inputs.

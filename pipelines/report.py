@@ -30,9 +30,9 @@ import numpy as np
 import tensorflow as tf
 
 from components.config import PipelineConfig
-from components.distillation import count_params
+from components.distillation.model import count_params
 from components.distiller.executor import TEACHER_KEY_PREFIX
-from components.export import TRANSFORMED_LOGITS_SIGNATURE
+from components.training.export import TRANSFORMED_LOGITS_SIGNATURE
 from pipelines import roles
 from pipelines.summary import artifacts_of, latest_run_executions, open_store
 

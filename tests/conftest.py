@@ -17,24 +17,19 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
-from benchmarks.tiny import tiny
 from components.config import PipelineConfig
+from components.testing.tiny import tiny
 from pipelines.configs import load_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
-SHARED_DATA = os.path.join(SHARED, "data")
+DATA = os.path.join(REPO, "tests", "data")
 
 
-def shared_file(*parts: str) -> str:
-    """A file of the shared test data (`../shared/` beside the repository), or a
-    skip naming the missing file, for the tests that read it."""
-    path = os.path.join(SHARED, *parts)
+def data_file(*parts: str) -> str:
+    """A file the repository ships for tests (`tests/data/`, see its README)."""
+    path = os.path.join(DATA, *parts)
     if not os.path.exists(path):
-        pytest.skip(
-            f"shared test data missing: {path} (tests reading ../shared/ need the data set "
-            "described in the design notes, 'Data at hand', next to the repository)"
-        )
+        raise FileNotFoundError(f"test data missing from the repository: {path}")
     return path
 
 
@@ -101,20 +96,20 @@ def module_of(item) -> str:
 LONGEST_MODULES = (
     "tests/pipelines/test_reliability_proceeds.py",
     "tests/components/dropin/test_tfx_examples_e2e.py",
-    "tests/components/trainer/test_training.py",
+    "tests/components/training/test_fit.py",
     "tests/pipelines/test_local_runner.py",
     "tests/pipelines/test_reliability_kills.py",
     "tests/components/dropin/test_user_run_fn.py",
     "tests/pipelines/test_reliability.py",
     "tests/pipelines/test_distillation_pipeline.py",
-    "tests/components/trainer/test_faults.py",
+    "tests/components/training/test_faults.py",
     "tests/components/distiller/test_component.py",
     "tests/components/distiller/test_student_strategies.py",
     "tests/components/transform/test_executor.py",
     "tests/pipelines/test_fashion_mnist_pipeline.py",
     "tests/test_packaging.py",
-    "tests/components/test_distillation.py",
-    "tests/components/dropin/test_legacy_keras.py",
+    "tests/components/distillation/test_model.py",
+    "tests/components/compat/test_legacy_keras.py",
 )
 
 
@@ -245,8 +240,8 @@ def tiny_taxi_run(tmp_path_factory, taxi_config):
 
     import yaml
 
-    from benchmarks.reliability_cases import baseline_config
     from components.config import to_dict
+    from pipelines.testing.reliability_cases import baseline_config
 
     def run(work: str) -> dict:
         config = baseline_config(tiny(taxi_config), work)
@@ -298,7 +293,7 @@ def write_fashion_idx(directory, sizes=None, seed=0, learnable=False) -> dict:
     Returns:
       split -> (images uint8 [n, 28, 28], labels uint8 [n]) as written.
     """
-    from components import fashion_mnist
+    from components.data import fashion_mnist
 
     sizes = sizes or {"train": 5, "eval": 3}
     rng = np.random.default_rng(seed)

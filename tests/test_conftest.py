@@ -11,9 +11,9 @@ import pytest
 
 from tests.conftest import (
     LONGEST_MODULES,
+    data_file,
     longest_first,
     once_per_run,
-    shared_file,
     shuffled_by_module,
 )
 
@@ -43,16 +43,16 @@ def test_different_seeds_give_different_orders():
     assert len(orders) == 5
 
 
-def test_missing_shared_data_skips_naming_the_file():
-    with pytest.raises(pytest.skip.Exception, match=r"shared test data missing: .*no-such\.csv"):
-        shared_file("data", "no-such.csv")
+def test_missing_test_data_fails_naming_the_file():
+    with pytest.raises(
+        FileNotFoundError, match=r"test data missing from the repository: .*no-such\.csv"
+    ):
+        data_file("no-such.csv")
 
 
-def test_present_shared_data_is_returned(tmp_path, monkeypatch):
-    monkeypatch.setattr("tests.conftest.SHARED", str(tmp_path))
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "rows.csv").write_text("a\n")
-    assert shared_file("data", "rows.csv") == str(tmp_path / "data" / "rows.csv")
+def test_shipped_test_data_is_found():
+    assert data_file("penguins_processed.csv").endswith("tests/data/penguins_processed.csv")
+    assert os.path.getsize(data_file("kubeflow", "tfjob-crd-v1.9.0.yaml")) > 0
 
 
 class _Factory:

@@ -92,10 +92,10 @@ def _reachable(start: str) -> set[str]:
 
 def test_the_graph_is_read():
     graph = _graph()
-    assert "components.config" in graph["components.strategies"][0]
+    assert "components.config" in graph["components.training.strategies"][0]
     assert "components.config.kubeflow" in graph["components.config"][0]
     # The annotation-only import of a TYPE_CHECKING block counts.
-    assert "components.config" in graph["components.kubeflow.placement"][0]
+    assert "components.config" in graph["components.kubernetes.placement"][0]
 
 
 def test_no_import_circles():
@@ -127,3 +127,64 @@ def test_the_library_does_not_import_the_pipelines():
         if target.startswith("pipelines")
     )
     assert not found, found
+
+
+# The layers of `components/`, lowest first: a module may import its own
+# layer and the ones below, never one above (docs/architecture.md). The TFX
+# components (and the helpers shared by tests and benchmarks) are the top.
+LAYERS = (
+    ("components.config", "components.compat"),
+    ("components.data", "components.kubernetes"),
+    ("components.training",),
+    ("components.distillation",),
+    (
+        "components.trainer",
+        "components.transform",
+        "components.distiller",
+        "components.validation",
+        "components.pusher",
+        "components.example_gen",
+        "components.dropin",
+        "components.testing",
+    ),
+)
+
+
+def _layer(module: str) -> int | None:
+    for level, packages in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in packages):
+            return level
+    return None
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in _graph() if m.startswith("components.") and _layer(m) is None)
+    assert not unplaced, unplaced
+
+
+def test_no_import_runs_up_the_layers():
+    up = sorted(
+        f"{module} (layer {_layer(module)}) -> {target} (layer {_layer(target)})"
+        for module, (top, lazy) in _graph().items()
+        if _layer(module) is not None
+        for target in top | lazy
+        if _layer(target) is not None and _layer(target) > _layer(module)
+    )
+    assert not up, up
+
+
+def test_the_layer_check_sees_a_climb():
+    # A data-layer module importing the training layer is what the check exists to catch.
+    assert _layer("components.data.ingestion") < _layer("components.training.fit")
+    assert _layer("components.config.payload") == 0
+    assert _layer("components.trainer.executor") == len(LAYERS) - 1
+
+
+def test_one_training_run_stays_in_the_training_and_lower_layers():
+    reached = _reachable("components.training.fit")
+    assert reached, "components.training.fit imports nothing?"
+    assert all(
+        _layer(m) is not None and _layer(m) <= _layer("components.training")
+        for m in reached
+        if m.startswith("components.")
+    ), sorted(reached)

@@ -6,7 +6,7 @@
   student model shapes), `distillation`, `evaluation`, `kubeflow` (placements,
   job backend) and `pipeline` (`PipelineConfig`, the cross-section rules).
 - `loading`: YAML / plain data to a validated config, and the JSON Schema
-  (`components.payload` carries it in `custom_config`).
+  (`components.config.payload` carries it in `custom_config`).
 - `dropin`: `DropInSettings`, the settings for a user's own module file.
 - `secret_scan`: rejects values that look like credentials.
 - `validation`: how sections validate, convert from and to plain data, and

@@ -1,5 +1,5 @@
 """The `distillation` section, and the rules of the distillation loss's hyperparameters
-(which `components.distillation` applies to a `Distiller` built in code too)."""
+(which `components.distillation.model` applies to a `Distiller` built in code too)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pydantic import model_validator
 from components.config.validation import fail, section
 
 # The rules of the loss's hyperparameters, in one place: the `distillation`
-# section applies them when a config is built, and `components.distillation`
+# section applies them when a config is built, and `components.distillation.model`
 # when a `Distiller` is (possibly without a config, from user code). Each
 # returns the first broken rule as (field under `distillation`, message), or
 # None; the caller raises its own error type.

@@ -3,8 +3,8 @@
 A section like the others (`components.config.validation.section`), but not
 part of a `PipelineConfig`: a team that brings its own `preprocessing_fn` /
 `run_fn` decides its features, so there is no data section. It lives here,
-with the config, so that `components.payload` decodes it without importing
-the drop-in helpers (`components.dropin`) that read the payload.
+with the config, so that `components.config.payload` decodes it without importing
+the drop-in helpers (`components.config.stock_args`) that read the payload.
 """
 
 from __future__ import annotations

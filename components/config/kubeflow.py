@@ -1,8 +1,8 @@
 """The `kubeflow` section: compilation for Kubeflow Pipelines, per-component
 `Placement`s and the training-job backend.
 
-The GKE accelerator facts come from the neutral `components.accelerators`;
-nothing here imports the Kubernetes rendering (`components.kubeflow`), which
+The GKE accelerator facts come from the neutral `components.config.accelerators`;
+nothing here imports the Kubernetes rendering (`components.kubernetes`), which
 reads these classes.
 """
 
@@ -15,7 +15,7 @@ from typing import Literal, Self
 
 from pydantic import model_validator
 
-from components.accelerators import TPU_TOPOLOGY_DIMS, accelerator_node_labels, is_tpu
+from components.config.accelerators import TPU_TOPOLOGY_DIMS, accelerator_node_labels, is_tpu
 from components.config.validation import fail, section
 
 

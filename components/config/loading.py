@@ -22,7 +22,7 @@ def from_dict(data: Any) -> PipelineConfig:
 
     A config file describes its data: a missing (or null) `data` section is
     refused, naming it. Only a config for a user's own module goes without
-    one (`components.dropin.resolve_settings`).
+    one (`components.config.stock_args.resolve_settings`).
 
     Raises:
       ConfigError: naming the field path of the first invalid value.
@@ -37,7 +37,7 @@ def module_config_from_dict(data: Any, prefix: str = "") -> PipelineConfig:
     """Builds and validates a `PipelineConfig` for a user's own module from plain data.
 
     As `from_dict`, but the data section may be left out: the user's module
-    file decides the features (see `components.dropin`).
+    file decides the features (see `components.config.stock_args`).
 
     Args:
       data: Plain data in the form of a config file.

@@ -3,8 +3,8 @@
 One `PipelineConfig` (nested frozen dataclasses) is loaded from YAML and
 validated before anything runs (`components.config.loading`). It crosses into
 TFX components once, as JSON under a single `custom_config` key
-(`components.payload.CONFIG_KEY`), and executors parse it back on their first
-line (`components.payload.decode`).
+(`components.config.payload.CONFIG_KEY`), and executors parse it back on their first
+line (`components.config.payload.decode`).
 
 Every section is validated when it is constructed, `dataclasses.replace`
 included. Every error is a `ConfigError` whose message starts with the dotted

@@ -221,7 +221,7 @@ def min_ids(feature: FeatureConfig) -> int:
 
 
 def _conv_params(shape: tuple[int, ...], conv: ConvTowerConfig) -> tuple[int, int]:
-    """(trainable parameters, flattened output width) of `components.models.conv_tower`."""
+    """(trainable parameters, flattened output width) of `components.training.models.conv_tower`."""
     height, width, channels = shape
     params = 0
     for filters in conv.filters:
@@ -236,7 +236,7 @@ def _conv_params(shape: tuple[int, ...], conv: ConvTowerConfig) -> tuple[int, in
 
 
 def min_trainable_params(data: DataConfig, model: ModelConfig) -> int:
-    """Trainable parameters of `components.models.build_classifier` with every
+    """Trainable parameters of `components.training.models.build_classifier` with every
     categorical at its fewest ids (`min_ids`): a lower bound known before any data is read."""
     params, width = 0, 0
     for feature in data.features:

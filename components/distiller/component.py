@@ -21,10 +21,16 @@ from tfx.types import BaseChannel, standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ChannelParameter
 from tfx.utils import json_utils
 
-from components import dropin, payload
-from components.config import MAX_TEACHERS, ConfigError, PipelineConfig, module_config_from_dict
+from components.config import (
+    MAX_TEACHERS,
+    ConfigError,
+    PipelineConfig,
+    module_config_from_dict,
+    payload,
+    stock_args,
+)
+from components.distillation.students import STUDENT_FN
 from components.distiller import executor
-from components.distiller.student import STUDENT_FN
 
 DEFAULT_RUN_FN = "components.distiller.run_fn.run_fn"
 
@@ -133,7 +139,7 @@ class Distiller(base_component.BaseComponent):
             raise ValueError(
                 f"distillation.num_teachers: at most {MAX_TEACHERS} teachers are supported, got {len(teacher_models)}"
             )
-        dropin.check_steps(train_args, eval_args, None)
+        stock_args.check_steps(train_args, eval_args, None)
         spec = DistillerSpec(
             examples=examples,
             transform_graph=transform_graph,
@@ -171,7 +177,7 @@ def _resolve_config(config: Any, module_file: Any) -> PipelineConfig:
             )
         config.require_data("without module_file, the Distiller's configured student")
         return config
-    dropin.check_module_file(module_file, {STUDENT_FN: "module_file"})
+    stock_args.check_module_file(module_file, {STUDENT_FN: "module_file"})
     if config is None:
         config = PipelineConfig()
     elif isinstance(config, Mapping):

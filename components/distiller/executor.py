@@ -2,7 +2,7 @@
 
 The teacher model directories, and the module file of a `student_fn`, are
 added to the payload (and to the execution properties, through
-`components.payload`) before the Trainer executor trains, so they reach `run_fn` both in-process and when the Trainer
+`components.config.payload`) before the Trainer executor trains, so they reach `run_fn` both in-process and when the Trainer
 executor hands the invocation to the replicas of a multi-worker job.
 """
 
@@ -13,7 +13,7 @@ import types
 
 from tfx.utils import path_utils
 
-from components import payload
+from components.config import payload
 from components.trainer import executor as trainer_executor
 
 TEACHER_KEY_PREFIX = "teacher_model_"

@@ -1,7 +1,7 @@
 """The distiller's `run_fn`: train the student on its teachers and export it.
 
 Thin: unpack TFX's `FnArgs` (the executor adds the teacher model directories
-to the payload, see `components.payload`), check the teachers against the student's task before
+to the payload, see `components.config.payload`), check the teachers against the student's task before
 any training, then train with the Trainer's own `training.fit` (strategies,
 gradient accumulation, mixed precision, backups) and export with the
 Trainer's own serving export, so the student serves exactly like its
@@ -19,13 +19,14 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import distillation, payload, strategies
-from components.config import PipelineConfig
-from components.distiller import student as student_lib
-from components.distiller import teachers as teachers_lib
-from components.trainer import task as task_lib
-from components.trainer import training
-from components.trainer.inputs import MASK_UNLABELED, make_datasets
+from components.config import PipelineConfig, payload
+from components.distillation import model as distillation
+from components.distillation import students as student_lib
+from components.distillation import teachers as teachers_lib
+from components.training import fit as training
+from components.training import strategies
+from components.training import task as task_lib
+from components.training.inputs import MASK_UNLABELED, make_datasets
 
 
 def train_student(
@@ -207,7 +208,7 @@ def run_fn(fn_args) -> None:
     file when it has one.
     """
     from_module = bool(payload.of(fn_args).student_module)
-    # Before loading the teachers: the strategy comes first (see components.trainer.task).
+    # Before loading the teachers: the strategy comes first (see components.training.task).
     task = task_lib.from_fn_args(fn_args, "Distiller", needs_data=not from_module)
     if task is None:
         return

@@ -5,7 +5,7 @@ so a stock pipeline swaps the import and keeps its module file. Without a
 module the Trainer trains the configured model (`config` must then be a full
 `PipelineConfig`); with one (`module_file`, or a `run_fn` path) the user's
 `run_fn` runs under the configured strategy and gets tfxkit's input pipeline
-through `fn_args.data_accessor` (see `components.dropin`).
+through `fn_args.data_accessor` (see `components.config.stock_args`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 from tfx.types import BaseChannel
 
-from components import dropin, payload
-from components.config import ConfigError, PipelineConfig
+from components.config import ConfigError, PipelineConfig, payload, stock_args
 from components.trainer import executor
 
 DEFAULT_RUN_FN = "components.trainer.run_fn.run_fn"
@@ -32,7 +31,7 @@ class Trainer(tfx.components.Trainer):
         custom_config, custom_executor_spec: As for `tfx.components.Trainer`.
       config: tfxkit settings. Without a user module: the `PipelineConfig`
         whose model is trained (required). With one: None (every default),
-        `components.dropin.DropInSettings`, a mapping of its fields, or a
+        `components.config.stock_args.DropInSettings`, a mapping of its fields, or a
         `PipelineConfig` or mapping of its sections (data optional; its
         `train.train_steps` / `train.eval_steps` are the step counts of an
         omitted `train_args` / `eval_args`).
@@ -72,15 +71,15 @@ class Trainer(tfx.components.Trainer):
                 "tfx.components.Trainer for another one"
             )
         if user_module:
-            full, settings = dropin.resolve_settings(config)
-            dropin.check_module_file(module_file, {"run_fn": "module_file"})
-            dropin.check_function_path(run_fn, "run_fn")
+            full, settings = stock_args.resolve_settings(config)
+            stock_args.check_module_file(module_file, {"run_fn": "module_file"})
+            stock_args.check_function_path(run_fn, "run_fn")
             if full is not None and full.train.grad_accum_steps > 1:
                 raise ConfigError(
                     "config.train.grad_accum_steps: gradient accumulation needs the tfxkit model "
                     "(a user run_fn compiles and fits its own); set it to 1"
                 )
-            dropin.check_steps(train_args, eval_args, full)
+            stock_args.check_steps(train_args, eval_args, full)
             custom_config = payload.encode(custom_config, config=full, settings=settings)
             if full is not None:
                 # A full config's step counts are the run's (`check_steps` holds
@@ -101,7 +100,7 @@ class Trainer(tfx.components.Trainer):
                     "module_file or run_fn to train your own model"
                 )
             config.require_data("without module_file or run_fn, the Trainer's generated model")
-            dropin.check_steps(train_args, eval_args, config)
+            stock_args.check_steps(train_args, eval_args, config)
             custom_config = payload.encode(custom_config, config=config)
             run_fn = DEFAULT_RUN_FN
             train_args = train_args or tfx.proto.TrainArgs(

@@ -4,10 +4,10 @@ A user's `run_fn` calls `data_accessor.tf_dataset_factory(file_pattern,
 TensorFlowDatasetOptions(...), schema)` exactly as under stock TFX and gets
 the same batches: the same examples, the same `(features, label)` structure,
 shapes and dtypes (the label popped when `label_key` is set), the same epoch,
-shuffling and final-batch semantics. They come from `components.ingestion`
+shuffling and final-batch semantics. They come from `components.data.ingestion`
 (parallel interleave, batch-then-parse, parallel map, the parsed data
 cached in memory when it fits, `ingestion.cache: auto`, prefetch), over files
-resolved by `components.stored_input` as the Trainer's own datasets are: the
+resolved by `components.data.stored_input` as the Trainer's own datasets are: the
 tfxkit Transform's layout record when the files are the ones it wrote (so
 packed and uncompressed shards work, and corrupt shards fail naming the
 file), else the compression read from the files.
@@ -31,9 +31,9 @@ from tfx.components.util import tfxio_utils
 from tfx.proto import example_gen_pb2
 from tfx_bsl.public.tfxio import TensorFlowDatasetOptions
 
-from components import ingestion, layout, stored_input
 from components.config import IngestionConfig
-from components.dropin import DropInSettings
+from components.config.dropin import DropInSettings
+from components.data import ingestion, layout, stored_input
 
 DatasetFactory = Callable[..., tf.data.Dataset]
 

@@ -1,18 +1,18 @@
 """Trainer executor: decodes the payload first, then launches a job or hosts the run_fn.
 
-Thin, as TFX's `GenericExecutor`: one decode (`components.payload`) on the
+Thin, as TFX's `GenericExecutor`: one decode (`components.config.payload`) on the
 first line, then one of three things:
 
 - on Kubeflow, a multi-worker strategy trains through a training job
   (`components.trainer.launcher`): the step submits and watches it, and each
   replica runs this module (`python -m components.trainer.executor`, see
   `main`) on the step's invocation;
-- with a user module (drop-in, see `components.dropin`), the user's
+- with a user module (drop-in, see `components.config.stock_args`), the user's
   `run_fn` runs under the configured strategy and tfxkit's input pipeline
   (`components.trainer.host.run_user_fn`);
 - otherwise the tfxkit `run_fn` runs with the decoded payload beside
   `FnArgs` (`components.trainer.host.run_product_fn`), and goes through the
-  training task itself (`components.trainer.task`).
+  training task itself (`components.training.task`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from tfx.components.util import udf_utils
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import payload, user_code
-from components.kubeflow import env as tfxkit_env
-from components.kubeflow import jobs
+from components.compat import user_code
+from components.config import payload
+from components.kubernetes import env as tfxkit_env
+from components.kubernetes import jobs
 from components.trainer import host, launcher
 
 

@@ -2,16 +2,16 @@
 
 `run_product_fn` is TFX's `GenericExecutor.Do` (run, then check the model was
 written), with the executor's decoded payload handed to the run_fn (see
-`components.payload.attach`), which goes through `components.trainer.task`
+`components.config.payload.attach`), which goes through `components.training.task`
 itself.
 
-`run_user_fn` hosts a user module (drop-in, see `components.dropin`): the
+`run_user_fn` hosts a user module (drop-in, see `components.config.stock_args`): the
 task's role is resolved first (`task.start`), the user's `run_fn` runs inside
 the configured strategy's scope and Keras precision policy, with
 `fn_args.data_accessor.tf_dataset_factory` backed by tfxkit's input pipeline
 (`components.trainer.data_accessor`); on a multi-worker job only the chief's
 `serving_model_dir` is the model artifact (the others save to scratch,
-`components.export.scratch_export_dir`), and a `backup_and_restore(fn_args)`
+`components.training.export.scratch_export_dir`), and a `backup_and_restore(fn_args)`
 backup is removed after the chief's export (`task.release`). A run_fn whose
 Keras fit / evaluate gets the repeating dataset and no step count
 (`train_args` / `eval_args` without `num_steps`) fails at once, as under
@@ -27,8 +27,10 @@ from absl import logging
 from tfx.components.util import udf_utils
 from tfx.dsl.io import fileio
 
-from components import backup, cluster, dropin, export, legacy_keras, models
-from components.trainer import data_accessor, task
+from components.compat import legacy_keras
+from components.config import stock_args
+from components.trainer import data_accessor
+from components.training import backup, cluster, export, models, task
 
 
 def run_product_fn(run_fn: Callable, fn_args) -> None:
@@ -55,7 +57,7 @@ def run_product_fn(run_fn: Callable, fn_args) -> None:
 
 
 def run_user_fn(
-    settings: dropin.DropInSettings,
+    settings: stock_args.DropInSettings,
     exec_properties,
     make_fn_args: Callable[[], object],
     examples,

@@ -2,10 +2,10 @@
 
 On Kubeflow, a strategy that needs several workers does not train in the
 step's pod: the step submits a training job (a TrainJob or a TFJob, see
-`components.kubeflow.jobs`) carrying its invocation, watches it and returns
+`components.kubernetes.jobs`) carrying its invocation, watches it and returns
 with the job's result. Each replica runs the Trainer executor (`python -m
 components.trainer.executor`) on that invocation, with the `TF_CONFIG` the
-training operator gives it or, on a TrainJob, the one `components.cluster`
+training operator gives it or, on a TrainJob, the one `components.training.cluster`
 derives from its JobSet environment.
 """
 
@@ -18,7 +18,7 @@ from absl import logging
 from tfx.types import artifact_utils, standard_component_specs
 
 from components.config import PipelineConfig
-from components.kubeflow import jobs
+from components.kubernetes import jobs
 
 
 def should_launch(config: PipelineConfig | None) -> bool:

@@ -1,7 +1,7 @@
 """The Trainer's default `run_fn`: train and export the teacher.
 
-Thin: the task lifecycle (`components.trainer.task`: role, export, backup)
-around `components.trainer.training`. The same `run_fn` runs unchanged as
+Thin: the task lifecycle (`components.training.task`: role, export, backup)
+around `components.training.fit`. The same `run_fn` runs unchanged as
 every replica of a multi-worker job: the strategy comes from the config and
 `TF_CONFIG` (as the TFJob operator or Vertex AI set it). Workers and
 parameter servers of a parameter-server cluster serve until they are
@@ -18,10 +18,10 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components import strategies
 from components.config import PipelineConfig
-from components.trainer import task as task_lib
-from components.trainer import training
+from components.training import fit as training
+from components.training import strategies
+from components.training import task as task_lib
 
 
 def run_fn(fn_args) -> None:

@@ -16,11 +16,10 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 from tfx.types import BaseChannel
 
-from components import dropin, payload
-from components.config import ConfigError, PipelineConfig
+from components.config import ConfigError, PipelineConfig, payload, stock_args
 from components.transform import executor
 
-DEFAULT_PREPROCESSING_FN = "components.transform.preprocessing.preprocessing_fn"
+DEFAULT_PREPROCESSING_FN = "components.data.preprocessing.preprocessing_fn"
 
 
 class Transform(tfx.components.Transform):
@@ -33,7 +32,7 @@ class Transform(tfx.components.Transform):
         stats_options_updater_fn: As for `tfx.components.Transform`.
       config: tfxkit settings. Without a user module: the `PipelineConfig`
         whose features generate the `preprocessing_fn` (required). With one:
-        None (every default), `components.dropin.DropInSettings`, a mapping of
+        None (every default), `components.config.stock_args.DropInSettings`, a mapping of
         its fields, or a `PipelineConfig` or mapping of its sections (data optional).
 
     Raises:
@@ -67,12 +66,12 @@ class Transform(tfx.components.Transform):
                 "preprocessing_fn: give either module_file or preprocessing_fn, not both"
             )
         if module_file is not None or preprocessing_fn is not None:
-            full, settings = dropin.resolve_settings(config)
+            full, settings = stock_args.resolve_settings(config)
             functions = {"preprocessing_fn": "module_file"}
             if isinstance(stats_options_updater_fn, str) and "." not in stats_options_updater_fn:
                 functions[stats_options_updater_fn] = "stats_options_updater_fn"
-            dropin.check_module_file(module_file, functions)
-            dropin.check_function_path(preprocessing_fn, "preprocessing_fn")
+            stock_args.check_module_file(module_file, functions)
+            stock_args.check_function_path(preprocessing_fn, "preprocessing_fn")
             custom_config = payload.encode(custom_config, config=full, settings=settings)
         else:
             if not isinstance(config, PipelineConfig):

@@ -2,18 +2,18 @@
 
 With a tfxkit config, the transformed examples are written as the
 `transform` section says (shard count, compression, packing; see
-`components.transform.writer`) and what was written is recorded in
+`components.data.writer`) and what was written is recorded in
 `tfxkit_layout.json` in the transform graph directory (see
-`components.layout`). Every other Transform option (splits, analyzer cache,
+`components.data.layout`). Every other Transform option (splits, analyzer cache,
 a user `module_file` / `preprocessing_fn`) is untouched; a user module gets
-the same writer from its drop-in settings (`components.dropin`); without
+the same writer from its drop-in settings (`components.config.stock_args`); without
 tfxkit settings, or with `stock_output`, the executor behaves exactly as TFX's.
 
 This module only unpacks artifacts, validates the config and delegates: the
 writer is `writer`, every patch of TFX / TFT internals is `tfx_compat`, and
 what only makes a run faster is elsewhere: Beam's signature memo
-(`components.beam_signatures`) and the user-code wheel unpacked instead of
-pip-installed (`components.user_code`).
+(`components.compat.beam_signatures`) and the user-code wheel unpacked instead of
+pip-installed (`components.compat.user_code`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from collections.abc import Iterator
 from tfx.components.transform import executor as tfx_transform_executor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import beam_signatures, payload, user_code
-from components.transform import tfx_compat, writer
+from components.compat import beam_signatures, user_code
+from components.compat import tfx_transform as tfx_compat
+from components.config import payload
+from components.data import writer
 
 # Prefix TFX gives the transformed examples of a split (`<split uri>/transformed_examples-*`).
 EXAMPLES_PREFIX = "transformed_examples"

@@ -16,8 +16,7 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
-from components import payload
-from components.config import PipelineConfig
+from components.config import PipelineConfig, payload
 from components.validation import executor
 
 

@@ -11,7 +11,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components import payload
+from components.config import payload
 from components.validation.checks import gate_messages
 
 SCHEMA_FILE = "schema.pbtxt"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import distill_your_model as bench
-from benchmarks.stats import diff_se
+from components.testing.stats import diff_se
 
 
 def _model(accuracy, params=61_000, model_ms=1.0, serving_ms=3.0):

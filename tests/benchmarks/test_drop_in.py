@@ -7,7 +7,7 @@ import json
 import pytest
 
 from benchmarks import drop_in
-from benchmarks.stats import diff_se
+from components.testing.stats import diff_se
 
 
 def _run(

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from benchmarks import reader_accuracy
-from components import fashion_mnist
+from components.data import fashion_mnist
 from tests.conftest import write_fashion_idx
 
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 from ml_metadata.proto import metadata_store_pb2
 
-from components.distillation import count_params
+from components.distillation.model import count_params
 from components.distiller.component import teacher_key
 from components.trainer.component import Trainer
 from pipelines import local_runner
@@ -30,7 +30,7 @@ from pipelines.summary import latest_run_executions, open_store
 
 
 def _build(config, tmp_path):
-    from components.data import ResolvedInput
+    from components.data.sources import ResolvedInput
 
     data = ResolvedInput(str(tmp_path), "*.tfrecord", "tfrecord")
     paths = PipelinePaths(
@@ -220,7 +220,7 @@ RENAMED = {
 
 @pytest.mark.e2e
 def test_renamed_nodes_keep_summary_and_report_correct(tmp_path, monkeypatch, digits_config):
-    from benchmarks.tiny import tiny
+    from components.testing.tiny import tiny
 
     def renamed_pipeline(*args, **kwargs):
         pipeline = create_pipeline(*args, **kwargs)

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.tiny import tiny
-from components import fashion_mnist
 from components.config import AugmentationConfig
+from components.data import fashion_mnist
+from components.testing.tiny import tiny
 from pipelines import local_runner
 from pipelines.configs import load_config
 from tests.conftest import write_fashion_idx

@@ -16,18 +16,18 @@ from kfp import components as kfp_components
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
 from components.config import ConfigError, PipelineConfig, from_dict
-from components.kubeflow import jobs, tfjob, trainjob
+from components.kubernetes import jobs, tfjob, trainjob
 from pipelines import cli, kubeflow_runner, local_runner
 from pipelines.configs import SHIPPED_CONFIG_DIR, load_config
 from pipelines.pipeline import create_pipeline
-from tests.components.kubeflow.kube_api import (
+from tests.components.kubernetes.kube_api import (
     FakeKubernetes,
     api_client,
     condition,
     crd_schema,
     unknown_fields,
 )
-from tests.conftest import COMPILED_CONFIGS, shared_file
+from tests.conftest import COMPILED_CONFIGS, data_file
 
 NAMES = list(COMPILED_CONFIGS)
 # The steps that train, per shipped config (digits distils, with a scratch baseline).
@@ -214,7 +214,7 @@ def test_dag_equals_the_local_pipeline(compiled, name, tmp_path):
     """Same components, wiring and parameters; only data location, push destination and placement differ."""
     from tfx import v1 as tfx
 
-    from components.data import resolve_input
+    from components.data.sources import resolve_input
 
     config, component, _ = compiled[name]
     local = create_pipeline(
@@ -386,7 +386,7 @@ def _env(container):
 
 def _assert_valid_job(manifest):
     """The job against its CRD's schema, as the cluster's API server would check it."""
-    from tests.components.kubeflow import test_tfjob, test_trainjob
+    from tests.components.kubernetes import test_tfjob, test_trainjob
 
     if manifest["kind"] == "TrainJob":
         schema = crd_schema(
@@ -394,7 +394,7 @@ def _assert_valid_job(manifest):
         )
     else:
         schema = crd_schema(
-            shared_file("kubeflow", test_tfjob.CRD_NAME), tfjob.GROUP, tfjob.VERSION, tfjob.PLURAL
+            data_file("kubeflow", test_tfjob.CRD_NAME), tfjob.GROUP, tfjob.VERSION, tfjob.PLURAL
         )
     jsonschema.Draft7Validator(schema).validate(manifest)
     assert unknown_fields(manifest, schema) == []
@@ -670,7 +670,7 @@ def test_compile_rejects_what_the_cluster_cannot_run(tmp_path, changes, match):
 
 
 def test_a_config_without_data_is_refused_naming_it(tmp_path):
-    # Such a config serves only a user's own module (components.dropin).
+    # Such a config serves only a user's own module (components.config.stock_args).
     with pytest.raises(
         ConfigError, match=r"^data: the tfxkit pipeline needs the data section: set exactly one of"
     ):

@@ -19,8 +19,8 @@ import pytest
 import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
-from benchmarks.tiny import tiny
-from components.data import taxi_csv_path
+from components.data.sources import taxi_csv_path
+from components.testing.tiny import tiny
 from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
 
@@ -190,7 +190,7 @@ def test_taxi_pushed_model_serves_raw_examples(taxi_run):
 @pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_taxi_transform_wrote_the_configured_shards_and_compression(taxi_run, taxi_config):
-    from components import layout as transform_layout
+    from components.data import layout as transform_layout
 
     output, _ = taxi_run
     root = os.path.join(output, "pipeline_root", "Transform")

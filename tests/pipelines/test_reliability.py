@@ -9,9 +9,10 @@ import os
 import pytest
 import tensorflow as tf
 
-from benchmarks import full_disk as full_disk_module
-from benchmarks.full_disk import FullDiskUnavailable, full_disk
-from benchmarks.reliability_cases import (
+from components.testing import full_disk as full_disk_module
+from components.testing.full_disk import FullDiskUnavailable, full_disk
+from pipelines import local_runner
+from pipelines.testing.reliability_cases import (
     Case,
     CaseUnavailable,
     read_taxi_rows,
@@ -19,7 +20,6 @@ from benchmarks.reliability_cases import (
     serving_versions,
     taxi_serving_example,
 )
-from pipelines import local_runner
 from tests.pipelines.reliability_support import assert_behaves_as_documented, case_params
 
 

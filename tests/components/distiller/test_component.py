@@ -14,15 +14,16 @@ import tf_keras as keras
 from tfx.proto import trainer_pb2
 from tfx.types import channel, standard_artifacts
 
-from components import distillation, models
 from components.config import MAX_TEACHERS, ConfigError, PipelineConfig
-from components.distiller import teachers as teachers_lib
+from components.config.payload import CONFIG_KEY
+from components.distillation import model as distillation
+from components.distillation import teachers as teachers_lib
 from components.distiller.component import Distiller, teacher_key
 from components.distiller.executor import teacher_model_dirs
 from components.distiller.run_fn import train_student
-from components.export import TRANSFORMED_LOGITS_SIGNATURE
-from components.payload import CONFIG_KEY
-from components.trainer import training
+from components.training import fit as training
+from components.training import models
+from components.training.export import TRANSFORMED_LOGITS_SIGNATURE
 
 # --------------------------------------------------------------------------- #
 # Construction

@@ -12,9 +12,9 @@ import tensorflow_transform as tft
 import tf_keras as keras
 
 from components.config import module_config_from_dict
-from tests.components.trainer import penguins
-from tests.components.trainer.test_training import kill_all, start_worker, wait_all
-from tests.conftest import shared_file
+from tests.components.training import penguins
+from tests.components.training.test_fit import kill_all, start_worker, wait_all
+from tests.conftest import data_file
 
 STUDENT_MODULE = """
 import tensorflow as tf
@@ -53,7 +53,7 @@ def _save_teacher(path: str, tft_output, features) -> None:
 @pytest.fixture(scope="module")
 def distilled(tmp_path_factory):
     """The same student_fn distilled on one device and mirrored over two logical CPUs."""
-    shared_file("data", os.path.basename(penguins.PENGUINS_CSV))
+    data_file(os.path.basename(penguins.PENGUINS_CSV))
     root = str(tmp_path_factory.mktemp("student_strategies"))
     data_config = penguins.penguins_config()
     data = penguins.materialize(data_config, os.path.join(root, "data"))

@@ -20,7 +20,7 @@ import sys
 
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-from benchmarks import tfx_examples
+from components.testing import tfx_examples
 
 
 def main(spec_path: str) -> None:

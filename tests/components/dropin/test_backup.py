@@ -7,11 +7,13 @@ import os
 import attr
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components import dropin, payload
+from components.config import payload
+from components.config.dropin import DropInSettings
+from components.training import backup
 
 
 def _fn_args(tmp_path, execution: int, **overrides) -> FnArgs:
-    settings = dropin.DropInSettings(checkpoint_every_steps=3)
+    settings = DropInSettings(checkpoint_every_steps=3)
     args = FnArgs(
         train_files=["/data/Split-train/*"],
         eval_files=["/data/Split-eval/*"],
@@ -24,8 +26,8 @@ def _fn_args(tmp_path, execution: int, **overrides) -> FnArgs:
 
 
 def test_a_new_execution_with_the_same_inputs_finds_the_same_backup(tmp_path):
-    first = dropin.backup_and_restore(_fn_args(tmp_path, 7))
-    rerun = dropin.backup_and_restore(_fn_args(tmp_path, 8))
+    first = backup.backup_and_restore(_fn_args(tmp_path, 7))
+    rerun = backup.backup_and_restore(_fn_args(tmp_path, 8))
     assert first.backup_dir == rerun.backup_dir
     # Beside the executions' model run directories, never inside one.
     assert os.path.dirname(first.backup_dir) == str(tmp_path / "Trainer" / "backups")
@@ -33,11 +35,11 @@ def test_a_new_execution_with_the_same_inputs_finds_the_same_backup(tmp_path):
 
 
 def test_changed_inputs_start_afresh(tmp_path):
-    first = dropin.backup_and_restore(_fn_args(tmp_path, 7))
-    longer = dropin.backup_and_restore(_fn_args(tmp_path, 8, train_steps=6))
-    other_data = dropin.backup_and_restore(_fn_args(tmp_path, 8, train_files=["/other/*"]))
+    first = backup.backup_and_restore(_fn_args(tmp_path, 7))
+    longer = backup.backup_and_restore(_fn_args(tmp_path, 8, train_steps=6))
+    other_data = backup.backup_and_restore(_fn_args(tmp_path, 8, train_files=["/other/*"]))
     assert len({first.backup_dir, longer.backup_dir, other_data.backup_dir}) == 3
 
 
 def test_explicit_save_freq_wins(tmp_path):
-    assert dropin.backup_and_restore(_fn_args(tmp_path, 7), save_freq=11).save_freq == 11
+    assert backup.backup_and_restore(_fn_args(tmp_path, 7), save_freq=11).save_freq == 11

@@ -11,15 +11,16 @@ from tfx import v1 as tfx
 from tfx.types import Channel, standard_artifacts
 from tfx.utils import proto_utils
 
-from components import dropin, payload
 from components.config import (
     ConfigError,
     PipelineConfig,
     StrategyConfig,
     TrainConfig,
     TransformConfig,
+    payload,
+    stock_args,
 )
-from components.payload import CONFIG_KEY
+from components.config.payload import CONFIG_KEY
 from components.trainer.component import Trainer
 from components.transform.component import Transform
 
@@ -76,7 +77,10 @@ def test_stock_transform_call_with_every_argument_keeps_the_exec_properties(chan
     }
     custom = json.loads(ours.exec_properties["custom_config"])
     assert custom["mine"] == 1
-    assert dropin.DropInSettings.from_json(custom[payload.DROPIN_KEY]) == dropin.DropInSettings()
+    assert (
+        stock_args.DropInSettings.from_json(custom[payload.DROPIN_KEY])
+        == stock_args.DropInSettings()
+    )
     assert set(ours.outputs) == set(stock.outputs)
     assert set(ours.inputs) == set(stock.inputs)
 
@@ -117,7 +121,7 @@ def test_product_settings_are_optional_and_need_no_data_section(channels):
         examples=channels["examples"],
         schema=channels["schema"],
         module_file=TAXI_MODULE,
-        config=dropin.DropInSettings(transform=TransformConfig(num_shards=3)),
+        config=stock_args.DropInSettings(transform=TransformConfig(num_shards=3)),
     )
     settings = payload.decode(transform.exec_properties["custom_config"]).settings
     assert settings.transform.num_shards == 3
@@ -137,7 +141,8 @@ def test_a_full_config_travels_beside_the_settings(channels, taxi_config):
     custom = json.loads(trainer.exec_properties["custom_config"])
     assert json.loads(custom[CONFIG_KEY])["name"] == taxi_config.name
     assert (
-        dropin.DropInSettings.from_json(custom[payload.DROPIN_KEY]).strategy == taxi_config.strategy
+        stock_args.DropInSettings.from_json(custom[payload.DROPIN_KEY]).strategy
+        == taxi_config.strategy
     )
 
 

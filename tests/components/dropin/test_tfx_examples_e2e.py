@@ -16,8 +16,8 @@ import sys
 import pytest
 import tensorflow as tf
 
-from benchmarks import tfx_examples
-from components.layout import read_layout
+from components.data.layout import read_layout
+from components.testing import tfx_examples
 
 # Steps per example. The taxi example's own Evaluator blesses (and so lets
 # the Pusher push) only a model with binary accuracy >= 0.6 on the eval
@@ -183,8 +183,6 @@ def _check_swapped_run(root: str) -> None:
 @pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_penguin_keras_example_swapped_pushes_a_model_with_the_stock_signature(example_runs):
-    if not os.path.isfile(tfx_examples.PENGUIN_CSV):
-        pytest.skip(f"penguin data missing: {os.path.normpath(tfx_examples.PENGUIN_CSV)}")
     _, stock_signatures = example_runs[tfx_examples.PENGUIN.name, "stock"].result()
     swapped, swapped_signatures = example_runs[tfx_examples.PENGUIN.name, "swapped"].result()
     _check_swapped_run(swapped)
@@ -200,8 +198,6 @@ def test_penguin_stock_trainers_model_distils_into_a_student_fn_that_serves_like
     example_runs,
 ):
     """Stock Transform and Trainer untouched; the Distiller, an Evaluator and a Pusher added."""
-    if not os.path.isfile(tfx_examples.PENGUIN_CSV):
-        pytest.skip(f"penguin data missing: {os.path.normpath(tfx_examples.PENGUIN_CSV)}")
     run = example_runs[tfx_examples.PENGUIN.name, "stock"]
     _, signatures = run.result()
     _check_distilled(run, signatures)

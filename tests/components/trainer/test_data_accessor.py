@@ -19,7 +19,7 @@ from tfx.components.util import tfxio_utils
 from tfx.types import artifact_utils, standard_artifacts
 from tfx_bsl.public.tfxio import TensorFlowDatasetOptions
 
-from components.dropin import DropInSettings
+from components.config.dropin import DropInSettings
 from components.trainer import data_accessor
 
 NUM_FILES = 3

@@ -10,8 +10,8 @@ import pytest
 from tfx.components.trainer.fn_args_utils import FnArgs
 from tfx.types import artifact_utils, standard_artifacts
 
-from components import payload
-from components.kubeflow import env
+from components.config import payload
+from components.kubernetes import env
 from components.trainer import executor, host, launcher
 
 

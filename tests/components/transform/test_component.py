@@ -8,8 +8,8 @@ import json
 import pytest
 from tfx import v1 as tfx
 
-from components import payload
-from components.payload import CONFIG_KEY
+from components.config import payload
+from components.config.payload import CONFIG_KEY
 from components.transform.component import Transform
 
 CUSTOM_CONFIG = "custom_config"

@@ -28,15 +28,17 @@ from tfx.types import standard_component_specs as specs
 from tfx.utils import io_utils, proto_utils
 from tfx_bsl.public import tfxio
 
-from benchmarks.tiny import tiny
-from components import layout as transform_layout
+from components.compat import tfx_transform as tfx_compat
 from components.config import PipelineConfig
-from components.data import taxi_csv_path
-from components.payload import CONFIG_KEY
+from components.config.payload import CONFIG_KEY
+from components.data import layout as transform_layout
+from components.data import writer
+from components.data.sources import taxi_csv_path
+from components.testing.tiny import tiny
 from components.trainer import component as trainer_component
-from components.trainer import training
-from components.trainer.inputs import make_datasets
-from components.transform import executor, tfx_compat, writer
+from components.training import fit as training
+from components.training.inputs import make_datasets
+from components.transform import executor
 
 TRAIN_ROWS, EVAL_ROWS = 600, 240
 BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -108,7 +110,7 @@ def run_transform(root: str, config: PipelineConfig, raw_artifacts, **exec_prope
     cache = standard_artifacts.TransformCache()
     cache.uri = os.path.join(root, "updated_analyzer_cache")
     properties = {
-        specs.PREPROCESSING_FN_KEY: "components.transform.preprocessing.preprocessing_fn",
+        specs.PREPROCESSING_FN_KEY: "components.data.preprocessing.preprocessing_fn",
         specs.CUSTOM_CONFIG_KEY: json.dumps({CONFIG_KEY: config.to_json()}),
         specs.DISABLE_STATISTICS_KEY: True,
         **exec_properties,

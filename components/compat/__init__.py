@@ -1,0 +1,1 @@
+"""Patches of TF, TFX and Beam internals, each with its reason."""

@@ -1,0 +1,258 @@
+"""The tfxkit Transform's Beam writer: ingestion-ready shards and their layout record.
+
+Stock TFX writes the transformed examples as GZIP TFRecords in as many shards
+as the Beam runner happens to choose. `WriteIngestionReady` writes one split
+as the `transform` config section says instead:
+
+- `num_shards` files per split (0: `layout.default_num_shards`, sized for
+  parallel reads and per-worker file sharding);
+- `compression` `gzip` (`.gz`, as stock) or `none` (`.tfrecord`, faster to
+  read);
+- with `pack_features`, every dense numeric transformed feature in one
+  fixed-length float vector per example (`layout.PACKED_FEATURE`), so parsing
+  costs one feature instead of dozens;
+
+then reads every shard back and stages its stats. After the run,
+`write_layout_record` merges the staged stats of every split into the layout
+record (`tfxkit_layout.json`, see `components.data.layout`).
+
+The record format itself (packing, suffixes, stats, the record) is
+`components.data.layout`; the TFX internals the writer needs come from
+`components.compat.tfx_transform`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any
+
+import apache_beam as beam
+import pyarrow as pa
+import tensorflow as tf
+import tensorflow_transform as tft
+from apache_beam.io.filesystem import CompressionTypes
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tensorflow_transform.tf_metadata import schema_utils
+from tfx_bsl.coders import example_coder
+
+from components.compat import tfx_transform as tfx_compat
+from components.config import PipelineConfig
+from components.data import layout
+
+# Directory (in the transform graph) where each split's shard record is staged.
+STAGING_DIR = "tfxkit_shard_records"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSettings:
+    """How the transformed examples are written.
+
+    Attributes:
+      num_shards: Files per split (resolved, > 0).
+      compression: `gzip` or `none`.
+      pack_features: Pack dense numeric features into one float vector.
+      staging_dir: Where each split's shard record is staged until the
+        layout record is written.
+    """
+
+    num_shards: int
+    compression: str
+    pack_features: bool
+    staging_dir: str
+
+    @classmethod
+    def from_config(cls, config: PipelineConfig, staging_dir: str) -> OutputSettings:
+        return cls(
+            num_shards=layout.resolve_num_shards(
+                config.transform.num_shards, config.strategy.workers
+            ),
+            compression=config.transform.compression,
+            pack_features=config.transform.pack_features,
+            staging_dir=staging_dir,
+        )
+
+    @property
+    def suffix(self) -> str:
+        return layout.shard_suffix(self.compression)
+
+
+def plan_packing(schema: schema_pb2.Schema, settings: OutputSettings) -> layout.Packing | None:
+    """The packing of a transformed schema, or None when packing is off."""
+    if not settings.pack_features:
+        return None
+    return layout.plan_packing(schema_utils.schema_as_feature_spec(schema).feature_spec)
+
+
+def packed_schema(schema: schema_pb2.Schema, packing: layout.Packing | None) -> schema_pb2.Schema:
+    """The schema of the records as stored (members replaced by the packed feature)."""
+    if packing is None:
+        return schema
+    members = {m.name for m in packing.members}
+    out = schema_pb2.Schema()
+    out.CopyFrom(schema)
+    del out.feature[:]
+    out.feature.extend(f for f in schema.feature if f.name not in members)
+    packed = out.feature.add(name=packing.feature, type=schema_pb2.FLOAT)
+    packed.shape.dim.add(size=packing.width)
+    packed.presence.min_fraction = 1.0
+    return out
+
+
+class EncodeExamplesFn(beam.DoFn):
+    """Transformed `(RecordBatch, passthrough)` -> serialized tf.Examples, packed if asked."""
+
+    def __init__(self, schema: schema_pb2.Schema, packing: layout.Packing | None):
+        self._schema = packed_schema(schema, packing)
+        self._packing = packing
+        # Resolved here, where the pipeline is built, not on the workers.
+        self._internal_key = tfx_compat.internal_key_feature()
+        self._encoder = None
+
+    def setup(self):
+        self._encoder = example_coder.RecordBatchToExamplesEncoder(self._schema)
+
+    def encode(self, record_batch: pa.RecordBatch) -> list[bytes]:
+        if self._internal_key in record_batch.schema.names:
+            # TFT's pass-through key column is bookkeeping, never a feature.
+            record_batch = record_batch.drop_columns([self._internal_key])
+        if self._packing is not None:
+            record_batch = layout.pack_record_batch(record_batch, self._packing)
+        if self._encoder is None:
+            self.setup()
+        return self._encoder.encode(record_batch)
+
+    def process(self, element):
+        record_batch, _ = element
+        yield from self.encode(record_batch)
+
+
+def describe_shard(path: str, compression: str) -> dict[str, Any]:
+    """A written shard's path, record count and sizes, read back from the file."""
+    stats = layout.scan_shard(path, compression)
+    return {"path": path, **dataclasses.asdict(stats)}
+
+
+def _stage_shard_record(shards, output_path: str, settings: OutputSettings, packing) -> None:
+    """Writes one split's shard list for `write_layout_record` to merge into the layout record."""
+    tf.io.gfile.makedirs(settings.staging_dir)
+    name = hashlib.sha256(output_path.encode()).hexdigest()[:16] + ".json"
+    record = {
+        "output_path": output_path,
+        "packing": layout.packing_to_json(packing),
+        "shards": sorted(shards, key=lambda s: s["path"]),
+    }
+    with tf.io.gfile.GFile(os.path.join(settings.staging_dir, name), "w") as f:
+        f.write(json.dumps(record))
+
+
+class WriteIngestionReady(beam.PTransform):
+    """Encodes, packs and writes one split as configured, then records its shards."""
+
+    def __init__(self, settings: OutputSettings, schema: schema_pb2.Schema, output_path: str):
+        super().__init__()
+        self._settings = settings
+        self._schema = schema
+        self._output_path = output_path
+
+    def expand(self, pcoll):
+        settings = self._settings
+        packing = plan_packing(self._schema, settings)
+        written = (
+            pcoll
+            | "EncodeAndSerialize" >> beam.ParDo(EncodeExamplesFn(self._schema, packing))
+            | "WriteToTFRecord"
+            >> beam.io.WriteToTFRecord(
+                self._output_path,
+                file_name_suffix=settings.suffix,
+                num_shards=settings.num_shards,
+                compression_type=CompressionTypes.GZIP
+                if settings.compression == "gzip"
+                else CompressionTypes.UNCOMPRESSED,
+            )
+        )
+        return (
+            written
+            | "DescribeShards" >> beam.Map(describe_shard, settings.compression)
+            | "CollectShards" >> beam.combiners.ToList()
+            | "StageShardRecord"
+            >> beam.Map(_stage_shard_record, self._output_path, settings, packing)
+        )
+
+
+def clear_staged_records(settings: OutputSettings) -> None:
+    """Removes shard records a failed earlier run left behind."""
+    if tf.io.gfile.isdir(settings.staging_dir):
+        tf.io.gfile.rmtree(settings.staging_dir)
+
+
+def read_staged_records(settings: OutputSettings) -> dict[str, dict[str, Any]]:
+    """The shard records the writer staged, keyed by output path prefix; removes them."""
+    staged = {}
+    if tf.io.gfile.isdir(settings.staging_dir):
+        for name in tf.io.gfile.listdir(settings.staging_dir):
+            with tf.io.gfile.GFile(os.path.join(settings.staging_dir, name)) as f:
+                record = json.load(f)
+            staged[record["output_path"]] = record
+        tf.io.gfile.rmtree(settings.staging_dir)
+    return staged
+
+
+def build_layout(
+    staged: dict[str, dict[str, Any]],
+    prefixes: dict[str, str],
+    graph_spec: dict[str, Any],
+    settings: OutputSettings,
+) -> layout.Layout:
+    """The layout record of the splits written under `prefixes` (prefix -> split).
+
+    Raises:
+      ValueError: if a split's shard record is missing or splits were packed
+        differently.
+    """
+    files, packings = [], set()
+    for prefix, split in sorted(prefixes.items()):
+        if prefix not in staged:
+            raise ValueError(
+                f"Transform: no shard record was written for split {split!r} ({prefix})"
+            )
+        record = staged[prefix]
+        packings.add(json.dumps(record["packing"], sort_keys=True))
+        for shard in record["shards"]:
+            stats = layout.ShardStats(shard["records"], shard["raw_bytes"], shard["file_bytes"])
+            files.append(layout.ShardFile(shard["path"], split, stats))
+    if len(packings) != 1:
+        raise ValueError(f"Transform: splits were packed differently: {sorted(packings)}")
+    packing = layout.packing_from_json(json.loads(packings.pop()))
+    return layout.Layout(
+        compression=settings.compression,
+        num_shards=settings.num_shards,
+        packing=packing,
+        parse_spec=layout.spec_to_json(layout.file_spec(graph_spec, packing)),
+        files=tuple(files),
+    )
+
+
+def write_layout_record(
+    transform_graph_uri: str, prefixes: dict[str, str], settings: OutputSettings
+) -> str | None:
+    """Writes the layout record of this run into the transform graph; returns its path.
+
+    Args:
+      transform_graph_uri: The transform graph directory of the run.
+      prefixes: Output path prefix -> split name of every transformed split.
+      settings: How the run wrote its output.
+
+    Returns:
+      The record's path, or None when the tfxkit writer wrote nothing (no
+      transformed examples, or Parquet ones).
+    """
+    staged = read_staged_records(settings)
+    if not prefixes or not staged:
+        # Nothing materialized, or not as TFRecords (Parquet output stays stock).
+        return None
+    graph_spec = tft.TFTransformOutput(transform_graph_uri).transformed_feature_spec()
+    record = build_layout(staged, prefixes, graph_spec, settings)
+    return layout.write_layout(transform_graph_uri, record)

@@ -1,0 +1,218 @@
+"""A student from the user's module file: `student_fn(fn_args) -> keras.Model`.
+
+The module file is the Distiller's `module_file` (TFX packages it as it does
+a Trainer's); `student_fn` builds a tf.keras model on the transformed
+features with logits out, one unit per teacher output unit (one for a binary
+teacher with one output unit). Here: loading it, checking the student
+against its teachers before training, the class-logits view the KD loss
+trains, and the export with the teacher's serving signatures (raw
+`tf.Example` in, the teacher's output key and meaning out), so Evaluator and
+Pusher treat the student as the teacher. No TFX types beyond `udf_utils`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import tensorflow as tf
+import tensorflow_transform as tft
+import tf_keras as keras
+from tfx.components.util import udf_utils
+
+from components.config import ConfigError, PipelineConfig
+from components.distillation import teachers as teachers_lib
+
+STUDENT_FN = "student_fn"
+
+
+def load_student_fn(student_module: Mapping[str, str]) -> Callable:
+    """The module's `student_fn`.
+
+    Args:
+      student_module: `module_file` and/or `module_path` (TFX's packaged copy).
+
+    Raises:
+      ConfigError: naming `module_file` when the module cannot be imported or
+        defines no `student_fn`.
+    """
+    module_file = student_module.get("module_file") or student_module.get("module_path")
+    try:
+        fn = udf_utils.get_fn(dict(student_module), STUDENT_FN)
+    except (AttributeError, ImportError, FileNotFoundError) as e:
+        raise ConfigError(
+            f"module_file: cannot load {STUDENT_FN} from {module_file!r}: {e}; define "
+            f"`def {STUDENT_FN}(fn_args) -> tf.keras.Model` in the Distiller's module_file"
+        ) from e
+    if not callable(fn):
+        raise ConfigError(f"module_file: {STUDENT_FN} in {module_file!r} is not a function")
+    return fn
+
+
+def build(student_fn: Callable, fn_args) -> keras.Model:
+    """`student_fn(fn_args)`, checked to be a Keras model with one output.
+
+    Raises:
+      ConfigError: naming `module_file` when it returns something else.
+    """
+    model = student_fn(fn_args)
+    if not isinstance(model, keras.Model):
+        raise ConfigError(
+            f"module_file: {STUDENT_FN} returned {type(model).__name__}, not a tf.keras Model (with "
+            "TF_USE_LEGACY_KERAS=1, as TFX's Trainer runs, tf.keras is tf_keras)"
+        )
+    if len(model.outputs or ()) != 1:
+        raise ConfigError(
+            f"module_file: {STUDENT_FN}'s model has {len(model.outputs or ())} outputs; return a functional "
+            "model with one [batch, classes] logits output"
+        )
+    return model
+
+
+def check_student(
+    config: PipelineConfig,
+    student: keras.Model,
+    teachers: Sequence[teachers_lib.TeacherInfo],
+    transformed_features: Sequence[str],
+) -> None:
+    """Fails before training when the student cannot learn from or serve like its teachers.
+
+    Raises:
+      ValueError: naming the argument or field: a student whose output width
+        differs from the teachers', reading features Transform does not
+        write, or not smaller than a teacher (`distillation.require_compression`).
+    """
+    for i, info in enumerate(teachers):
+        if info.serving_problem:
+            raise ValueError(
+                f"teacher_models: teacher {i} ({info.export_dir}) cannot be served by a student: "
+                f"{info.serving_problem}"
+            )
+    teacher = teachers[0]
+    width = int(student.output_shape[-1])
+    if width != teacher.width:
+        raise ValueError(
+            f"module_file: {STUDENT_FN}'s model outputs {width} logits per example but teacher 0 "
+            f"({teacher.export_dir}) outputs {teacher.width}"
+            + (" (one binary unit)" if teacher.width == 1 else f" ({teacher.num_classes} classes)")
+            + "; give the student's last layer as many units as the teacher's"
+        )
+    unknown = sorted(set(student.input_names) - set(transformed_features))
+    if unknown:
+        raise ValueError(
+            f"module_file: {STUDENT_FN}'s model reads {unknown}, which Transform does not write (it writes "
+            f"{sorted(transformed_features)}); name the student's inputs after transformed features"
+        )
+    for i, info in enumerate(teachers):
+        teachers_lib.check_compression(
+            config,
+            student,
+            info,
+            f"teacher {i} ({info.export_dir})",
+            f"shrink the model {STUDENT_FN} builds",
+        )
+
+
+def label_key(
+    config: PipelineConfig,
+    teachers: Sequence[teachers_lib.TeacherInfo],
+    transformed_features: Sequence[str],
+) -> str:
+    """The transformed label: `distillation.label_key`, else the one feature no teacher reads.
+
+    Raises:
+      ValueError: naming `distillation.label_key` when it is unknown or cannot
+        be inferred.
+    """
+    features = set(transformed_features)
+    given = config.distillation.label_key
+    if given:
+        if given not in features:
+            raise ValueError(
+                f"distillation.label_key: {given!r} is not a transformed feature; Transform writes "
+                f"{sorted(features)}"
+            )
+        return given
+    read = set().union(*(t.input_specs for t in teachers))
+    left = sorted(features - read)
+    if len(left) != 1:
+        raise ValueError(
+            f"distillation.label_key: cannot tell the label from the transformed features the teachers do not "
+            f"read ({left}); set distillation.label_key to the transformed label feature"
+        )
+    return left[0]
+
+
+def class_logits_model(student: keras.Model, width: int) -> keras.Model:
+    """The student as the KD loss trains it: `[batch, classes]` logits.
+
+    A one-unit (binary) student is wrapped so its logit `z` reads as the two
+    logits `[0, z]`; the wrapper shares every layer, so training it trains
+    `student`, which is what is exported. Wider students are returned as
+    they are.
+    """
+    if width != 1:
+        return student
+    two = teachers_lib.class_logits(student.outputs[0], teachers_lib.LOGITS, 1)
+    return keras.Model(student.inputs, two, name=f"{student.name}_two_class")
+
+
+def export_like_teacher(
+    student: keras.Model,
+    tft_output: tft.TFTransformOutput,
+    teacher: teachers_lib.TeacherInfo,
+    export_dir: str,
+) -> None:
+    """Saves `student` with the teacher's serving signatures.
+
+    `serving_default` parses the raw features the teacher's parses, applies
+    the transform graph, runs the student and returns the teacher's output
+    key with the teacher's meaning (softmax / sigmoid applied when the teacher
+    gives probabilities); each transform signature of the teacher is
+    reproduced from the transform graph alone.
+
+    Raises:
+      ValueError: when the teacher parses a raw feature the transform graph
+        does not describe.
+    """
+    student.tft_layer = tft_output.transform_features_layer()
+    raw_spec = tft_output.raw_feature_spec()
+
+    def spec_of(keys: Sequence[str], signature: str) -> dict:
+        missing = sorted(set(keys) - set(raw_spec))
+        if missing:
+            raise ValueError(
+                f"distillation: teacher {teacher.export_dir} signature {signature!r} parses {missing}, which the "
+                "transform graph's raw features do not include; distil on the teacher's own Transform output"
+            )
+        return {k: raw_spec[k] for k in keys}
+
+    ((input_name, input_spec),) = teacher.serving_inputs.items()
+    signature = [tf.TensorSpec(input_spec.shape, input_spec.dtype, name=input_name)]
+    serve_spec = spec_of(teacher.parse_keys, "serving_default")
+    input_keys = list(student.input_names)
+    (output_key,) = teacher.output_keys
+
+    @tf.function(input_signature=signature, autograph=False)
+    def serve(examples):
+        parsed = tf.io.parse_example(examples, serve_spec)
+        transformed = student.tft_layer(parsed)
+        out = tf.cast(student({k: transformed[k] for k in input_keys}, training=False), tf.float32)
+        if teacher.output == teachers_lib.PROBABILITIES:
+            out = tf.sigmoid(out) if teacher.width == 1 else tf.nn.softmax(out)
+        return {output_key: out}
+
+    signatures = {"serving_default": serve.get_concrete_function()}
+    for name, (keys, outputs) in teacher.transform_signatures.items():
+        signatures[name] = _transform_signature(
+            student.tft_layer, spec_of(keys, name), outputs, signature
+        ).get_concrete_function()
+    student.save(export_dir, save_format="tf", signatures=signatures, include_optimizer=False)
+
+
+def _transform_signature(tft_layer, parse_spec, outputs, signature):
+    @tf.function(input_signature=signature, autograph=False)
+    def transform(examples):
+        transformed = tft_layer(tf.io.parse_example(examples, parse_spec))
+        return {k: transformed[k] for k in outputs}
+
+    return transform

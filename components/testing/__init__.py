@@ -1,0 +1,1 @@
+"""Helpers that the tests and the benchmarks share (as `apache_beam.testing`)."""

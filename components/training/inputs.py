@@ -1,0 +1,295 @@
+"""The Trainer's inputs: transformed examples to `(features, label)` batches.
+
+No TFX types. `make_datasets` builds the train and eval datasets of one
+input pipeline from the stored Transform output (resolved by
+`components.data.stored_input`, read by `components.data.ingestion`), then applies
+`data.labeled_fraction` (`partially_labeled`) and `train.augmentation`
+(`augmented`) to the training batches; `distributed_datasets` hands one per
+input pipeline to the `tf.distribute` strategy. The fit loop that consumes
+them is `components.training.fit.fit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+import tensorflow_transform as tft
+import tf_keras as keras
+from absl import logging
+
+from components.config import PipelineConfig
+from components.data import augment as augment_lib
+from components.data import ingestion, labels, layout, stored_input
+from components.training import backup, strategies
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingInputs:
+    """Paths and step counts of one training run.
+
+    Attributes:
+      train_files: File patterns of the transformed train split.
+      eval_files: File patterns of the transformed eval split.
+      transform_output: Transform graph directory (TFTransformOutput).
+      serving_model_dir: Where the serving SavedModel is exported.
+      model_run_dir: Scratch space: logs, caches, backups.
+      train_steps: Optimizer steps.
+      eval_steps: Evaluation batches.
+      backup_dir: Crash-recovery backup location, from `components.training.backup`:
+        `backup.product_location` for inputs from `from_fn_args`; when not
+        given, `backup.run_dir_location` (inside `model_run_dir`), filled in
+        at construction.
+      label_key: The transformed label feature, when the config has no data
+        section to name it (the Distiller of a `student_fn`).
+    """
+
+    train_files: tuple[str, ...]
+    eval_files: tuple[str, ...]
+    transform_output: str
+    serving_model_dir: str
+    model_run_dir: str
+    train_steps: int
+    eval_steps: int
+    backup_dir: str = ""
+    label_key: str = ""
+
+    def __post_init__(self):
+        if not self.backup_dir:
+            object.__setattr__(self, "backup_dir", backup.run_dir_location(self.model_run_dir))
+
+    def label(self, config: PipelineConfig) -> str:
+        """The transformed label feature: `label_key`, else the config's `data.label.name`."""
+        return self.label_key or config.data.label.name
+
+    @classmethod
+    def from_fn_args(cls, fn_args, config: PipelineConfig, label_key: str = "") -> TrainingInputs:
+        return cls(
+            train_files=tuple(fn_args.train_files),
+            eval_files=tuple(fn_args.eval_files),
+            transform_output=fn_args.transform_output,
+            serving_model_dir=fn_args.serving_model_dir,
+            model_run_dir=fn_args.model_run_dir,
+            train_steps=fn_args.train_steps or config.train.train_steps,
+            eval_steps=fn_args.eval_steps or config.train.eval_steps,
+            backup_dir=backup.product_location(fn_args, config),
+            label_key=label_key,
+        )
+
+
+# What the training input does with examples whose label `data.labeled_fraction` withholds.
+DROP_UNLABELED = "drop"
+MASK_UNLABELED = "mask"
+
+
+def make_datasets(
+    config: PipelineConfig,
+    inputs: TrainingInputs,
+    tft_output: tft.TFTransformOutput,
+    input_context: tf.distribute.InputContext | None = None,
+    unlabeled: str = DROP_UNLABELED,
+) -> tuple[tf.data.Dataset, tf.data.Dataset]:
+    """Train (repeated, shuffled) and eval datasets of `(features, label)`.
+
+    Only the train dataset is augmented (`train.augmentation`, see
+    `augmented`); under mixup its label is an `augment.MixedLabels`.
+
+    The record format comes from the layout record the tfxkit Transform wrote
+    into the transform graph (compression, packing, parse spec, every shard
+    with its sizes); without one the input is stock TFX Transform output
+    (tf.Examples in the transform graph's feature spec, compressed as the
+    files say). `stored_input.resolve` decides, as for `tf_dataset_factory`.
+
+    Args:
+      config: The validated pipeline config.
+      inputs: Paths of the run.
+      tft_output: The transform graph of the transformed examples.
+      input_context: This input pipeline's place among all of them (from
+        `distribute_datasets_from_function`); None reads everything.
+      unlabeled: What training does with the examples `data.labeled_fraction`
+        withholds the label of (see `partially_labeled`).
+
+    Returns:
+      `(train, eval)`.
+
+    Raises:
+      ValueError: (`LayoutError` / `IngestionError`) naming the file when the
+        transformed examples disagree with the layout record.
+    """
+    label_key = inputs.label(config)
+    labeled_fraction = config.data.labeled_fraction if config.data is not None else 1.0
+    record = layout.read_layout(inputs.transform_output)
+    graph_spec = tft_output.transformed_feature_spec()
+    if record is None:
+        logging.info(
+            "Trainer: no tfxkit layout record in %s; reading stock TFX Transform output",
+            inputs.transform_output,
+        )
+
+    def dataset(patterns, training, batch_size):
+        stored = stored_input.resolve(
+            patterns, graph_spec, record, reader="Trainer", what="transformed example files"
+        )
+        cache_path = ""
+        if training and config.ingestion.cache == "file":
+            cache_path = stored.cache_path(inputs.model_run_dir)
+        return ingestion.make_dataset(
+            list(stored.files),
+            stored.feature_spec,
+            label_key,
+            config.ingestion,
+            batch_size=batch_size,
+            compression=stored.compression,
+            training=training,
+            packing=stored.packing,
+            shard_stats=stored.shard_stats,
+            input_context=input_context,
+            cache_path=cache_path,
+            seed=config.train.seed,
+        )
+
+    train = dataset(inputs.train_files, True, config.ingestion.batch_size)
+    if labeled_fraction < 1.0:
+        # Before augmentation: the labeled subset is decided on the stored example.
+        batch_size = config.ingestion.batch_size
+        if input_context is not None:
+            # As `ingestion.make_dataset` batches for a distributed input pipeline.
+            batch_size = input_context.get_per_replica_batch_size(batch_size)
+        train = partially_labeled(train, labeled_fraction, unlabeled, batch_size)
+    if config.train.augmentation.enabled:
+        train = augmented(train, config, input_context)
+    return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)
+
+
+def partially_labeled(
+    dataset: tf.data.Dataset, fraction: float, unlabeled: str, batch_size: int
+) -> tf.data.Dataset:
+    """Applies `data.labeled_fraction` to repeated training batches of `(features, label)`.
+
+    Args:
+      dataset: Batches from `make_dataset` (repeated, so re-batching never ends short).
+      fraction: Fraction of examples that keep their label (`labels.labeled_mask`).
+      unlabeled: `DROP_UNLABELED`: train on the labeled examples only (a
+        teacher, or a student from scratch); `MASK_UNLABELED`: keep every
+        example and give the others the label `UNLABELED`, so the Distiller
+        learns soft targets on them and hard labels on the rest.
+      batch_size: Examples per batch of this input pipeline.
+    """
+    if unlabeled == MASK_UNLABELED:
+
+        def mask(features, label):
+            known = labels.labeled_mask(features, fraction)
+            shape = tf.shape(label)
+            flat = tf.where(known, tf.reshape(label, [-1]), tf.cast(labels.UNLABELED, label.dtype))
+            return features, tf.reshape(flat, shape)
+
+        return dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE)
+    if unlabeled != DROP_UNLABELED:
+        raise ValueError(
+            f"unlabeled: expected {DROP_UNLABELED!r} or {MASK_UNLABELED!r}, got {unlabeled!r}"
+        )
+
+    def labeled_only(features, label):
+        # One vectorised fingerprint per batch, not one per example.
+        known = labels.labeled_mask(features, fraction)
+        return tf.nest.map_structure(lambda t: tf.boolean_mask(t, known), (features, label))
+
+    kept = dataset.map(labeled_only, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    return kept.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+# Stateless-seed stream of mixup, apart from the image views' streams (one per image feature).
+MIXUP_STREAM = 0x6D6978
+
+
+def augmented(
+    dataset: tf.data.Dataset,
+    config: PipelineConfig,
+    input_context: tf.distribute.InputContext | None = None,
+) -> tf.data.Dataset:
+    """Training batches with `train.augmentation` applied: image views, then mixup.
+
+    Augmenting here, before the model, is what makes distillation consistent:
+    the Distiller's teachers and student are called on the same (augmented,
+    mixed) batch. Each batch gets its own stateless seed from `train.seed`,
+    the batch's index and this input pipeline's id: runs are reproducible and
+    parallel input pipelines see different views. (A run resumed from a
+    backup restarts the sequence of views, as it restarts the input.)
+
+    With `mixup` the float features are mixed within the batch (within each
+    replica's batch under a strategy; see `augment.mixup`) and the label
+    becomes `augment.MixedLabels`, which the Trainer's `Classifier` and the
+    `Distiller` read.
+    """
+    settings = config.train.augmentation
+    shapes = {f.transformed_name: f.shape for f in config.data.features if f.shape}
+    dense = sorted(f.transformed_name for f in config.data.features if not f.is_categorical)
+    pipeline_id = input_context.input_pipeline_id if input_context is not None else 0
+    pipelines = input_context.num_input_pipelines if input_context is not None else 1
+
+    def augment(index, batch):
+        features, label = batch
+        seed = tf.stack([tf.constant(config.train.seed, tf.int64), index * pipelines + pipeline_id])
+        if settings.image_views:
+            features = augment_lib.augment_images(
+                features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
+            )
+        if settings.mixup:
+            features, label = augment_lib.mixup(
+                features,
+                label,
+                dense,
+                settings.mixup,
+                tf.random.experimental.stateless_fold_in(seed, MIXUP_STREAM),
+            )
+        return features, label
+
+    return (
+        dataset.enumerate()
+        .map(augment, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def distributed_datasets(
+    config: PipelineConfig,
+    inputs: TrainingInputs,
+    tft_output: tft.TFTransformOutput,
+    choice: strategies.StrategyChoice,
+    unlabeled: str = DROP_UNLABELED,
+):
+    """Per-input-pipeline train and eval datasets, distributed by the strategy.
+
+    Each input pipeline builds its own `make_datasets` (its share, at the
+    per-replica batch size) through `strategy.distribute_datasets_from_function`,
+    or, under the parameter-server strategy, through a `DatasetCreator` the
+    `ClusterCoordinator` schedules on every worker. With `train.grad_accum_steps`
+    = N > 1 each training element stacks N micro-batches (one optimizer update).
+
+    Returns:
+      `(train, eval)` for `model.fit` / `model.evaluate`.
+    """
+    accum = config.train.grad_accum_steps
+
+    def train_fn(input_context):
+        train, _ = make_datasets(
+            config, inputs, tft_output, input_context=input_context, unlabeled=unlabeled
+        )
+        # N micro-batches stacked per step: one optimizer update per element.
+        return train.batch(accum, drop_remainder=True) if accum > 1 else train
+
+    def eval_fn(input_context):
+        _, evaluation = make_datasets(config, inputs, tft_output, input_context=input_context)
+        # Coordinator-scheduled steps must never run out of data on a worker.
+        return evaluation.repeat() if choice.uses_coordinator else evaluation
+
+    if choice.uses_coordinator:
+        # Built once eagerly on the coordinator: the input checks that cannot
+        # run inside the workers' traced dataset functions fail here, early.
+        make_datasets(config, inputs, tft_output)
+        creator = keras.utils.experimental.DatasetCreator
+        return creator(train_fn), creator(eval_fn)
+    strategy = choice.strategy
+    return strategy.distribute_datasets_from_function(
+        train_fn
+    ), strategy.distribute_datasets_from_function(eval_fn)

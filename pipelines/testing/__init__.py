@@ -1,0 +1,1 @@
+"""Pipeline-level helpers that the tests and the benchmarks share."""

@@ -53,11 +53,12 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_transform as tft  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from components.config import PipelineConfig, from_dict, to_dict  # noqa: E402
+from components.config import PipelineConfig, from_dict, payload, to_dict  # noqa: E402
 from components.distiller.run_fn import train_student  # noqa: E402
 from components.testing.stats import mean_std  # noqa: E402
 from components.training import fit as training  # noqa: E402
 from components.training import strategies  # noqa: E402
+from components.training import task as task_lib  # noqa: E402
 from components.training.export import export_serving_model  # noqa: E402
 from pipelines import report  # noqa: E402
 from pipelines.configs import load_config  # noqa: E402
@@ -215,8 +216,9 @@ class Bench:
     ) -> str:
         inputs = self.inputs(run, config.student_train_steps())
         teacher_dirs = [teacher_dirs] if isinstance(teacher_dirs, str) else list(teacher_dirs)
+        distiller = task_lib.Task("Distiller", self.choice, payload.Payload(config=config))
         student, _ = train_student(
-            config, inputs, teacher_dirs, self.choice, callbacks=[timer] if timer else ()
+            distiller, inputs, teacher_dirs, callbacks=[timer] if timer else ()
         )
         return self.export(student, inputs)
 

@@ -48,9 +48,10 @@ RESERVED_KEYS = frozenset({CONFIG_KEY, DROPIN_KEY, TEACHER_DIRS_KEY, STUDENT_MOD
 MODULE_KEYS = ("module_file", "module_path")
 RULES_KEY = "tfxkit_example_rules"
 
-# The attribute of TFX's `FnArgs` that carries the executor's decoded payload
-# to the `run_fn` (see `attach`), so the run_fn does not parse it again.
-_FN_ARGS_ATTRIBUTE = "tfxkit_payload"
+# The field of the tfxkit Trainer's `FnArgs` (`components.trainer.fn_args`)
+# that carries the executor's decoded payload to the `run_fn`, so the run_fn
+# does not parse it again.
+_FN_ARGS_FIELD = "tfxkit_payload"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,23 +236,10 @@ def with_distiller_inputs(
     return {**out, key: json.dumps(custom_config)}
 
 
-def attach(fn_args, payload: Payload):
-    """Hands the executor's decoded `payload` to the run_fn with TFX's `FnArgs`.
-
-    `fn_args.custom_config` stays the dict TFX decoded (a user's run_fn sees
-    what stock TFX gives it); `of(fn_args)` returns `payload` without parsing
-    the config again.
-
-    Returns:
-      `fn_args`.
-    """
-    setattr(fn_args, _FN_ARGS_ATTRIBUTE, payload)
-    return fn_args
-
-
 def of(fn_args) -> Payload:
     """The payload of a run_fn's `FnArgs`: the executor's, else decoded from `custom_config`."""
-    attached = getattr(fn_args, _FN_ARGS_ATTRIBUTE, None)
+    # A plain TFX FnArgs (a run_fn called directly) has no such field.
+    attached = getattr(fn_args, _FN_ARGS_FIELD, None)
     return attached if attached is not None else decode(fn_args.custom_config)
 
 

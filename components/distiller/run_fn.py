@@ -19,32 +19,28 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components.config import PipelineConfig, payload
+from components.config import payload
 from components.distillation import model as distillation
 from components.distillation import students as student_lib
 from components.distillation import teachers as teachers_lib
 from components.training import fit as training
-from components.training import strategies
 from components.training import task as task_lib
 from components.training.inputs import MASK_UNLABELED, make_datasets
 
 
 def train_student(
-    config: PipelineConfig,
+    task: task_lib.Task,
     inputs: training.TrainingInputs,
     teacher_dirs: Sequence[str],
-    choice: strategies.StrategyChoice | None = None,
     callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> tuple[keras.Model, dict[str, float]]:
     """Distils the configured student from exported teachers.
 
     Args:
-      config: The validated pipeline config (`student` shape, `distillation`
-        settings, shared `train` settings).
+      task: The training task; its config gives the `student` shape, the
+        `distillation` settings and the shared `train` settings.
       inputs: Transform output and step counts, as for the teacher.
       teacher_dirs: Serving SavedModels of the teachers.
-      choice: The strategy, when the caller created it already (it must be
-        created before anything else touches TensorFlow).
       callbacks: Extra Keras callbacks for `fit`.
 
     Returns:
@@ -54,7 +50,7 @@ def train_student(
     Raises:
       ValueError: before training, if the teachers cannot teach this student.
     """
-    choice = choice if choice is not None else strategies.create_strategy(config.strategy)
+    config = task.config
     settings = config.distillation
     tft_output = tft.TFTransformOutput(inputs.transform_output)
     described = [teachers_lib.describe_teacher(d) for d in teacher_dirs]
@@ -70,24 +66,23 @@ def train_student(
     del probe
 
     return _distil(
-        config,
+        task,
         inputs,
         lambda: training.build_model(config, tft_output, config.student, "student"),
         described,
-        choice,
         callbacks,
     )
 
 
 def _distil(
-    config: PipelineConfig,
+    task: task_lib.Task,
     inputs: training.TrainingInputs,
     build_student,
     teachers: Sequence[teachers_lib.TeacherInfo],
-    choice: strategies.StrategyChoice,
     callbacks: Sequence[keras.callbacks.Callback],
 ) -> tuple[keras.Model, dict[str, float]]:
     """Trains a new student (`build_student()`, in the strategy scope) on the teachers' soft targets."""
+    config = task.config
     settings = config.distillation
     built = []
 
@@ -109,23 +104,15 @@ def _distil(
         distiller.compile(optimizer=training.make_optimizer(config, inputs.train_steps))
         return distiller
 
-    _, results = training.fit(
-        config,
-        inputs,
-        build_and_compile,
-        choice=choice,
-        callbacks=callbacks,
-        unlabeled=MASK_UNLABELED,
-    )
+    _, results = task.fit(inputs, build_and_compile, callbacks=callbacks, unlabeled=MASK_UNLABELED)
     return built[-1], results
 
 
 def train_student_fn(
-    config: PipelineConfig,
+    task: task_lib.Task,
     inputs: training.TrainingInputs,
     teachers: Sequence[teachers_lib.TeacherInfo],
     build_student,
-    choice: strategies.StrategyChoice | None = None,
     callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> tuple[keras.Model, dict[str, float]]:
     """Distils the user's student (`student_fn`) from teachers of any Trainer.
@@ -135,20 +122,19 @@ def train_student_fn(
     `describe_teacher` said (`teachers.check_outputs`).
 
     Args:
-      config: The validated config (`distillation`, `train`, `ingestion`,
-        `strategy`; no data section needed).
+      task: The training task; its config gives `distillation`, `train`,
+        `ingestion` and `strategy` (no data section needed).
       inputs: Transform output and step counts; `inputs.label_key` set.
       teachers: Descriptions of the teachers, checked against the student.
       build_student: Returns a new student (logits out); called in the
         strategy scope.
-      choice: The strategy, when the caller created it already.
       callbacks: Extra Keras callbacks for `fit`.
 
     Returns:
       The trained student (as `build_student` made it) and its evaluation
       results on the eval split.
     """
-    choice = choice if choice is not None else strategies.create_strategy(config.strategy)
+    config = task.config
     tft_output = tft.TFTransformOutput(inputs.transform_output)
     # No cache: the check reads one batch, and a file cache begun must be finished.
     probe_config = dataclasses.replace(
@@ -161,7 +147,7 @@ def train_student_fn(
         outputs = teachers_lib.ExportedTeacher(info.export_dir, info).outputs_of(features)
         teachers_lib.check_outputs(info, np.asarray(outputs), i)
     del train, features, labels
-    return _distil(config, inputs, build_student, teachers, choice, callbacks)
+    return _distil(task, inputs, build_student, teachers, callbacks)
 
 
 def _run_student_module(task: task_lib.Task, fn_args) -> None:
@@ -190,13 +176,11 @@ def _run_student_module(task: task_lib.Task, fn_args) -> None:
     )
     del probe
     student, _ = train_student_fn(
-        config, inputs, described, lambda: student_lib.build(student_fn, fn_args), task.choice
+        task, inputs, described, lambda: student_lib.build(student_fn, fn_args)
     )
-    task_lib.export(
+    task.export(
         student,
-        config,
         inputs,
-        task.choice,
         save=lambda d: student_lib.export_like_teacher(student, tft_output, described[0], d),
     )
 
@@ -205,16 +189,18 @@ def run_fn(fn_args) -> None:
     """Trains and exports the student (TFX `run_fn` contract).
 
     The configured student, or the `student_fn` of the Distiller's module
-    file when it has one.
+    file when it has one. The task starts (strategy first, see
+    `components.training.task`) before any teacher is loaded.
     """
-    from_module = bool(payload.of(fn_args).student_module)
-    # Before loading the teachers: the strategy comes first (see components.training.task).
-    task = task_lib.from_fn_args(fn_args, "Distiller", needs_data=not from_module)
-    if task is None:
+    if payload.of(fn_args).student_module:
+        task_lib.run_fn_task(
+            fn_args, "Distiller", lambda task: _run_student_module(task, fn_args), needs_data=False
+        )
         return
-    if from_module:
-        _run_student_module(task, fn_args)
-        return
-    inputs = training.TrainingInputs.from_fn_args(fn_args, task.config)
-    student, _ = train_student(task.config, inputs, task.payload.teacher_dirs, task.choice)
-    task_lib.export(student, task.config, inputs, task.choice)
+
+    def distil(task: task_lib.Task) -> None:
+        inputs = training.TrainingInputs.from_fn_args(fn_args, task.config)
+        student, _ = train_student(task, inputs, task.payload.teacher_dirs)
+        task.export(student, inputs)
+
+    task_lib.run_fn_task(fn_args, "Distiller", distil)

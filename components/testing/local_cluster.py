@@ -370,9 +370,10 @@ def run_task(job: dict, path: Callable[[str], str]) -> dict:
     if coordination:
         _configure_coordination(context, coordination)
     config = PipelineConfig.from_json(job["config"])
-    choice = task_lib.start(config.strategy, "Trainer")
-    if choice is None:
+    trainer = task_lib.start_for(config, "Trainer")
+    if trainer is None:
         return {"role": "server"}
+    choice = trainer.choice
     probe = _step_marks(
         job.get("marks", ()), job.get("hold", ()), path, per_epoch=choice.uses_coordinator
     )
@@ -380,11 +381,9 @@ def run_task(job: dict, path: Callable[[str], str]) -> dict:
     inputs = training.TrainingInputs(**job["inputs"])
     try:
         if job.get("export", True):
-            model, _ = run_fn.run(config, inputs, choice, callbacks=[probe])
+            model, _ = run_fn.run(trainer, inputs, callbacks=[probe])
         else:
-            model, _ = training.fit(
-                config, inputs, _teacher(config, inputs), choice=choice, callbacks=[probe]
-            )
+            model, _ = trainer.fit(inputs, _teacher(config, inputs), callbacks=[probe])
     except Exception as e:  # noqa: BLE001 - reported to the harness, which asserts on it
         import traceback
 

@@ -30,6 +30,7 @@ from components.compat import user_code
 from components.config import payload
 from components.kubernetes import env as tfxkit_env
 from components.kubernetes import jobs
+from components.trainer import fn_args as fn_args_lib
 from components.trainer import host, launcher
 
 
@@ -51,7 +52,7 @@ class Executor(tfx_trainer_executor.GenericExecutor):
 
         def make_fn_args():
             fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
-            return payload.attach(fn_args, decoded)
+            return fn_args_lib.with_payload(fn_args, decoded)
 
         if decoded.settings is not None:
             host.run_user_fn(

@@ -2,17 +2,17 @@
 
 `run_product_fn` is TFX's `GenericExecutor.Do` (run, then check the model was
 written), with the executor's decoded payload handed to the run_fn (see
-`components.config.payload.attach`), which goes through `components.training.task`
+`components.trainer.fn_args`), which goes through `components.training.task`
 itself.
 
 `run_user_fn` hosts a user module (drop-in, see `components.config.stock_args`): the
-task's role is resolved first (`task.start`), the user's `run_fn` runs inside
+task starts first (`task.run`), the user's `run_fn` runs inside
 the configured strategy's scope and Keras precision policy, with
 `fn_args.data_accessor.tf_dataset_factory` backed by tfxkit's input pipeline
 (`components.trainer.data_accessor`); on a multi-worker job only the chief's
 `serving_model_dir` is the model artifact (the others save to scratch,
 `components.training.export.scratch_export_dir`), and a `backup_and_restore(fn_args)`
-backup is removed after the chief's export (`task.release`). A run_fn whose
+backup is removed after the chief's export (`Task.release`). A run_fn whose
 Keras fit / evaluate gets the repeating dataset and no step count
 (`train_args` / `eval_args` without `num_steps`) fails at once, as under
 stock TFX, naming the argument.
@@ -79,9 +79,21 @@ def run_user_fn(
     """
     # Before the user module is imported: it must see tf_keras as tf.keras.
     legacy_keras.ensure_legacy_keras()
-    choice = task.start(settings.strategy, "Trainer")
-    if choice is None:
-        return
+    task.run(
+        settings.strategy,
+        "Trainer",
+        lambda trainer: _run_user_fn(trainer, settings, exec_properties, make_fn_args, examples),
+    )
+
+
+def _run_user_fn(
+    trainer: task.Task,
+    settings: stock_args.DropInSettings,
+    exec_properties,
+    make_fn_args: Callable[[], object],
+    examples,
+) -> None:
+    choice = trainer.choice
     fn_args = make_fn_args()
     fn_args.data_accessor = data_accessor.tfxkit_data_accessor(
         fn_args,
@@ -96,7 +108,7 @@ def run_user_fn(
             fn_args.model_run_dir, choice.task_type, choice.task_id
         )
     run_fn = udf_utils.get_fn(exec_properties, "run_fn")
-    scope = task.user_scope(settings.strategy, choice)
+    scope = trainer.user_scope(settings.strategy)
     logging.info(
         "Trainer: running the user run_fn %s",
         f"under {choice.describe()}" if scope else "as stock TFX does (one device, no scope)",
@@ -133,7 +145,7 @@ def run_user_fn(
         raise RuntimeError(
             f"run_fn: the user run_fn wrote no model to fn_args.serving_model_dir ({serving_dir})"
         )
-    task.release(backup.user_location(fn_args), choice)
+    trainer.release(backup.user_location(fn_args))
 
 
 # What Keras (tf_keras) raises for fit / evaluate on an infinite dataset without steps.

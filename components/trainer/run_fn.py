@@ -1,7 +1,7 @@
 """The Trainer's default `run_fn`: train and export the teacher.
 
-Thin: the task lifecycle (`components.training.task`: role, export, backup)
-around `components.training.fit`. The same `run_fn` runs unchanged as
+Thin: `components.training.task.run_fn_task` (role, strategy, export,
+backup) around the teacher's model and `Task.fit`. The same `run_fn` runs unchanged as
 every replica of a multi-worker job: the strategy comes from the config and
 `TF_CONFIG` (as the TFJob operator or Vertex AI set it). Workers and
 parameter servers of a parameter-server cluster serve until they are
@@ -18,31 +18,30 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components.config import PipelineConfig
 from components.training import fit as training
-from components.training import strategies
 from components.training import task as task_lib
 
 
 def run_fn(fn_args) -> None:
     """Trains and exports the teacher (TFX `run_fn` contract)."""
-    task = task_lib.from_fn_args(fn_args, "Trainer")
-    if task is None:
-        return
-    run(task.config, training.TrainingInputs.from_fn_args(fn_args, task.config), task.choice)
+    task_lib.run_fn_task(
+        fn_args,
+        "Trainer",
+        lambda task: run(task, training.TrainingInputs.from_fn_args(fn_args, task.config)),
+    )
 
 
 def run(
-    config: PipelineConfig,
+    task: task_lib.Task,
     inputs: training.TrainingInputs,
-    choice: strategies.StrategyChoice,
     callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> tuple[keras.Model, dict[str, float]]:
-    """Trains the teacher under `choice`, exports it from the chief, drops the backup.
+    """Trains the teacher as `task`, exports it from the chief, drops the backup.
 
     Returns:
       The trained model and its evaluation results.
     """
+    config = task.config
     tft_output = tft.TFTransformOutput(inputs.transform_output)
 
     def build_and_compile():
@@ -50,9 +49,7 @@ def run(
         training.compile_classifier(model, config, inputs.train_steps)
         return model
 
-    model, results = training.fit(
-        config, inputs, build_and_compile, choice=choice, callbacks=callbacks
-    )
-    written = task_lib.export(model, config, inputs, choice)
-    logging.info("Trainer: %s wrote %s", "chief" if choice.is_chief else "non-chief task", written)
+    model, results = task.fit(inputs, build_and_compile, callbacks=callbacks)
+    written = task.export(model, inputs)
+    logging.info("Trainer: %s wrote %s", "chief" if task.is_chief else "non-chief task", written)
     return model, results

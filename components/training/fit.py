@@ -80,7 +80,7 @@ def fit(
     inputs: TrainingInputs,
     build_and_compile: Callable[[], keras.Model],
     *,
-    choice: strategies.StrategyChoice | None = None,
+    choice: strategies.StrategyChoice,
     callbacks: Sequence[keras.callbacks.Callback] = (),
     unlabeled: str = DROP_UNLABELED,
 ) -> tuple[keras.Model, dict[str, float]]:
@@ -89,7 +89,7 @@ def fit(
     Works for any compiled Keras model: the teacher (Keras's own train step)
     and models with a custom `train_step` such as the distiller. In order:
 
-    1. the strategy (created here unless `choice` is given) and the settings
+    1. the strategy (`choice`, created by the task: `components.training.task`) and the settings
        are checked before any data is read: batch sizes must split over the
        replicas, accumulation needs a model that supports it;
     2. `build_and_compile` runs inside `strategy.scope()` and the
@@ -104,7 +104,7 @@ def fit(
        model run directory when the inputs come from `from_fn_args`) every
        `train.checkpoint_every_steps` steps and resumes from there when the
        process is started again with the same inputs (the task removes it
-       after the export, see `components.training.task.export`);
+       after the export, see `Task.export` in `components.training.task`);
     5. a task of a multi-task cluster that loses a peer (a collective or a
        remote call fails: the peer died, or a collective timed out) raises
        `cluster.PeerLost` naming it (see `naming_lost_peers`).
@@ -126,8 +126,8 @@ def fit(
       inputs: Paths and step counts.
       build_and_compile: Returns a compiled Keras model (called once, inside
         the strategy scope).
-      choice: The strategy, when the caller created it already (it must be
-        created before anything else touches TensorFlow).
+      choice: The task's strategy (`Task.choice`; created before anything
+        else touches TensorFlow).
       callbacks: Extra Keras callbacks, run after the backup callback.
 
     Returns:
@@ -138,7 +138,6 @@ def fit(
         any data is read).
       cluster.PeerLost: naming the task of the cluster that was lost.
     """
-    choice = choice if choice is not None else strategies.create_strategy(config.strategy)
     if choice.role != strategies.ROLE_TRAINER:
         raise ValueError(
             f"Trainer: this task ({choice.task_type}:{choice.task_id}) is a {choice.role}, not a trainer"

@@ -13,6 +13,7 @@ from components.config import ConfigError, payload
 from components.config.dropin import DropInSettings
 from components.distiller import executor as distiller_executor
 from components.trainer import executor as trainer_executor
+from components.trainer import fn_args as fn_args_lib
 from components.transform import executor as transform_executor
 from components.validation import executor as validation_executor
 
@@ -151,7 +152,7 @@ def test_a_run_fn_gets_the_executors_payload_without_parsing_again(taxi_config):
     encoded = payload.encode({"mine": 1}, config=taxi_config)
     decoded = payload.decode(encoded)
     # custom_config stays what TFX gives a run_fn; the decoded payload rides beside it.
-    fn_args = payload.attach(FnArgs(custom_config=dict(encoded)), decoded)
+    fn_args = fn_args_lib.with_payload(FnArgs(custom_config=dict(encoded)), decoded)
     assert payload.of(fn_args) is decoded
     assert fn_args.custom_config == encoded
     # A run_fn called directly (no executor) decodes custom_config itself.

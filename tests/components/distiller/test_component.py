@@ -23,6 +23,7 @@ from components.distiller.executor import teacher_model_dirs
 from components.distiller.run_fn import train_student
 from components.training import fit as training
 from components.training import models
+from components.training import task as task_lib
 from components.training.export import TRANSFORMED_LOGITS_SIGNATURE
 
 # --------------------------------------------------------------------------- #
@@ -248,7 +249,7 @@ def _distilling(config: PipelineConfig, **changes) -> PipelineConfig:
 
 def _fails_before_training(config, tmp_path, teacher_dirs, match):
     with pytest.raises(ValueError, match=match):
-        train_student(config, _inputs(tmp_path), teacher_dirs)
+        train_student(task_lib.start_for(config, "Distiller"), _inputs(tmp_path), teacher_dirs)
     assert not (tmp_path / "run").exists() and not (tmp_path / "serving").exists()
 
 
@@ -305,7 +306,9 @@ def test_student_larger_than_teacher_is_allowed_without_compression(tmp_path, di
         (OSError, ValueError), match=r"does not exist|no transformed example files"
     ) as raised:
         train_student(
-            _distilling(digits_config, require_compression=False), _inputs(tmp_path), [path]
+            task_lib.start_for(_distilling(digits_config, require_compression=False), "Distiller"),
+            _inputs(tmp_path),
+            [path],
         )
     assert "require_compression" not in str(raised.value)
 

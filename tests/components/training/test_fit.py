@@ -28,10 +28,10 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from components.config import ConfigError
+from components.config import ConfigError, payload
 from components.config.payload import CONFIG_KEY
 from components.trainer import run_fn
-from components.training import cluster, strategies
+from components.training import cluster, strategies, task
 from components.training import fit as training
 from components.training.cluster import parse_tf_config
 from components.training.models import accumulate_gradients
@@ -68,6 +68,11 @@ def inputs_for(penguin_data, name, config) -> training.TrainingInputs:
     return training.TrainingInputs(**penguins.inputs_for(data, root, name, config))
 
 
+def as_task(config):
+    """A trainer's task on one CPU device (`one_device`) around `config`."""
+    return task.Task("Trainer", one_device(), payload.Payload(config=config))
+
+
 def one_device():
     """One device, pinned to the CPU.
 
@@ -87,7 +92,7 @@ def reference(penguin_data):
     """Single-device training at the global batch of 32: weights, eval results, export."""
     config = penguin_data[0]
     inputs = inputs_for(penguin_data, "reference", config)
-    model, results = run_fn.run(config, inputs, one_device())
+    model, results = run_fn.run(as_task(config), inputs)
     return {
         "weights": penguins.layer_weights(model),
         "results": results,
@@ -301,7 +306,7 @@ def test_gradient_accumulation_single_device_matches_one_big_batch(
 def test_mixed_bfloat16_keeps_logits_float32_and_serves(penguin_data):
     config = penguins.with_sections(penguin_data[0], train={"mixed_precision": "mixed_bfloat16"})
     inputs = inputs_for(penguin_data, "bf16", config)
-    model, results = run_fn.run(config, inputs, one_device())
+    model, results = run_fn.run(as_task(config), inputs)
     assert model.get_layer("hidden_0").compute_dtype == "bfloat16"
     assert model.get_layer("logits").compute_dtype == "float32"
     assert all(v.dtype == tf.float32 for v in model.trainable_weights)
@@ -762,7 +767,7 @@ def test_killed_trainer_resumes_from_its_backup_and_exports(penguin_data):
     probe = StepProbe()
     # A new execution: a fresh model_run_dir, the same inputs.
     again = dataclasses.replace(again, model_run_dir=again.model_run_dir + "-rerun")
-    model, _ = run_fn.run(config, again, one_device(), callbacks=[probe])
+    model, _ = run_fn.run(as_task(config), again, callbacks=[probe])
     assert probe.start_step >= 10, "the re-run started from step 0 instead of the backup"
     assert probe.start_step < 400
     assert probe.steps_run == 400 - probe.start_step

@@ -10,6 +10,7 @@ import pytest
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from components.config import payload
+from components.trainer import fn_args as fn_args_lib
 from components.training import backup, export, strategies, task
 from components.training import fit as training
 from tests.components.training import penguins
@@ -33,8 +34,9 @@ def test_a_training_task_gets_the_executors_payload_and_a_trainer_role(tmp_path,
     decoded = payload.decode(payload.encode({"mine": 1}, config=config))
     # custom_config says something else: the task must use the attached payload, not re-parse.
     other = dataclasses.replace(config, name="not-parsed-again")
-    fn_args = payload.attach(_fn_args(tmp_path, other), decoded)
-    started = task.from_fn_args(fn_args, "Trainer")
+    fn_args = fn_args_lib.with_payload(_fn_args(tmp_path, other), decoded)
+    assert fn_args.tfxkit_payload is decoded and fn_args.train_steps == 5
+    started = task.run_fn_task(fn_args, "Trainer", lambda trainer: trainer)
     assert started.payload is decoded and started.config.name == config.name
     assert started.choice.role == strategies.ROLE_TRAINER and started.choice.is_chief
 
@@ -45,13 +47,15 @@ def test_an_evaluator_task_has_nothing_to_do(tmp_path, monkeypatch):
         "TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "evaluator", "index": 0}})
     )
     auto = penguins.with_sections(penguins.penguins_config(), strategy={"kind": "auto"})
-    assert task.from_fn_args(_fn_args(tmp_path, auto), "Distiller") is None
+    ran = []
+    assert task.run_fn_task(_fn_args(tmp_path, auto), "Distiller", ran.append) is None
+    assert ran == []
 
 
 def test_a_run_fn_without_a_tfxkit_config_is_named(tmp_path):
     fn_args = FnArgs(custom_config={"mine": 1}, model_run_dir=str(tmp_path))
     with pytest.raises(ValueError, match=r"^Distiller: custom_config carries no tfxkit config"):
-        task.from_fn_args(fn_args, "Distiller")
+        task.run_fn_task(fn_args, "Distiller", lambda trainer: trainer)
 
 
 def test_both_backups_live_beside_the_executions_keyed_by_their_inputs(tmp_path):

@@ -45,11 +45,12 @@ def main(spec_path: str) -> None:
 def run_job(job: dict, servers: list) -> dict:
     import numpy as np
 
-    from components.config import PipelineConfig
+    from components.config import PipelineConfig, payload
     from components.config.payload import CONFIG_KEY
     from components.trainer import run_fn
     from components.training import cluster, strategies
     from components.training import fit as training
+    from components.training import task as task_lib
     from tests.components.training.penguins import layer_weights
 
     kind = job["kind"]
@@ -91,7 +92,8 @@ def run_job(job: dict, servers: list) -> dict:
     }
     if kind == "run":
         try:
-            model, results = run_fn.run(config, training.TrainingInputs(**job["inputs"]), choice)
+            trainer = task_lib.Task("Trainer", choice, payload.Payload(config=config))
+            model, results = run_fn.run(trainer, training.TrainingInputs(**job["inputs"]))
         except Exception as e:  # noqa: BLE001 - reported to the test, which asserts on it
             out["error"] = f"{type(e).__name__}: {e}"
             out["traceback"] = traceback.format_exc()

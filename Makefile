@@ -14,7 +14,7 @@ PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 BENCHES ?= ingestion strategies distillation gradient_checkpointing reliability faults
 
-.PHONY: setup run test bench lint format lock clean fashion-mnist
+.PHONY: setup run test test-fast bench bench-report lint format lock clean fashion-mnist
 
 setup: $(STAMP)
 
@@ -42,6 +42,12 @@ run: setup fashion-mnist
 test: setup fashion-mnist
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --durations=25 $(PYTEST_ARGS)
 
+# The fast loop: unit and component tests, without whole pipelines (marker
+# e2e) or multi-process clusters (marker multiprocess); pyproject.toml
+# documents the markers. About 2 minutes here (docs/development.md).
+test-fast: setup fashion-mnist
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope -m "not e2e and not multiprocess" $(PYTEST_ARGS)
+
 # Fashion-MNIST ships in Debian (dataset-fashion-mnist). Root installs it when
 # missing; anyone else is told how (see components/data/fashion_mnist.py).
 FASHION_MNIST_DIR := /usr/share/datasets/fashion-mnist
@@ -51,7 +57,7 @@ fashion-mnist:
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; } \
 				|| echo "could not install dataset-fashion-mnist; tests that need the real images are skipped"; \
 		else \
-			echo "Fashion-MNIST is not installed: 'sudo apt-get install -y dataset-fashion-mnist', or see README (Data)"; \
+			echo "Fashion-MNIST is not installed: 'sudo apt-get install -y dataset-fashion-mnist', or see docs/data-path.md (Built-in datasets)"; \
 		fi; }
 
 # Each benchmark prints JSON lines, its headline figures last.

@@ -1,43 +1,9 @@
 """ExampleGen executors that make the examples follow the `data` config.
 
-TFX's CsvExampleGen infers each column's type from its values and keeps every
-column; ImportExampleGen keeps every key. Four things the config promises
-would otherwise break downstream:
-
-- only the label and the features are the model's inputs: `data.exclude`
-  columns and every other column (an id, a date) must reach no component.
-  They are dropped here, so statistics, the inferred schema, the drift check,
-  Transform (and with it the serving signature, which would otherwise require
-  them in every request) and the Evaluator never see them, and data that
-  lacks such a column is not a schema change;
-- integer columns (the label, `int_categorical` features) written as
-  whole-number floats (`1.0`, as pandas writes an integer column holding a
-  NaN): when every float value of such a column is a whole number, the
-  column is written as int64 ids; one fractional value keeps the whole
-  column float, for the DataGate to refuse (never truncated);
-- a feature's configured kind: a `kind: float` column whose values happen to
-  be whole numbers is inferred as int64, and a column left empty in the
-  sample as string, which would make those the serving input types. Values
-  are written as the configured kind where nothing is lost (integers as
-  floats or as text for a `string_categorical`, empty lists as any type);
-  anything else (text in a numeric column, fractions in an integer one) is
-  left for the DataGate to report;
-- a CSV saved with a UTF-8 byte-order mark: the invisible mark would become
-  part of the first column's name; it is stripped;
-- a feature (or the label) read from a column whose header is not its
-  `name` (`column: 'trip miles'`, as many real CSVs have): it is written
-  under `name`, so every component after ExampleGen, the pushed model's
-  serving signature included, knows only the identifier `name`. Renaming
-  here rather than at serving keeps one name per feature past the raw
-  data: the statistics, schema, drift check, Transform and Evaluator need
-  no mapping, and headers with spaces or '/' never become graph or
-  signature names.
-
-The stock executors do the reading; `conform` (`select`, then retype)
-rewrites each `tf.Example`.
-`CsvExampleGen` / `ImportExampleGen` here are TFX's with these executors.
-The rules travel in `custom_config` (through `components.config.payload`) and hold
-only what the rewrite needs, so other config changes do not invalidate ExampleGen's cache.
+`conform` (`select`, then retype) rewrites each `tf.Example` the stock executors read:
+unused and excluded columns dropped, `column`s written under their `name`, whole-number
+floats as int64 ids, values as the configured kind. `CsvExampleGen` / `ImportExampleGen`
+are TFX's with these executors; `ExampleRules` are the rules they apply.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """Compiles `create_pipeline` for Kubeflow Pipelines (KFP v2) with node-pool placement.
 
-TFX's `KubeflowV2DagRunner` compiles the very same pipeline the local runner
-runs; this module then places each component from the `kubeflow` config
-section, because the runner itself sets resources for some components only
-(`with_platform_config`, ignored by ExampleGen, TFX issue 6146) and has no
-hook for node selectors or tolerations:
-
-- CPU / memory requests and limits and the accelerator (`nvidia.com/gpu` or
-  `google.com/tpu`, the resource names KFP's driver requests) go into the
-  pipeline spec's container executors;
-- node selectors (GKE accelerator and TPU topology labels, or any label) and
-  tolerations go into the kfp-kubernetes platform spec
-  (`KubernetesExecutorConfig`), as `kfp.kubernetes` writes them;
-- images per component, pipeline-level Beam args and per-component Beam args;
-- every training step without an entry of its own (StudentBaseline, the
-  Distiller, further teachers) is placed as the first teacher Trainer
-  (`placement_ids`); its step container carries the placement key
-  (`env.PLACEMENT_ID`), so the training job it may submit places its
-  replicas the same way.
-
-Both placement forms are rendered by `components.kubernetes.placement`, the
-rendering training-job replicas get too.
-
-The result is one YAML file (pipeline spec, then platform spec) that
-`kfp.components.load_component_from_file` loads and `kfp.Client` uploads
-(`components.kubernetes.submit`).
+`compile_pipeline` runs TFX's `KubeflowV2DagRunner`, then places each component from the
+`kubeflow` section (resources and accelerators in the pipeline spec, node selectors and
+tolerations in the kfp-kubernetes platform spec) and writes one YAML file;
+`placement_ids` gives every unplaced training step the first teacher's placement.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """`create_pipeline(config, paths)`: the TFX DAG. Knows no orchestrator.
 
-ExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator -> DataGate
-(anomalies, drift against the last validated schema, label range) ->
-Transform (tfxkit) -> Trainer (tfxkit) -> Evaluator (TFMA value thresholds)
--> Pusher (only when blessed, atomic copy). The local and Kubeflow runners both call this function;
-only paths, placement and the runner differ.
-
-With `distillation.enabled`, `distillation.num_teachers` teacher Trainers
-(`Trainer`, `Trainer_1`, ...; seeds `train.seed + i`) feed the Distiller,
-and the Evaluator compares the distilled student (candidate) against the
-first teacher (baseline): accuracy must reach `evaluation.min_accuracy` and
-may drop at most `evaluation.max_accuracy_drop` below the teacher's. The
-Pusher then pushes the student, and only when it is blessed.
+Builds ExampleGen, the statistics and schema, DataGate, Transform, the teacher Trainers,
+the distillation stage (`distillation_stage`), the Evaluator (`eval_config`) and the
+Pusher from a validated config; both runners call it with their `PipelinePaths`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Which pipeline node plays which role, decided by component type, not by id.
 
-The summary, the distillation report and the drift baseline must keep
-working when a component is renamed with `.with_id()`. ML Metadata records
-each execution's component type (the component class, e.g.
-`components.distiller.component.Distiller`) beside its node id, so roles are
-read from the type; ids are only labels for people.
-
-The one id that must stay fixed is the gate's: TFX resolves the drift
-baseline by producer component id, so the pipeline gives the gate
-`GATE_ID` and the baseline resolver reads the same constant.
+`model_role`, `is_teacher` and `trains` read a node's role from its component type, so a
+component renamed with `.with_id()` keeps its role; `GATE_ID` is the one fixed id, since
+TFX resolves the drift baseline by producer id.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Beam's signature reads, memoised for the duration of a run.
 
-Beam 2.72 reads the signature of every method of a DoFn (`dir(dofn)`, one
-`inspect.signature` each, through `apache_beam.typehints.decorators.get_signature`)
-every time it checks a ParDo for state and timers: when the ParDo is built,
-when the pipeline is translated to its runner API form, when the direct
-runner picks a runner and when each bundle processor is created. A TFT
-pipeline holds hundreds of ParDos, so one Transform makes hundreds of
-thousands of these calls: 8 s of the 53 s a tiny taxi pipeline spent inside
-BeamDagRunner (py-spy, 2 cores).
-
-The signature of a plain Python function does not change while it lives, and
-a bound method's is its function's without the first parameter, whatever
-object it is bound to. `cached_signatures()` memoises `get_signature` by
-function for a block of code; anything else (builtins, callable objects,
-partials) goes to Beam's own function every time. The patch is only
-installed on the Beam it was read from (`EXPECTED_BEAM`); on another it
-changes nothing and the code runs at Beam's own speed.
+`cached_signatures()` memoises Beam's `get_signature` by function for a block of code
+(bound methods through their function; other callables go to Beam every time); it is
+installed only on the Beam it was read from (`EXPECTED_BEAM`).
 """
 
 from __future__ import annotations

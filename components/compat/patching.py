@@ -1,12 +1,7 @@
 """A replacement kept in place while any block asks for it (no TFX types).
 
-The product speeds some library internals up for the length of an execution
-by replacing a module attribute (`components.compat.beam_signatures`: Beam's
-`get_signature`; `components.compat.user_code`: TFX's user-code install). Such a
-replacement is process-wide, and blocks nest (a Transform inside another
-component's run, two executions on threads of one process), so it must go in
-when the first block enters and come out when the last one exits, whatever
-raised in between. `SharedPatch` is that count, in one place.
+`SharedPatch` installs a process-wide module-attribute replacement when the first block
+enters and removes it when the last one exits, whatever raised in between.
 """
 
 from __future__ import annotations

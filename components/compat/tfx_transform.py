@@ -1,24 +1,9 @@
 """Every reach of the tfxkit Transform into TFX and TFT internals, in one place.
 
-TFX's Transform executor offers no hook for how transformed examples are
-written, and always turns on a TFT optimisation that breaks on Beam 2.72. The
-tfxkit Transform therefore relies on names neither project promises to keep:
-
-- `tfx.components.transform.executor.TransformProcessor`: `Executor.Do`
-  instantiates this module global by name, so a subclass is swapped in for
-  one run, under a lock (`tfrecord_writer`);
-- `TransformProcessor._EncodeAndWrite` (private): the subclass overrides it
-  to return the tfxkit writer for TFRecord output;
-- `tfx.components.transform.executor._TRANSFORM_INTERNAL_FEATURE_FOR_KEY`
-  (private): the pass-through key column the writer drops
-  (`internal_key_feature`);
-- `tensorflow_transform.beam.Context.get_use_deep_copy_optimization`: the
-  context classmethod overridden for one run (`without_deep_copy`).
-
-These were read from TFX 1.16 and TFT 1.16. `check` refuses any other
-version, and any of these names that is gone, with a message saying what was
-found, what was expected and what to do; the Transform executor calls it
-before it runs anything, and every patch here calls it again on first use.
+`tfrecord_writer` swaps a `TransformProcessor` subclass in for one run,
+`without_deep_copy` turns TFT's deep-copy optimisation off, and `internal_key_feature`
+names TFX's pass-through key column. `check` refuses a TFX / TFT other than
+`EXPECTED_TFX` / `EXPECTED_TFT`, or a name gone, with a `TfxCompatError` saying what to do.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Typed, validated pipeline configuration.
 
-- The sections (fields, defaults, docs, rules), one module per concern; read
-  these to write a config: `data` (data, features, label), `runtime`
-  (transform, ingestion, strategy), `training` (train, augmentation, teacher /
-  student model shapes), `distillation`, `evaluation`, `kubeflow` (placements,
-  job backend) and `pipeline` (`PipelineConfig`, the cross-section rules).
-- `loading`: YAML / plain data to a validated config, and the JSON Schema
-  (`components.config.payload` carries it in `custom_config`).
-- `dropin`: `DropInSettings`, the settings for a user's own module file.
-- `secret_scan`: rejects values that look like credentials.
-- `validation`: how sections validate, convert from and to plain data, and
-  how errors name the field path.
+One module per section (`data`, `runtime`, `training`, `distillation`, `evaluation`,
+`kubeflow`, `pipeline`), plus `loading` (YAML, plain data, JSON Schema), `dropin`,
+`secret_scan` and `validation`; this package re-exports their public names.
 """
 
 from components.config.data import (

@@ -1,26 +1,11 @@
-"""What crosses from a component into its executor: the one codec.
+"""What crosses from a component into its executor: the one codec of `custom_config`.
 
-A component writes its tfxkit settings into `custom_config`, beside the
-user's own entries, and its executor reads them back. This module is the only
-place that knows the keys and their encodings:
+Components `encode`; executors `decode` into a frozen `Payload` on their first line. Keys:
 
-- `CONFIG_KEY`: the `PipelineConfig` as JSON (Trainer, Transform, Distiller,
-  DataGate, and a user module's Trainer / Transform given a full config);
-- `DROPIN_KEY`: the `components.config.DropInSettings` as JSON (a user
-  module's Trainer / Transform);
-- `TEACHER_DIRS_KEY`: the teachers' serving model directories, added by the
-  Distiller's executor so that they also reach the replicas of a
-  multi-worker job (which re-read the recorded execution properties).
-
-Components call `encode` (which also checks the user's `custom_config`);
-executors call `decode` / `decode_exec_properties` once, on their first
-line, and get a frozen `Payload`. A `custom_config` that cannot be decoded
-(written by another version, or edited by hand) fails there with a
-`ConfigError` naming the key and what was expected.
-
-ExampleGen's `custom_config` is a proto (`example_gen_pb2.CustomConfig`), not
-a JSON dict; its rules travel under `RULES_KEY` through `encode_example_rules`
-and `decode_example_rules`.
+- `CONFIG_KEY`: the `PipelineConfig` as JSON;
+- `DROPIN_KEY`: the `DropInSettings` as JSON (a user module's Trainer / Transform);
+- `TEACHER_DIRS_KEY`, `STUDENT_MODULE_KEY`: the Distiller's inputs (`with_distiller_inputs`);
+- `RULES_KEY`: ExampleGen's rules, in its proto `CustomConfig` (`encode_example_rules`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """The whole configuration: `PipelineConfig`, its cross-section rules and its JSON form.
 
-One `PipelineConfig` (nested frozen dataclasses) is loaded from YAML and
-validated before anything runs (`components.config.loading`). It crosses into
-TFX components once, as JSON under a single `custom_config` key
-(`components.config.payload.CONFIG_KEY`), and executors parse it back on their first
-line (`components.config.payload.decode`).
-
-Every section is validated when it is constructed, `dataclasses.replace`
-included. Every error is a `ConfigError` whose message starts with the dotted
-path of the offending field (for example `train.learning_rate`) and says what
-is expected.
+Nested frozen dataclasses, every section validated when constructed (`dataclasses.replace`
+included); every error is a `ConfigError` whose message starts with the field's dotted path.
 """
 
 from __future__ import annotations

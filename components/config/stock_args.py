@@ -1,25 +1,9 @@
-"""Bring your own TFX pipeline: stock module files under the tfxkit components.
+"""What the drop-in components accept beyond TFX's own constructors.
 
-A team with a stock TFX pipeline swaps two imports (`Transform`, `Trainer`)
-and keeps its module file. This module holds what that needs beyond TFX's own
-constructors:
-
-- `DropInSettings` (defined in `components.config.dropin`): the product
-  settings a user module can use (Transform output layout, input pipeline
-  tuning, strategy, mixed precision, backup frequency); every field has a
-  default and there is no data section, since the user's `preprocessing_fn`
-  / `run_fn` decide the features;
-- `resolve_settings`: what the components accept as `config` (nothing, these
-  settings, a mapping of them, or a full `PipelineConfig`) -> settings;
-- construction-time checks of the stock arguments (module file, function
-  paths, `train_args` / `eval_args`) that name the argument.
-
-The one-line crash-recovery helper for a user's `run_fn`,
-`backup_and_restore(fn_args)`, lives with the backups
-(`components.training.backup`).
-
-The settings travel to the executors through `components.config.payload`, beside
-the user's own `custom_config` entries.
+`resolve_settings` turns their `config` argument (nothing, `DropInSettings`, a mapping of
+them, or a full `PipelineConfig`) into settings; `check_module_file`,
+`check_function_path` and `check_steps` check the stock arguments at construction,
+naming the argument.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """How config sections are declared, validated, converted from and to plain data, and report errors.
 
-Sections are pydantic dataclasses: the standard library's `dataclasses.replace`
-and `dataclasses.fields` keep working, and every construction (a loaded file,
-a `dataclasses.replace` in a test) is validated. Scalars are strict: a bool is
-not an integer and a string is not a number, but an integer is a number.
-
-Every failure is a `ConfigError` whose message starts with the dotted path of
-the offending field, e.g. `train.learning_rate: expected a number > 0, got -0.1`.
+`section` declares a pydantic-dataclass section and `from_plain` / `to_plain` convert it;
+every failure is a `ConfigError` whose message starts with the field's dotted path
+(`train.learning_rate: expected a number > 0, got -0.1`).
 """
 
 from __future__ import annotations

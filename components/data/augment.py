@@ -1,21 +1,8 @@
 """Batch augmentation: random views of images, and mixup (no TFX types).
 
-Applied to the transformed training batches in the input pipeline, before
-they reach the model, so that in distillation the frozen teachers and the
-student see exactly the same augmented view of every example ("function
-matching", Beyer et al. 2022, "Knowledge distillation: A good teacher is
-patient and consistent"). Evaluation data is never augmented.
-
-Every op is vectorised over the batch (one projective transform for all
-images, one `tf.where` for flips, one gather per feature for mixup), so
-augmentation costs a few ops per batch, not a `map_fn` per image.
-
-Mixup (Zhang et al. 2018, "mixup: Beyond Empirical Risk Minimization")
-replaces example i by `lam_i * x_i + (1 - lam_i) * x_p(i)` for a partner
-p(i) from a random permutation of the batch. The labels stay integer class
-ids: a mixed batch carries `MixedLabels` (the example's own label, its
-partner's and `lam`) instead of a label tensor, and the losses read the two
-labels with their weights from `label_terms`.
+`augment_images` (`random_translate`, `random_flip`) and `mixup` transform whole training
+batches, vectorised; a mixed batch carries `MixedLabels` instead of a label tensor, and
+the losses read its two labels and their weights from `label_terms`.
 """
 
 from __future__ import annotations

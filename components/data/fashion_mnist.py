@@ -1,17 +1,8 @@
 """Fashion-MNIST from local IDX files (no network, no TFX types).
 
-Fashion-MNIST (Xiao et al. 2017, MIT license): 60,000 training and 10,000
-test images, 28x28 grayscale, 10 clothing classes. The official test set is
-kept as the evaluation split so figures compare with published ones (MLPs
-about 0.88-0.89, small CNNs 0.91-0.93).
-
-The four gzip IDX files are read from the first directory that holds them:
-
-1. `$TFXKIT_FASHION_MNIST_DIR`, if set;
-2. `/usr/share/datasets/fashion-mnist/` (Debian package `dataset-fashion-mnist`);
-3. Keras' dataset cache, `$KERAS_HOME/datasets/fashion-mnist/` or
-   `~/.keras/datasets/fashion-mnist/` (where
-   `keras.datasets.fashion_mnist.load_data()` downloads them).
+`load_split` reads the four gzip IDX files (`read_idx`) from the first directory that
+holds them (`find_dir`: `$TFXKIT_FASHION_MNIST_DIR`, the Debian package's, Keras' cache);
+`FashionMnistMissing` says where they were looked for.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """The Transform -> Trainer data contract: what the Transform writes, what the Trainer reads.
 
-Pure (no TFX types). One place for every part of the record format both
-sides must agree on:
-
-- shards: how many per split (`resolve_num_shards`), their stats
-  (`ShardStats`, read back by `scan_shard`) and the one check that listed
-  files are the recorded shards, unchanged (`check_shards`);
-- compression: `gzip` or `none`, its TFRecord type and file suffix;
-- packing: which dense numeric features share one float vector
-  (`plan_packing`), how a transformed RecordBatch is packed
-  (`pack_record_batch`) and how parsed batches are unpacked
-  (`Packing.unpack`);
-- the parse spec of the records as stored (`file_spec`, `spec_to_json`)
-  and the features a read of them yields (`produced_features`);
-- the layout record: the Transform writes one JSON record,
-  `tfxkit_layout.json`, into its transform graph directory after the
-  transformed examples are written (compression, shard count, packing, parse
-  spec, every shard with its split, record count and sizes); the Trainer
-  reads it back (`read_layout`); `components.data.stored_input` resolves it, or
-  stock Transform output without one, for every reader.
+Pure (no TFX types): shard count and stats (`resolve_num_shards`, `ShardStats`,
+`scan_shard`, `check_shards`), compression and suffixes, packing (`plan_packing`,
+`pack_record_batch`, `Packing.unpack`), the stored parse spec (`file_spec`,
+`produced_features`) and the layout record (`write_layout`, `read_layout`).
 """
 
 from __future__ import annotations

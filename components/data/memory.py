@@ -1,11 +1,8 @@
 """How much memory this process can still take (no TFX types).
 
-A container's limit is its cgroup's, not the host's: a pod on a 64 GiB node
-limited to 8 GiB sees 64 GiB in `/proc/meminfo`. The answer is the smallest
-of what the host has available (`MemAvailable`) and what every cgroup on this
-process's path leaves below its limit (v2 `memory.max`, v1
-`memory.limit_in_bytes`), so a decision sized by it (the input pipeline's
-`cache: auto`) holds inside a Kubernetes pod as on a workstation.
+`available_bytes` is the smaller of the host's `MemAvailable` and what every cgroup on
+this process's path leaves below its limit (`cgroup_headroom`, v1 and v2), so a decision
+sized by it holds inside a Kubernetes pod.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """`preprocessing_fn` generated from the feature config.
 
-Every transformed feature is rank 2 (`[batch, size]`), so the Trainer's parse
-spec, the model's inputs and the serving graph agree on shapes:
-
-- floats: missing, NaN and infinite values imputed (configured `fill_value` or the mean of the
-  present values), then z-scored with the statistics of the present values
-  (`zscore`), bucketized into quantiles (`bucketize`, an int id) or passed
-  through as float32 (`identity`);
-- string / integer categoricals with `vocabulary`: missing values become an
-  empty / -1 token, ids come from a vocabulary with OOV buckets;
-- integer categoricals with `identity`: ids in `[0, num_buckets)`, everything
-  else (missing, negative, too large) maps to the extra bucket `num_buckets`
-  (the DataGate refuses training data with ids outside the range, so only
-  missing values and serving inputs reach that bucket);
-- the label passes through as an int64 `[batch]` vector (missing: -1).
+`build_preprocessing_fn` transforms each feature by its kind (`transform_feature`): floats
+imputed, then z-scored, bucketized or passed through; categoricals to vocabulary or
+identity ids. Every transformed feature is rank 2; the label is an int64 vector.
 """
 
 from __future__ import annotations

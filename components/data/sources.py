@@ -1,14 +1,8 @@
 """Locating and checking the raw input data (no TFX types).
 
-`resolve_input` turns the `data` config section into an ExampleGen input
-(directory + file pattern), writing built-in datasets once where needed.
-`check_input` reads the header (CSV) or first records (TFRecord) and fails with a
-`DataError` naming the file and column (a missing column, another delimiter, a
-feature size the data does not have, a compressed or non-TFRecord file, CSV
-files whose headers differ) before any component runs, and warns about
-columns that are neither features, the label nor excluded.
-`check_data_path` needs no TensorFlow: the console script runs it before the
-heavy imports, so a wrong local path is reported at once.
+`resolve_input` turns the `data` section into an ExampleGen input, writing built-in
+datasets once; `check_input` fails with a `DataError` naming the file and column before
+any component runs; `check_data_path` is the part that needs no TensorFlow.
 """
 
 from __future__ import annotations

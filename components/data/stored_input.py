@@ -1,18 +1,8 @@
 """Stored Transform output, resolved once for every reader (no TFX types).
 
-Both front doors of the Trainer read transformed examples: the product's
-datasets (`components.training.inputs.make_datasets`) and the stock-compatible
-`tf_dataset_factory` (`components.trainer.data_accessor`). `resolve` is the
-one place that turns what the Transform left behind, its layout record
-(`components.data.layout`) or stock TFX Transform output without one, plus a
-split's file patterns into what `components.data.ingestion.make_dataset` needs:
-the files (checked against the record when there is one), the parse spec as
-stored, packing, compression, shard stats and the features a read produces;
-`StoredInput.cache_path` is the file-cache rule both share.
-
-Stock output records nothing, so its compression is read from the files
-themselves (`detect_compression`), never assumed and never taken from a file
-name: stock TFX names its GZIP shards `.gz`, but another writer may not.
+`resolve` turns a layout record, or stock TFX Transform output without one, and a split's
+file patterns into a `StoredInput`: the checked files, the stored parse spec, packing,
+compression (`detect_compression` for stock output), shard stats and `cache_path`.
 """
 
 from __future__ import annotations

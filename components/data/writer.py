@@ -1,24 +1,9 @@
 """The tfxkit Transform's Beam writer: ingestion-ready shards and their layout record.
 
-Stock TFX writes the transformed examples as GZIP TFRecords in as many shards
-as the Beam runner happens to choose. `WriteIngestionReady` writes one split
-as the `transform` config section says instead:
-
-- `num_shards` files per split (0: `layout.default_num_shards`, sized for
-  parallel reads and per-worker file sharding);
-- `compression` `gzip` (`.gz`, as stock) or `none` (`.tfrecord`, faster to
-  read);
-- with `pack_features`, every dense numeric transformed feature in one
-  fixed-length float vector per example (`layout.PACKED_FEATURE`), so parsing
-  costs one feature instead of dozens;
-
-then reads every shard back and stages its stats. After the run,
-`write_layout_record` merges the staged stats of every split into the layout
-record (`tfxkit_layout.json`, see `components.data.layout`).
-
-The record format itself (packing, suffixes, stats, the record) is
-`components.data.layout`; the TFX internals the writer needs come from
-`components.compat.tfx_transform`.
+`WriteIngestionReady` writes one split as the `transform` section says (shard count,
+compression, packing), reads every shard back and stages its stats;
+`write_layout_record` merges the staged stats of every split into `tfxkit_layout.json`,
+whose format is `components.data.layout`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Knowledge-distillation losses and soft targets (no TFX types).
 
-The student minimises
+    L = (1 - alpha) * L_hard + alpha * T^2 * KL(p_teacher^T || p_student^T),  p^T = softmax(z / T)
 
-    L = (1 - alpha) * L_hard + alpha * T^2 * KL(p_teacher^T || p_student^T)
-
-where `p^T = softmax(z / T)` are logits softened by the temperature `T`,
-`L_hard` is the sparse categorical cross-entropy of the student's logits
-against the labels at `T = 1` (the usual classifier loss, whatever `T` is),
-and `p_teacher^T` is the (weighted) average of the teachers' softened
-probabilities. Binary tasks use the same two-class softmax form: the models
-emit two logits, and `softmax([z0, z1])` is the Bernoulli
-`sigmoid(z1 - z0)`.
+`distillation_losses` computes both terms and `soft_targets` the (weighted) average of the
+teachers' softened probabilities; binary tasks use the two-class softmax form.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""The Keras `Distiller`: a frozen teacher (or several) and a trained student (no TFX types).
+"""The Keras `Distiller`: frozen teachers and a trained student (no TFX types).
 
-Roles cannot swap silently: the `Distiller` holds a named `student` and a
-tuple of `teachers`; the teachers are frozen (`trainable = False`), run with
-`training=False` outside the gradient tape behind `tf.stop_gradient`, and
-gradients are taken with respect to the student's trainable variables only.
-The loss is `components.distillation.losses`'; per-example losses are averaged
-over the *global* batch under `tf.distribute`, and the teachers' soft targets
-can be cached by a fingerprint of each example's features.
+`Distiller` holds a named `student` and a tuple of frozen `teachers`, trains the student
+on `components.distillation.losses` averaged over the global batch, and can cache the
+teachers' soft targets by example fingerprint.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The Distiller component: a Trainer whose inputs include teacher models.
 
-Its spec is the stock TFX Trainer spec plus one `Model` input per teacher
-(`teacher_model_0` ... `teacher_model_{MAX_TEACHERS - 1}`). Separate named
-inputs rather than one union channel, because the Kubeflow V2 compiler
-accepts only plain channels. The output is a stock `Model` artifact whose
-serving signatures equal the teachers', so Evaluator and Pusher treat the
-student like any model.
+`DistillerSpec` is the stock Trainer spec plus one named `Model` input per teacher
+(`teacher_key`: `teacher_model_0` ...); `Distiller`'s output is a stock `Model` whose
+serving signatures equal the teachers', so Evaluator and Pusher treat it like any model.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """What a training-job backend is, and the job shape every backend shares.
 
-A backend module (`components.kubernetes.trainjob`, `components.kubernetes.tfjob`)
-builds its manifest from the pieces here and describes itself as a
-`Backend`; `components.kubernetes.jobs` looks backends up by
-`kubeflow.job_backend` or by manifest kind and submits, waits for and
-deletes their jobs. This module knows no backend and imports none, so the
-backends import it without reaching back into the job runner.
+`Backend` describes a backend (how to build its job, its resource coordinates, status and
+pods); `job_labels`, `replica_placement`, `JobStatus` and the rest are the shared pieces.
+It imports no backend, so backends import it without reaching into the job runner.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """Environment variables between the compiled pipeline, the Trainer step and its job replicas.
 
-Who sets what, who reads it:
-
-  compiler (`pipelines.kubeflow_runner`) -> every step container:
-      `ORCHESTRATOR`, `COMPONENT_ID`; a placed training step also
-      `PLACEMENT_ID` (`step_env`).
-  Trainer step (`components.kubernetes.jobs.launch`) -> every job replica:
-      `TFJOB_INVOCATION` (`replica_env`); on a TrainJob also `REPLICAS`.
-  TrainJob runtime (`components.kubernetes.trainjob.runtime_manifest`) ->
-      every replica, through the downward API: `JOBSET_NAME`,
-      `REPLICATED_JOB`, `JOB_INDEX`, `COMPLETION_INDEX` (`jobset_env`),
-      and `TF_PORT`, `RUNTIME_PODS`.
-  Trainer executor (`components.trainer.executor`) reads them: a step on
-      Kubeflow submits a job (`on_kubeflow`); a replica, which has no
-      `ORCHESTRATOR`, trains on the invocation at `TFJOB_INVOCATION`.
-
-`TF_CONFIG`: the Training Operator sets it on every TFJob replica. Trainer
-v2 sets none, so on a TrainJob replica `components.training.cluster` derives it
-from the JobSet variables above (a `TF_CONFIG` that is set wins).
-
-Pure (standard library only), so the compiler reads it without the job code.
+Declares every name (`ORCHESTRATOR`, `PLACEMENT_ID`, `TFJOB_INVOCATION`, the JobSet
+variables, ...) and who sets it: `step_env` (compiler to step), `replica_env` (step to
+replica), `jobset_env` (TrainJob runtime to replica); `on_kubeflow` and the other readers
+read them. Pure (standard library only), so the compiler reads it without the job code.
 """
 
 from __future__ import annotations

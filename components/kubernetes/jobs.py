@@ -1,22 +1,9 @@
-"""Multi-pod training jobs on Kubeflow: what both backends share.
+"""Multi-pod training jobs on Kubeflow: what both backends share (no TFX types).
 
-No TFX types. The Trainer step (see `components.trainer.executor`) hands
-`launch` a JSON-serialisable invocation; `launch` writes it next to the model
-run artifact (shared by URI), has the configured backend build the job
-(`kubeflow.job_backend`: `components.kubernetes.trainjob` for Kubeflow Trainer
-v2's TrainJob, `components.kubernetes.tfjob` for the Training Operator's
-TFJob), submits it through the `kubernetes` client, waits with a bounded
-timeout, logs restarts as the controller makes them, surfaces per-replica
-status and each failing pod's replica and reason, and deletes the job on
-success or timeout (a failed job is kept for inspection).
-
-A backend module contributes only its manifest and a `Backend`
-(`components.kubernetes.backend`): how to build the job, the resource
-coordinates, how to read its status, and how to find its pods. The backends
-import that module, never this one; `BACKENDS` here is the one list of them,
-looked up by `kubeflow.job_backend` (`backend_named`) or by manifest kind
-(`backend_of`). Placement is rendered by `components.kubernetes.placement` for
-both.
+`launch` writes the step's invocation next to the model artifact, has the configured
+backend build the job, submits it, waits (bounded), reports per-replica status and
+deletes it unless it failed. `BACKENDS` is the one list of backends, looked up by
+`kubeflow.job_backend` (`backend_named`) or by manifest kind (`backend_of`).
 """
 
 from __future__ import annotations

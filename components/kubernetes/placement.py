@@ -1,23 +1,9 @@
-"""The one rendering of a config `Placement` to Kubernetes.
+"""The one rendering of a config `Placement` to Kubernetes and KFP forms.
 
-The pipeline compiler (`pipelines.kubeflow_runner`) and the training jobs
-(`components.kubernetes.tfjob`, `components.kubernetes.trainjob`) all place pods
-from a `Placement`; every derived value comes from here, so a step pod and a job replica with the same
-placement get the same accelerator resource, node selector, tolerations and
-resources:
-
-- Kubernetes forms (plain dicts, as in a manifest): `node_selector`,
-  `tolerations`, `resources`, `container`, `pod_spec`. A job backend builds
-  its pod templates from `container` and `pod_spec`.
-- KFP forms (protos, for the compiled pipeline): `resource_spec` (the
-  pipeline spec's container resources) and `kubernetes_executor_config`
-  (the kfp-kubernetes platform spec), both derived from the Kubernetes forms.
-
-The GKE accelerator facts (resource names, node labels, TPU topologies)
-live in `components.config.accelerators`, which config validation also reads.
-
-Pure: it imports config for type annotations only, and kfp inside the two
-functions that build kfp protos.
+Kubernetes forms (plain dicts): `node_selector`, `tolerations`, `resources`, `container`,
+`pod_spec`; KFP forms (protos, derived from them): `resource_spec` and
+`kubernetes_executor_config`. Pure: config is imported for annotations only, and kfp
+inside the two functions that build its protos.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Multi-worker training on Kubeflow through the Training Operator's TFJob.
+"""Multi-worker training on Kubeflow through the Training Operator's (v1) TFJob.
 
-The Training Operator (v1) is end of life; `kubeflow.job_backend: tfjob`
-keeps this backend for clusters that still run it (the default is
-`components.kubernetes.trainjob`). The operator gives every replica its
-`TF_CONFIG`. Submitting, waiting, status and deletion are shared with the
-TrainJob backend (`components.kubernetes.jobs`); pods are placed by
-`components.kubernetes.placement`.
-
-Replica layout per strategy (`strategy.kind`):
-  multi_worker_mirrored: `Worker` x workers (worker 0 is the chief).
-  parameter_server: `Chief` x 1 (the coordinator), `Worker` x workers,
-    `PS` x parameter_servers.
+`build_manifest` builds the TFJob (`replica_counts`, `restart_policy`) and `BACKEND` is
+its `Backend`, chosen by `kubeflow.job_backend: tfjob`; the operator gives every replica
+its `TF_CONFIG`.
 """
 
 from __future__ import annotations

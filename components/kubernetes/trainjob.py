@@ -1,26 +1,9 @@
 """Multi-worker training on Kubeflow Trainer v2: a TrainJob on a tfxkit TensorFlow runtime.
 
-Kubeflow Trainer v2 has no TensorFlow runtime, and its PlainML policy sets no
-`TF_CONFIG`. tfxkit ships its own runtime (`runtime_manifest`; the files in
-`kubeflow/` are generated from it) and derives `TF_CONFIG` inside each
-replica (`components.training.cluster.tf_config_from_jobset`) from what the
-runtime exposes: the JobSet name, the replicated job and the pod's
-completion index through the downward API. A TrainJob (`build_manifest`)
-references the runtime and fills in the per-run part: image, node count,
-resources, the step's invocation and the cluster shape (`env.REPLICAS`),
-and the placement of every replicated job through `runtimePatches`.
-Submitting, waiting, status and deletion are shared with the TFJob backend
-(`components.kubernetes.jobs`); pods are placed by
-`components.kubernetes.placement`.
-
-Replicated jobs (one Indexed Job each; TF task index = completion index):
-  multi_worker_mirrored: `node` x workers (worker 0 is the chief).
-  parameter_server: `chief` x 1 (the coordinator), `node` x workers,
-    `ps` x parameter_servers.
-
-`python -m components.kubernetes.trainjob --config FILE` prints the runtime a
-config needs (its image, parameter-server count and placement);
-`--write-shipped DIR` regenerates the files under `kubeflow/`.
+`runtime_manifest` is the TensorFlow runtime tfxkit ships (the files in `kubeflow/` are
+generated from it), `build_manifest` one run's TrainJob on it and `BACKEND` its `Backend`.
+`python -m components.kubernetes.trainjob --config FILE` prints the runtime a config
+needs; `--write-shipped DIR` regenerates the files under `kubeflow/`.
 """
 
 from __future__ import annotations

@@ -1,43 +1,8 @@
 """Faults of a training cluster: a worker, a parameter server or the chief killed mid-job.
 
-Shared by the fault tests (`tests/components/training/test_faults.py`) and
-`benchmarks/faults.py`. Each scenario runs a tiny real job (the penguins
-teacher of `components/testing/penguins.py`, a few hundred parameters) as a cluster
-of processes forked by a `local_cluster.Launcher`, SIGKILLs tasks at known
-steps, restarts them as the generated manifests make Kubernetes do (README,
-"Faults of a multi-worker job on Kubernetes"), and returns what happened as
-an `Outcome`: the tests assert on it, the benchmark prints it.
-
-- `mwms_job`: two `multi_worker_mirrored` workers; worker 1 is killed at
-  step `MWMS_KILL_AT` (4 steps after the backup at 18); the survivor must
-  fail naming it; each worker restarted alone (the other "never comes
-  back") must fail within the formation bound naming the other; then both
-  restart, as JobSet restarts the whole group, resume from the backup and
-  finish.
-- `ps_job`: a `parameter_server` job (chief = coordinator, 2 workers, 1 ps)
-  with a plan of faults at epoch ends: a worker killed (training goes on)
-  and later restarted (it rejoins), a ps killed (the coordinator fails
-  naming it; ps and coordinator restart and resume), the coordinator killed
-  (it restarts alone and resumes). Keras calls no batch-level callback under
-  the parameter-server strategy, so faults fall on epoch ends, which are its
-  backups (`training.fit`): no step is repeated there.
-
-The data order makes a resumed run comparable to an unkilled one: a global
-batch of `GLOBAL_BATCH` over the 270 training rows is `INTERVAL` steps a
-pass, and backups come every `INTERVAL` steps, so every backup falls on a
-pass boundary. A resumed run's input starts again at the beginning of the
-data (Keras restores no iterator position), which is where an unkilled run's
-input stands at that step: both see the same batches, and the final weights
-of a resumed multi-worker-mirrored run equal the unkilled run's.
-
-Failure detection is TensorFlow's own, at its defaults: its coordination
-service calls a peer lost after 10 s without a heartbeat. Only the workers
-restarted alone get a short registration timeout (`NEVER_BACK_REGISTER_S`,
-TensorFlow's knob set in the task, see `local_cluster`), which the product's
-formation bound follows; in production that bound is
-`strategy.collective_timeout_seconds` (at least 120 s). Every wait has a
-bound; a task that overruns one is killed and listed in `Outcome.hung`.
-Restarts here are immediate; on a cluster, recreating pods adds its time.
+`mwms_job` and `ps_job` run the tiny penguins teacher as a `local_cluster` of processes,
+SIGKILL tasks at known steps, restart them and return an `Outcome`; shared by
+`tests/components/training/test_faults.py` and `benchmarks/faults.py`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """A directory that fills up: a size-limited tmpfs in a private mount namespace.
 
-`full_disk(directory, margin_kib, work)` swaps `directory` for a tmpfs that
-holds a copy of its contents and room for only `margin_kib` KiB more, so the
-next writer past that margin gets ENOSPC ("No space left on device"), as on a
-full disk. The tmpfs lives in a helper process's own mount namespace
-(`unshare -m` as root, `unshare -rm` otherwise): nothing is mounted on the
-host, and the file system disappears with the helper, even when the caller
-dies. The caller, its child processes (Beam workers) included, reach it
-through a symlink to `/proc/<helper>/root/...`, so a pipeline runs in the
-calling process with its usual paths. On exit what the writer left (partial
-files included) is copied back, as a full disk would leave it.
-
-Hosts that cannot make the file system (no `unshare`, no user namespaces,
-mounting refused) raise `FullDiskUnavailable` naming what failed.
+`full_disk(directory, margin_kib, work)` swaps `directory` for a tmpfs with room for only
+`margin_kib` KiB more, mounted in a helper process's own namespace (nothing on the host);
+hosts that cannot make it raise `FullDiskUnavailable` naming what failed.
 """
 
 from __future__ import annotations

@@ -1,35 +1,8 @@
 """Training clusters of real processes on loopback, whose tasks can be killed and restarted.
 
-Shared by the fault tests (`tests/components/training/test_faults.py`) and
-`benchmarks/faults.py`. A `Launcher` starts one Python process (the
-launcher process) that imports TensorFlow and the Trainer once, then forks
-every task of a cluster from it on request: a task is a real process with
-its own TensorFlow runtime (nothing of TensorFlow's runtime exists before
-the fork: importing initialises no context), started in a fraction of a
-second instead of an interpreter start and ten seconds of imports. Tasks
-can be SIGKILLed one by one, and the whole process group (launcher and
-every task) is killed when the launcher closes, on every path.
-
-A task runs the product's own training task (`components.training.task` to
-resolve the role, `run_fn.run` to train, export and drop the backup; or
-`training.fit` alone for a reference that needs only weights), with two
-things added for fault injection, neither touching the product:
-
-- step marks: a Keras callback writes `<name>.at<step>` after that step
-  (after the backup callback, so a backup due at that step is written), and
-  may hold there until `<name>.go<step>` appears (bounded), so a test kills
-  a task at a known step;
-- short bounds: `coordination` sets this process's coordination-service
-  timeouts directly (TensorFlow's own knob,
-  `context.configure_coordination_service`, as a launcher may): a
-  registration timeout of seconds, not TensorFlow's hour, makes a worker
-  whose peer never comes back fail within seconds, and the product's
-  formation bound follows it (`strategies.formation_bound`). The product's
-  config bound (`strategy.collective_timeout_seconds`, at least 120 s) is
-  not lowered.
-
-Every wait has a deadline; `Task.wait` and `wait_for` raise `TimeoutError`
-naming what did not happen.
+A `Launcher` imports TensorFlow and the Trainer once and forks each `Task` of a cluster
+from it; a task runs the product's training task with step marks and short coordination
+timeouts added, and every wait (`Task.wait`, `wait_for`) has a deadline.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Tiny real training inputs: Palmer penguins through real TFT.
 
-Shared by the Trainer tests (`tests/components/training/penguins.py`) and
-the benchmarks that train the same tiny model (`benchmarks/faults.py`).
-
-`materialize` runs the config-generated `preprocessing_fn` with
-`tensorflow_transform`'s Beam implementation (in-process, 334 rows, a few
-seconds) and writes what the Transform component would: the transform graph
-(`transform_fn/`, `transformed_metadata/`, raw `metadata/`) and gzipped
-transformed tf.Examples for a train and an eval split. No TFX pipeline runs,
-so strategy tests stay fast; the model still sees real transformed features,
-and its export serves raw tf.Examples through the real transform graph.
+`materialize` runs the config-generated `preprocessing_fn` with TFT's Beam implementation
+and writes what the Transform component would (transform graph, transformed train and
+eval examples); `inputs_for` turns that into one run's training inputs.
 """
 
 from __future__ import annotations

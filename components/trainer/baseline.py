@@ -1,15 +1,8 @@
 """`StudentBaseline`: the student's shape trained alone, the yardstick of distillation.
 
-A distilled student is worth its stage only if it beats the same network
-trained without a teacher. With `distillation.scratch_baseline`, the
-pipeline adds this Trainer: the `student` shape, hard labels only, and the
-distilled student's steps (`distillation.student_train_steps`), schedule and
-augmentation, so that the one difference from the Distiller is the teachers'
-soft targets. The distillation report (`pipelines.report`) measures it beside
-the teachers and the student and says whether the student improved on it.
-
-It is a separate component type so that ML Metadata records its role
-(`pipelines.roles`); the Distiller never consumes its model.
+A Trainer of its own component type on `baseline_config`: the `student` shape, hard labels
+only, and the distilled student's steps, schedule and augmentation, so the one difference
+from the Distiller is the teachers' soft targets.
 """
 
 from __future__ import annotations

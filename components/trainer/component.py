@@ -1,11 +1,8 @@
 """The Trainer component: TFX 1.16's Trainer, argument for argument, plus tfxkit settings.
 
-Every argument of `tfx.components.Trainer` is accepted with its stock meaning,
-so a stock pipeline swaps the import and keeps its module file. Without a
-module the Trainer trains the configured model (`config` must then be a full
-`PipelineConfig`); with one (`module_file`, or a `run_fn` path) the user's
-`run_fn` runs under the configured strategy and gets tfxkit's input pipeline
-through `fn_args.data_accessor` (see `components.config.stock_args`).
+`Trainer` takes every argument of `tfx.components.Trainer` with its stock meaning; without
+a module it trains the configured model (`DEFAULT_RUN_FN`), with one the user's `run_fn`
+runs under the configured strategy and tfxkit's input pipeline.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """`fn_args.data_accessor.tf_dataset_factory` backed by tfxkit's input pipeline.
 
-A user's `run_fn` calls `data_accessor.tf_dataset_factory(file_pattern,
-TensorFlowDatasetOptions(...), schema)` exactly as under stock TFX and gets
-the same batches: the same examples, the same `(features, label)` structure,
-shapes and dtypes (the label popped when `label_key` is set), the same epoch,
-shuffling and final-batch semantics. They come from `components.data.ingestion`
-(parallel interleave, batch-then-parse, parallel map, the parsed data
-cached in memory when it fits, `ingestion.cache: auto`, prefetch), over files
-resolved by `components.data.stored_input` as the Trainer's own datasets are: the
-tfxkit Transform's layout record when the files are the ones it wrote (so
-packed and uncompressed shards work, and corrupt shards fail naming the
-file), else the compression read from the files.
-
-What differs from stock: element *order* (stock reads files one record at a
-time in turn; this reads blocks of records per file), so compare batches as
-multisets. Inputs this reader does not handle (no schema, a payload other
-than tf.Example, a data view) go to TFX's own factory unchanged.
+`tfxkit_data_accessor` gives a user's `run_fn` a `tf_dataset_factory`
+(`make_tf_dataset_factory`) that returns stock TFX's batches from
+`components.data.ingestion` over `components.data.stored_input`; inputs it does not
+handle go to TFX's own factory.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Trainer executor: decodes the payload first, then launches a job or hosts the run_fn.
 
-Thin, as TFX's `GenericExecutor`: one decode (`components.config.payload`) on the
-first line, then one of three things:
-
-- on Kubeflow, a multi-worker strategy trains through a training job
-  (`components.trainer.launcher`): the step submits and watches it, and each
-  replica runs this module (`python -m components.trainer.executor`, see
-  `main`) on the step's invocation;
-- with a user module (drop-in, see `components.config.stock_args`), the user's
-  `run_fn` runs under the configured strategy and tfxkit's input pipeline
-  (`components.trainer.host.run_user_fn`);
-- otherwise the tfxkit `run_fn` runs with the decoded payload beside
-  `FnArgs` (`components.trainer.host.run_product_fn`), and goes through the
-  training task itself (`components.training.task`).
+`Executor.Do` decodes the payload, then submits a training job on Kubeflow
+(`components.trainer.launcher`), hosts a user module's `run_fn` or runs the tfxkit
+`run_fn` (`components.trainer.host`); `main` is each job replica's entry
+(`python -m components.trainer.executor`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The Trainer step on Kubeflow: a multi-worker strategy trains as a training job.
 
-On Kubeflow, a strategy that needs several workers does not train in the
-step's pod: the step submits a training job (a TrainJob or a TFJob, see
-`components.kubernetes.jobs`) carrying its invocation, watches it and returns
-with the job's result. Each replica runs the Trainer executor (`python -m
-components.trainer.executor`) on that invocation, with the `TF_CONFIG` the
-training operator gives it or, on a TrainJob, the one `components.training.cluster`
-derives from its JobSet environment.
+`should_launch` says whether this step submits a job instead of training in its pod;
+`launch` submits it on the step's invocation (`components.kubernetes.jobs`), waits for it
+and returns with its result.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The Trainer's default `run_fn`: train and export the teacher.
 
-Thin: `components.training.task.run_fn_task` (role, strategy, export,
-backup) around the teacher's model and `Task.fit`. The same `run_fn` runs unchanged as
-every replica of a multi-worker job: the strategy comes from the config and
-`TF_CONFIG` (as the TFJob operator or Vertex AI set it). Workers and
-parameter servers of a parameter-server cluster serve until they are
-stopped; the evaluator task has nothing to do (TFX's Evaluator evaluates the
-exported model); every training task trains, and only the chief writes the
-serving model.
+Thin: `components.training.task.run_fn_task` (role, strategy, export, backup) around the
+teacher's model and `Task.fit`; it runs unchanged as every replica of a multi-worker job.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """The training cluster: `TF_CONFIG` and the cluster a TrainJob replica derives.
 
-Everything here is about where this task sits in the cluster, not about
-which strategy trains on it (`components.training.strategies` builds that):
-
-- `parse_tf_config` validates a `TF_CONFIG` value into a `TFConfig` (the
-  cluster, this task, whether it is the chief), naming the offending field.
-- `tf_config_from_jobset` derives the `TF_CONFIG` of a Kubeflow Trainer v2
-  `TrainJob` replica from its JobSet variables (declared in
-  `components.kubernetes.env`); `read_tf_config` reads the environment and
-  uses the derived cluster when no `TF_CONFIG` is set.
-- `lost_peers` names the tasks a failed collective or remote call lost
-  (those TensorFlow's error names, else those that accept no connection),
-  and `PeerLost` is the error a training task raises naming them.
+`parse_tf_config` validates a `TF_CONFIG` into a `TFConfig`, `tf_config_from_jobset`
+derives one from a TrainJob replica's JobSet variables and `read_tf_config` reads either;
+`lost_peers` names the tasks a failure lost, and `PeerLost` is the error naming them.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Serving export: raw serialized tf.Examples in, class probabilities out.
 
-The exported SavedModel carries the TFT transform graph, so a pushed model
-serves raw examples. Signatures (the standard TFX ones):
-
-- `serving_default(examples)`: `probabilities`, `logits`, `classes`;
-- `transform_features(examples)`: the transformed features (what TFMA and
-  distillation use to feed the model the Trainer saw);
-- `transformed_logits(**transformed features)`: `logits` on already
-  transformed features, which is how a distillation student reads its
-  teacher's outputs from Transform output without re-parsing raw examples.
+`export_serving_model` writes a SavedModel carrying the TFT graph, with `serving_default`
+(`probabilities`, `logits`, `classes`), `transform_features` and `transformed_logits`;
+`export_from_task` exports on the chief only (others to `scratch_export_dir`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""The training workflow shared by the teacher Trainer and the distiller.
+"""The training workflow shared by the teacher Trainer and the distiller (no TFX types).
 
-No TFX types: `inputs.TrainingInputs` carries plain paths (built from TFX's
-`FnArgs` in `run_fn`), so the workflow is testable on temp directories.
-
-`fit` trains any compiled Keras model under the configured `tf.distribute`
-strategy (see `components.training.strategies`), with mixed precision, gradient
-accumulation and a crash-recovery backup at `inputs.backup_dir` (located by
-`components.training.backup`); the task lifecycle (`components.training.task`)
-resolves the role before and exports (only the chief writes the model) and
-removes the backup after.
+`fit` trains a compiled Keras model under the configured strategy, with mixed precision,
+gradient accumulation and a crash-recovery backup; `build_model`, `make_optimizer`,
+`learning_rate` and `compile_classifier` set it up.
 """
 
 from __future__ import annotations

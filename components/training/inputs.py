@@ -1,12 +1,8 @@
-"""The Trainer's inputs: transformed examples to `(features, label)` batches.
+"""The Trainer's inputs: transformed examples to `(features, label)` batches (no TFX types).
 
-No TFX types. `make_datasets` builds the train and eval datasets of one
-input pipeline from the stored Transform output (resolved by
-`components.data.stored_input`, read by `components.data.ingestion`), then applies
-`data.labeled_fraction` (`partially_labeled`) and `train.augmentation`
-(`augmented`) to the training batches; `distributed_datasets` hands one per
-input pipeline to the `tf.distribute` strategy. The fit loop that consumes
-them is `components.training.fit.fit`.
+`make_datasets` builds the train and eval datasets from the stored Transform output, with
+`data.labeled_fraction` (`partially_labeled`) and `train.augmentation` (`augmented`);
+`distributed_datasets` hands them to the strategy; `TrainingInputs` carries plain paths.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Whether a training task's peers answer, and a watchdog for a cluster that never forms.
 
-Standard library only: the watchdog runs as its own small process
-(`python -m components.training.peers`), which starts in milliseconds.
-
-Why a process: a multi-worker strategy connects to its peers inside one
-call into TensorFlow's runtime that holds Python's global interpreter lock,
-so while it waits no thread of the task's own process runs. The coordination
-leader (worker 0, or the chief) waits there without end for a peer that
-never comes back. `watch_formation` starts the watchdog before that call
-and stops it after; if the call is still waiting when the bound passes, the
-watchdog writes which peers accept no connection to the task's stderr (its
-log, and on Kubernetes its termination message), then ends the task with
-SIGKILL: exit status 137, which Kubernetes restart policies (TFJob
-`ExitCode`, JobSet failure policy) treat as retryable. Not SIGTERM: once a
-multi-worker strategy starts its coordination service, TensorFlow catches
-SIGTERM as a preemption notice and the task would go on waiting.
+`reachable` / `unreachable` probe peers; `watch_formation` runs the watchdog process
+(`python -m components.training.peers`) around the call that forms the cluster: past the
+bound it names the peers that never answered and ends the task. Standard library only.
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
 """The `tf.distribute` strategy factory (no TFX types).
 
-`create_strategy(config.strategy)` turns the `strategy` config section into a
-`StrategyChoice`: the strategy, this task's role in the cluster (trainer,
-parameter-server/worker server, evaluator), whether it is the chief, and one
-log line saying why this strategy was chosen.
-
-Kinds:
-  one_device: the first GPU, else the CPU.
-  mirrored: synchronous replicas on this machine's GPUs, or on
-    `strategy.num_cpu_devices` logical CPU devices when there is no GPU.
-  multi_worker_mirrored: synchronous replicas on every worker of the
-    `TF_CONFIG` cluster (collective all-reduce; ring or NCCL, packing from
-    config). Without `TF_CONFIG` it runs as a one-worker cluster. A peer
-    that does not join within the formation bound (`formation_bound`) ends
-    the task naming it, instead of the endless wait TensorFlow gives the
-    coordination leader (worker 0 or the chief).
-  parameter_server: asynchronous training; this task (the `chief`) is the
-    coordinator, `worker` and `ps` tasks run a `tf.distribute.Server`.
-  central_storage: variables on the CPU, compute replicated on local devices.
-  tpu: `TPUStrategy` on the TPU `TPUClusterResolver` finds (`strategy.tpu`).
-  auto: a TPU if one is resolvable; else a `TF_CONFIG` cluster with `ps` tasks
-    means parameter_server, with several workers multi_worker_mirrored; else
-    several local devices (GPUs, or configured logical CPUs) mean mirrored;
-    else one_device.
-
-The cluster this task belongs to (`TF_CONFIG`, or the one a TrainJob
-replica derives from its JobSet variables) is read by `components.training.cluster`;
-this module decides what to build on it.
-
-Logical CPU devices must be configured before TensorFlow initialises its
-runtime, so `create_strategy` is the first thing a trainer process should call.
+`create_strategy(config.strategy)` resolves the kind (`resolve_kind`), configures devices
+and returns a `StrategyChoice`: the strategy, this task's role, whether it is the chief
+and why this strategy was chosen. `formation_bound` bounds how long a cluster may take to
+form; `start_server` runs a parameter-server `worker` or `ps` task.
 """
 
 from __future__ import annotations

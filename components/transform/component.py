@@ -1,11 +1,8 @@
 """The Transform component: TFX 1.16's Transform, argument for argument, plus tfxkit output.
 
-Every argument of `tfx.components.Transform` is accepted with its stock
-meaning, so a stock pipeline swaps the import and keeps its module file.
-Without a module the `preprocessing_fn` is generated from the feature config
-(`config` must then be a full `PipelineConfig`); either way the transformed
-examples are written ingestion-ready (shards, compression, optional packing,
-`tfxkit_layout.json`) unless `stock_output` is set in the drop-in settings.
+`Transform` takes every argument of `tfx.components.Transform` with its stock meaning;
+without a module it uses the config-generated `preprocessing_fn`
+(`DEFAULT_PREPROCESSING_FN`), and it writes ingestion-ready output unless `stock_output` is set.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Transform executor: TFX's Transform, writing ingestion-ready output.
 
-With a tfxkit config, the transformed examples are written as the
-`transform` section says (shard count, compression, packing; see
-`components.data.writer`) and what was written is recorded in
-`tfxkit_layout.json` in the transform graph directory (see
-`components.data.layout`). Every other Transform option (splits, analyzer cache,
-a user `module_file` / `preprocessing_fn`) is untouched; a user module gets
-the same writer from its drop-in settings (`components.config.stock_args`); without
-tfxkit settings, or with `stock_output`, the executor behaves exactly as TFX's.
-
-This module only unpacks artifacts, validates the config and delegates: the
-writer is `writer`, every patch of TFX / TFT internals is `tfx_compat`, and
-what only makes a run faster is elsewhere: Beam's signature memo
-(`components.compat.beam_signatures`) and the user-code wheel unpacked instead of
-pip-installed (`components.compat.user_code`).
+`Executor` checks the TFX / TFT internals it relies on, then runs TFX's Transform with the
+tfxkit writer (`components.data.writer`) and its layout record when tfxkit settings ask for
+it; without them, or with `stock_output`, its output is exactly TFX's.
 """
 
 from __future__ import annotations

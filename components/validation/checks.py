@@ -1,16 +1,8 @@
 """Data checks that stop a run before Transform (pure: TFDV protos in, messages out).
 
-Three sources of problems, each reported as one line naming the split, the
-feature and the fix:
-
-1. ExampleValidator's anomalies (statistics vs this run's inferred schema);
-2. schema drift: this run's statistics vs the schema of the last run that
-   passed the gate (a dropped column, a changed type). Value domains, shapes
-   and presence fractions are relaxed first, because new categories go to OOV
-   buckets and missing values are imputed by design;
-3. the config's promises: no empty split, integer labels present in every
-   example and inside `[0, num_classes)`, feature kinds that match the data's
-   types, integer `identity` ids inside `[0, num_buckets)`.
+`gate_messages` collects one line per problem, naming split, feature and fix, from
+ExampleValidator's anomalies (`anomaly_messages`), drift against the last gated schema
+(`drift_messages`, after `relaxed`) and the config's promises (`config_messages`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""The catalogue of bad inputs, shared by tests/pipelines/test_reliability.py and
-test_reliability_proceeds.py (the cases that proceed) and benchmarks/reliability.py.
+"""The catalogue of bad inputs (`CASES`) and how to run one (`run_case`).
 
-Every case starts from a copy of a finished run that already pushed a model
-(same pipeline root, ML Metadata and serving directory), breaks one thing,
-runs the real pipeline again and checks the promise:
-
-- the run fails or proceeds exactly as documented (`outcome`), with a message
-  matching `message` (the cause, named);
-- a failing run pushes nothing;
-- every previously pushed model is byte-identical afterwards;
-- what the case's `check` adds (e.g. the run's own `summary.json`).
-
-A case this host cannot set up (the full disk needs `unshare` and `mount`)
-comes back `skipped`, with the reason, rather than passing or failing.
+Each `Case` breaks one thing in a copy of a run that already pushed a model, runs the
+real pipeline again and checks the documented outcome. Shared by
+tests/pipelines/test_reliability*.py and benchmarks/reliability.py.
 """
 
 from __future__ import annotations

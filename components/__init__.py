@@ -6,8 +6,8 @@ folders are layers, each importing only those below it (docs/architecture.md,
 enforced by tests/test_imports.py): `config`, `compat` < `data`,
 `kubernetes` < `training` < `distillation` < the TFX components.
 
-TFX 1.16 runs on tf_keras (Keras 2): importing this package makes `tf.keras`
-tf_keras in this process (`components.compat.legacy_keras`).
+Importing it leaves `tf.keras` as the process has it: the product's own code
+imports tf_keras by name (`components.compat.legacy_keras`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,6 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import sys
-
-from components.compat.legacy_keras import ensure_legacy_keras
-
-ensure_legacy_keras()
 
 # Public name -> the module that defines it.
 _PUBLIC = {

@@ -123,8 +123,23 @@ def _run(config, output: str, runner: str) -> int:
     try:
         output = rundir.check_output_dir(output)
         with rundir.exclusive_run(output), rundir.log_to_file(output) as run_log:
+            from components.config import ConfigError
             from components.data.sources import DataError, check_data_path
+            from pipelines import precheck
 
+            try:
+                precheck.check_beam_args(config.beam_args)
+            except ConfigError as e:
+                rundir.write_refusal(
+                    output,
+                    {
+                        **rundir.refused_summary(rundir.CONFIG_CHECK_STAGE, f"ConfigError: {e}"),
+                        "log": run_log.path,
+                    },
+                )
+                print(f"tfxkit: ConfigError: {e}", file=run_log.file)
+                print(f"tfxkit: invalid config: {e}", file=run_log.err)
+                return 2
             try:
                 check_data_path(config.data)
             except DataError as e:

@@ -1,15 +1,7 @@
 """Runs `create_pipeline` locally: BeamDagRunner (default) or LocalDagRunner.
 
-Layout of an output directory:
-  data/            built-in datasets written once (digits)
-  pipeline_root/   TFX artifacts
-  metadata.sqlite  ML Metadata
-  serving/<name>/  pushed models (Pusher destination)
-  summary.json     what ran, metrics, pushed model (and, with distillation,
-                   the teacher-vs-student table of `pipelines.report`); written
-                   by every run, failed or not
-  tfxkit.log       the run's full log (library output, warnings, tracebacks)
-  distillation_report.png  accuracy vs parameters / latency (distillation runs)
+`run` runs a config into an output directory laid out by `paths_for` (`pipeline_root/`,
+`metadata.sqlite`, `serving/`, `data/`, `summary.json`, `tfxkit.log`, the report chart).
 """
 
 from __future__ import annotations
@@ -20,7 +12,7 @@ from typing import Any
 
 from components.config import PipelineConfig
 from components.data.sources import check_input, resolve_input
-from pipelines import progress, report
+from pipelines import precheck, progress, report
 from pipelines.pipeline import PipelinePaths, create_pipeline
 from pipelines.rundir import (  # noqa: F401 - ConcurrentRunError and exclusive_run re-exported
     INPUT_CHECK_STAGE,
@@ -106,6 +98,7 @@ def _run_locked(
     # reach the console as the run's do.
     with progress.console_logging(stream, run_log):
         try:
+            precheck.check_beam_args(config.beam_args)
             data = resolve_input(config.data, os.path.join(output_dir, "data"))
             check_input(config.data, data)
             pipeline = create_pipeline(config, data, paths)

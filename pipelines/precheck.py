@@ -8,6 +8,10 @@ the same functions, so the rules live here once.
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Sequence
+
 from components.config import ConfigError, PipelineConfig
 
 
@@ -60,3 +64,95 @@ def check_for_cluster(config: PipelineConfig) -> None:
     """
     cluster_data_uri(config)
     check_cluster_paths(config)
+
+
+# Beam runners that run in this process or in local worker processes, with
+# nothing to start or fetch.
+_IN_PROCESS_RUNNERS = {
+    "DirectRunner",
+    "SwitchingDirectRunner",
+    "BundleBasedDirectRunner",
+    "FnApiRunner",
+    "PrismRunner",
+}
+# Portable runners: they submit to a job server, which Beam otherwise starts
+# from a jar it downloads at run time (unreachable here), then runs the SDK
+# workers in Docker unless told otherwise.
+_JOB_SERVER_JARS = {
+    "FlinkRunner": "--flink_job_server_jar",
+    "SparkRunner": "--spark_job_server_jar",
+    "PortableRunner": None,
+}
+_WORKER_ENVIRONMENTS = ("LOOPBACK", "PROCESS", "EXTERNAL")
+
+
+def _beam_options(args: Sequence[str]) -> dict[str, tuple[int, str]]:
+    """`--name=value` and `--name value` forms: option -> (index in args, value)."""
+    options: dict[str, tuple[int, str]] = {}
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        name, sep, value = arg.partition("=")
+        if not sep and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value = args[i + 1]
+        options[name] = (i, value)
+    return options
+
+
+def check_beam_args(args: Sequence[str], field: str = "beam_args") -> None:
+    """Refuses a Beam runner that cannot start from this machine, before any component runs.
+
+    Beam would otherwise fail only in the first Beam component, after the
+    pipeline started: a portable runner (Flink, Spark) tries to download its
+    job server and to start Docker workers, Dataflow needs its project,
+    region and a bucket.
+
+    Raises:
+      ConfigError: naming `field[i]` (the argument), what was found and the fix.
+    """
+    options = _beam_options(args)
+    if "--runner" not in options:
+        return
+    index, runner = options["--runner"]
+    where = f"{field}[{index}]"
+    name = runner.rsplit(".", 1)[-1]
+    if name in _IN_PROCESS_RUNNERS:
+        return
+    if name in _JOB_SERVER_JARS:
+        jar_option = _JOB_SERVER_JARS[name]
+        if "--job_endpoint" not in options:
+            if jar_option is None:
+                raise ConfigError(
+                    f"{where}: --runner={runner} needs --job_endpoint=HOST:PORT of a running job server"
+                )
+            jar = options.get(jar_option, (None, ""))[1]
+            if not jar:
+                raise ConfigError(
+                    f"{where}: --runner={runner} would download its job server at run time, which "
+                    f"this machine cannot reach; give {jar_option}=<path of the job server jar> or "
+                    "--job_endpoint=HOST:PORT of a running job server"
+                )
+            if not os.path.isfile(jar):
+                raise ConfigError(f"{field}: {jar_option}: no such file {jar!r}")
+            if shutil.which("java") is None:
+                raise ConfigError(
+                    f"{where}: --runner={runner} starts its job server with Java, and no `java` is "
+                    "on PATH; install a JDK (17) or give --job_endpoint of a running job server"
+                )
+        environment = options.get("--environment_type", (None, "DOCKER"))[1].upper()
+        if environment not in _WORKER_ENVIRONMENTS and shutil.which("docker") is None:
+            raise ConfigError(
+                f"{where}: --runner={runner} runs its SDK workers in Docker "
+                f"(--environment_type={environment}), and no `docker` is on PATH; give "
+                "--environment_type=LOOPBACK (workers in this process) or PROCESS / EXTERNAL"
+            )
+        return
+    if name in ("DataflowRunner", "TestDataflowRunner"):
+        missing = [o for o in ("--project", "--region", "--temp_location") if o not in options]
+        if missing:
+            raise ConfigError(
+                f"{where}: --runner={runner} needs {', '.join(missing)}; give them in {field}"
+            )
+        return
+    known = sorted(_IN_PROCESS_RUNNERS | set(_JOB_SERVER_JARS) | {"DataflowRunner"})
+    raise ConfigError(f"{where}: unknown Beam runner {runner!r}; expected one of {known}")

@@ -1,22 +1,9 @@
 """Teacher-vs-student report of a distillation run: a table and a PNG chart.
 
-Every figure is measured on what the run produced: the exported serving
-models of the teacher Trainers and the Distiller (found through ML
-Metadata), served on the raw eval split that ExampleGen wrote (the examples
-the Evaluator scores), through the same `serving_default` signature that
-serving uses:
-
-- accuracy and log loss over the eval split (at most `MAX_EVAL_EXAMPLES`);
-- trainable parameters;
-- SavedModel size on disk;
-- serving latency: median wall time of one `serving_default` call on a
-  batch of 1 and of 256 serialized examples (parse + transform + model),
-  and of the model alone on the same batch already transformed
-  (`model_latency_ms_b*`).
-
-With `distillation.scratch_baseline`, the `StudentBaseline` (the student's
-shape trained alone) is measured too, and the report's `verdict` says in
-plain words whether the distilled student beat it (see `verdict`).
+`distillation_report` finds the exported models through ML Metadata (`find_models`) and
+measures each (`measure_model`) through `serving_default` on the raw eval split: accuracy,
+log loss, parameters, size, latency. `verdict` says whether the distilled student beat
+the `StudentBaseline`; `format_report` and `write_chart` show the result.
 """
 
 from __future__ import annotations
@@ -30,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.config import PipelineConfig
+from components.distillation import verdict as verdict_lib
 from components.distillation.model import count_params
 from components.distiller.executor import TEACHER_KEY_PREFIX
 from components.training.export import TRANSFORMED_LOGITS_SIGNATURE
@@ -179,49 +167,17 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Whether distillation paid on this run, in numbers and in one plain sentence.
+    """Whether distillation paid on this run (`components.distillation.verdict`).
 
     Compares the student with the first teacher (the Evaluator's baseline)
-    and, when the run has one, with the scratch baseline. `improved` is True
-    when the student beat the scratch baseline, False when it did not, None
-    without a baseline. This is one run: the seed spread, and whether a
-    difference is larger than it, is what `benchmarks/distillation.py`
-    measures.
+    and, when the run has one, with the scratch baseline.
     """
     teacher = next(r for r in rows if r["role"] == roles.TEACHER)["accuracy"]
     student = next(r for r in rows if r["role"] == roles.STUDENT)["accuracy"]
     scratch_row = next((r for r in rows if r["role"] == roles.SCRATCH), None)
-    result: dict[str, Any] = {"teacher_acc": teacher, "student_acc": student}
-    if scratch_row is None:
-        result["improved"] = None
-        result["message"] = (
-            f"Distilled student {student:.4f}, teacher {teacher:.4f}. This run has no "
-            "scratch baseline (distillation.scratch_baseline: false), so it cannot say "
-            "whether distillation beat training the student alone."
-        )
-        return result
-    scratch = scratch_row["accuracy"]
-    gain, lead = student - scratch, teacher - scratch
-    result.update(scratch_acc=scratch, gain_over_scratch=gain, improved=gain > 0)
-    result["gap_recovered"] = gain / lead if lead > 0 else None
-    if lead <= 0:
-        result["message"] = (
-            f"The teacher ({teacher:.4f}) is no better than the student trained alone "
-            f"({scratch:.4f}): on this data there is nothing to distil, and the distilled "
-            f"student scored {student:.4f}."
-        )
-    elif gain <= 0:
-        result["message"] = (
-            f"The distilled student did NOT improve on the same student trained alone: "
-            f"{student:.4f} vs {scratch:.4f} ({gain:+.4f}); the teacher scored {teacher:.4f}."
-        )
-    else:
-        result["message"] = (
-            f"The distilled student beat the same student trained alone by {gain:+.4f} "
-            f"({student:.4f} vs {scratch:.4f}), {gain / lead:.0%} of the teacher's lead "
-            f"({teacher:.4f}). One run; benchmarks/distillation.py measures the seed spread."
-        )
-    return result
+    return verdict_lib.verdict(
+        teacher, student, None if scratch_row is None else scratch_row["accuracy"]
+    )
 
 
 def write_chart(rows: list[dict[str, Any]], path: str) -> str:

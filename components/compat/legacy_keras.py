@@ -1,31 +1,18 @@
-"""One Keras in every process that imports tfxkit: tf_keras, as TFX 1.16 expects.
+"""Which Keras runs where: the product's code on tf_keras by name, a user's module on what stock gives it.
 
-TensorFlow 2.16 resolves `tf.keras` lazily, on first use, from
-`TF_USE_LEGACY_KERAS`: set, it is tf_keras (Keras 2, what TFX, TFT's
-`TransformFeaturesLayer` and every TFX example module are written for);
-unset, Keras 3. TFX itself touches `tf.keras` while it is imported and only
-importing `tensorflow_transform` sets the variable, so a script that imports
-`tfx` before this package would hand Keras 3 to the user's module file: which
-Keras ran depended on import order.
-
-`ensure_legacy_keras` (called when `components` is imported, and again by the
-Trainer before it loads a user module) sets the variable and, when
-`tf.keras` was already resolved to Keras 3, points `tf.keras` at tf_keras, so
-every module imported afterwards (a user's module file included) sees
-tf_keras whatever was imported first. Objects created with Keras 3 before
-that stay Keras 3; `check_model_keras` names such a model when it reaches the
-Trainer.
-
-`keep_libraries_unconverted` (called by `ensure_legacy_keras` once TensorFlow
-is imported, and when a training task starts) gives tf_keras, TFT, tfx_bsl
-and tensorflow_metadata the AutoGraph rule TensorFlow gives `keras`,
-keeping converted what user code is reached through.
+Nothing here changes `tf.keras` for the process; `tf_keras_scope` makes it tf_keras for
+one block (the Distiller's `student_fn`). `check_one_keras` refuses a module holding
+both Kerases; `keep_libraries_unconverted` gives tf_keras, TFT, tfx_bsl and
+tensorflow_metadata the AutoGraph rule TensorFlow gives `keras`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import types
+from collections.abc import Iterator
 
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 _TRUE = ("true", "True", "1")
@@ -126,6 +113,78 @@ def keep_libraries_unconverted() -> None:
         *(autograph_config.DoNotConvert(library) for library in TFX_LIBRARIES),
         *rules,
     )
+
+
+@contextlib.contextmanager
+def tf_keras_scope() -> Iterator[None]:
+    """`tf.keras` is tf_keras inside the block, and what it was again after it.
+
+    For code the product runs on tf_keras that reaches a user's module (the
+    Distiller's `student_fn`): the module's `tf.keras` resolves to tf_keras
+    while the block runs, whatever the process had resolved before.
+
+    Raises:
+      KerasMismatchError: as `ensure_legacy_keras`.
+    """
+    import tensorflow as tf
+
+    before_env = os.environ.get(LEGACY_KERAS_ENV)
+    before = vars(tf).get("keras")
+    ensure_legacy_keras()
+    if _is_keras3(vars(tf).get("keras")):
+        import tf_keras
+
+        tf.keras = tf_keras
+    try:
+        yield
+    finally:
+        if before is not None:
+            tf.keras = before
+        if before_env is None:
+            os.environ.pop(LEGACY_KERAS_ENV, None)
+        else:
+            os.environ[LEGACY_KERAS_ENV] = before_env
+
+
+def tf_keras_module():
+    """The Keras module `tf.keras` resolves to now (resolving it, as user code would)."""
+    import tensorflow as tf
+
+    keras = tf.keras
+    # The lazy loader forwards attributes; its resolved module says which Keras.
+    return sys.modules[keras.Model.__module__.split(".", 1)[0]]
+
+
+def is_keras3_now() -> bool:
+    """Whether `tf.keras` is Keras 3 in this process (resolving it)."""
+    return tf_keras_module().__name__ == "keras"
+
+
+def check_one_keras(module, where: str) -> None:
+    """Fails when a user module holds both Keras: tf_keras and Keras 3 objects do not mix.
+
+    Args:
+      module: The user's imported module.
+      where: What to name (e.g. "module_file 'penguin_utils.py'").
+
+    Raises:
+      KerasMismatchError: naming both, when the module's globals reference
+        tf_keras (imported by name) and Keras 3 (`import keras`, or
+        `from tensorflow import keras` resolved to Keras 3).
+    """
+    legacy, keras3 = [], []
+    for name, value in vars(module).items():
+        root = getattr(value, "__name__", "") if isinstance(value, types.ModuleType) else ""
+        if root == "tf_keras" or root.startswith("tf_keras."):
+            legacy.append(name)
+        elif root == "keras" or root.startswith("keras."):
+            keras3.append(name)
+    if legacy and keras3:
+        raise KerasMismatchError(
+            f"{where}: mixes two Kerases: {', '.join(sorted(legacy))} is tf_keras (Keras 2) and "
+            f"{', '.join(sorted(keras3))} is Keras 3; their models, layers and callbacks do not "
+            "mix. Use one: tf.keras (what stock TFX gives the module) or tf_keras by name"
+        )
 
 
 def _is_keras3(keras_attr) -> bool:

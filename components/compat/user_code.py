@@ -1,22 +1,9 @@
-"""TFX's user-code wheel, installed by unpacking it instead of by a pip process.
+"""User code the executors call: TFX's user-code wheel, unpacked instead of pip-installed.
 
-TFX packages a component's `module_file` into a wheel under the pipeline root
-(`_wheels/tfx_user_code_<component>-0.0+<hash>-py3-none-any.whl`), and every
-time an executor loads a function from it, `udf_utils.install_to_temp_directory`
-runs `python -m pip install --target <new temporary directory> <wheel>`: a
-new Python process that imports pip, resolves the wheel's (empty) dependency
-list and byte-compiles its files. The Transform does it three times (its
-`preprocessing_fn`, its `stats_options_updater_fn` and once more around its
-Beam pipeline), the Trainer once per function it loads; on 2 cores each took
-about 2-4 s of the execution's time.
-
-What pip does with such a wheel is to unpack it into the target: it is pure
-Python (`Root-Is-Purelib: true`), declares no dependencies and carries no
-`.data` directory. `unpacked_wheels()` replaces the install, for a block of
-code, by that unpacking (milliseconds), for exactly those wheels; any other
-dependency (a requirement string, a remote path, a wheel that declares
-requirements or data, a malformed archive) goes to TFX's pip install as
-before. The target directory and what lands on `sys.path` are the same.
+`unpacked_wheels()` replaces TFX's `pip install --target` of a module file's wheel, for a
+block of code, by unpacking it (`unpack`) into the same directory (any other dependency,
+see `unpackable`, goes to pip); `call_user_fn` re-raises a user function's exception as a
+`UserCodeError` naming the function and its module.
 """
 
 from __future__ import annotations
@@ -107,3 +94,27 @@ def unpacked_wheels() -> contextlib.AbstractContextManager[None]:
     installs the replacement and restores TFX's own install when it exits.
     """
     return _PATCH.active()
+
+
+class UserCodeError(RuntimeError):
+    """An exception raised by a user's function that the product called.
+
+    The message names the function and its module; the user's own exception
+    is the `__cause__`.
+    """
+
+
+def call_user_fn(fn, where: str, *args, **kwargs):
+    """`fn(*args, **kwargs)`; an exception from it is re-raised naming `where`.
+
+    Args:
+      where: The function and its module, as the user wrote them (for
+        example "student_fn of module_file 'student.py'").
+
+    Raises:
+      UserCodeError: from the user's exception, naming `where`.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        raise UserCodeError(f"{where} raised {type(e).__name__}: {e}") from e

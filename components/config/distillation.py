@@ -84,7 +84,10 @@ class DistillationConfig:
         only, with the student's steps, schedule and augmentation (the
         `StudentBaseline` Trainer), so that the run's report shows whether
         distillation paid: the distilled student against the same student
-        trained without a teacher.
+        trained without a teacher. With a `student_fn`, the Distiller itself
+        trains that model alone after the distilled one and records both
+        accuracies and the verdict (log, `distillation_verdict.json` at the
+        model artifact's root, the artifact's custom properties).
       teacher_output: What a Keras teacher's model output means when the
         Distiller trains a `student_fn` (a teacher from your own run_fn):
         "auto" reads it from the model (a final softmax / sigmoid gives

@@ -1,38 +1,8 @@
-"""High-throughput tf.data input pipelines over Transform output (no TFX types).
+"""High-throughput `tf.data` input pipelines over Transform output (no TFX types).
 
-What the files hold (shards and their recorded stats, compression, packing)
-is the Transform -> Trainer contract in `components.data.layout`; this module only
-reads it.
-
-The order of operations is what makes it fast on few cores:
-
-1. list the files (reshuffled every epoch when training) and shard them
-   across input pipelines when there are enough files;
-2. read them with a parallel `interleave`, batching the *serialized* records
-   of each file (so every later step costs per batch, not per example); a
-   file is sharded by record inside its own stream when there are too few
-   files to shard by file;
-3. parse whole batches with the vectorised `tf.io.parse_example` in a
-   parallel `map` (one op per batch, which is what makes stock TFX parsing
-   slow), and unpack a packed feature vector into the model's features;
-4. `cache` the parsed (still packed) batches, so later epochs skip reading
-   and parsing (`cache: auto`: in memory when the recorded shard stats say
-   they fit, see `resolve_cache`);
-5. shuffle batches, then permute examples within windows of about
-   `shuffle_buffer` examples (vectorised, so the cached path stays as fast as
-   iterating the cache), repeat, re-slice into fixed-size batches and
-   `prefetch`, everything autotuned unless configured.
-
-Epoch boundaries are exact: the first `N` examples a training dataset yields
-are the `N` examples of its share, each once. With `deterministic=True` and no
-shuffling the element order is the same in every epoch and every run.
-
-Broken inputs never pass silently: a corrupt or truncated shard fails with an
-`IngestionError` (or a TensorFlow error carrying the same text) naming the
-file, given the writer's recorded shard stats or an uncompressed file (a gzip
-file without stats fails with zlib's own error, which names no file); a shard
-whose records disagree with the parse spec fails naming the file and the
-feature.
+`make_dataset` lists, interleaves, batches serialized records, parses whole batches,
+caches, shuffles and prefetches; `resolve_cache` decides `cache: auto` from the recorded
+shard stats. A corrupt shard or a spec mismatch fails with an `IngestionError` naming the file.
 """
 
 from __future__ import annotations
@@ -345,30 +315,40 @@ def make_dataset(
     sentinel = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
 
     @_plain
-    def read_file(path, want_bytes, want_records):
-        if accounting and checkable_paths:
-            # `ignore_errors` (below) asks a file it could not open again and again:
-            # TFRecordDataset never moves past one, so a shard gone or unreadable
-            # when a later epoch re-reads it would spin forever instead of failing.
-            # It fails here, naming the file, before the reader opens it.
-            present = tf.debugging.Assert(
-                tf.size(tf.io.matching_files(path)) > 0,
-                [
-                    "ingestion: TFRecord shard",
-                    path,
-                    "is gone or cannot be listed (deleted or moved while training?); restore the file "
-                    "or re-run the Transform",
-                ],
-            )
-            with tf.control_dependencies([present]):
-                path = tf.identity(path)
+    def present(path):
+        # `ignore_errors` (below) asks a file it could not open again and again:
+        # TFRecordDataset never moves past one, so a shard gone or unreadable
+        # when a later epoch re-reads it would spin forever instead of failing.
+        # It fails here, naming the file, as its stream starts: right before the
+        # reader opens it, not when `interleave` builds the stream (which, with
+        # parallel reads, can be long before, while the file still exists).
+        check = tf.debugging.Assert(
+            tf.size(tf.io.matching_files(path)) > 0,
+            [
+                "ingestion: TFRecord shard",
+                path,
+                "is gone or cannot be listed (deleted or moved while training?); restore the file "
+                "or re-run the Transform",
+            ],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(path)
+
+    @_plain
+    def open_file(path):
         batches = tf.data.TFRecordDataset(path, compression_type=ctype).batch(read_batch)
+        # A read error ends this file's stream instead of the whole dataset;
+        # the byte and record count check at its end then fails naming the file.
+        return batches.ignore_errors() if accounting else batches
+
+    @_plain
+    def read_file(path, want_bytes, want_records):
+        paths = tf.data.Dataset.from_tensors(path)
+        if accounting and checkable_paths:
+            paths = paths.map(present)
+        batches = paths.flat_map(open_file)
         if not accounting and data_shards == 1:
             return batches.map(_plain(lambda batch: (path, batch)))
-        if accounting:
-            # A read error ends this file's stream instead of the whole dataset;
-            # the byte and record count check at its end then fails naming the file.
-            batches = batches.ignore_errors()
 
         @_plain
         def step(state, batch):

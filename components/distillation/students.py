@@ -1,24 +1,21 @@
 """A student from the user's module file: `student_fn(fn_args) -> keras.Model`.
 
-The module file is the Distiller's `module_file` (TFX packages it as it does
-a Trainer's); `student_fn` builds a tf.keras model on the transformed
-features with logits out, one unit per teacher output unit (one for a binary
-teacher with one output unit). Here: loading it, checking the student
-against its teachers before training, the class-logits view the KD loss
-trains, and the export with the teacher's serving signatures (raw
-`tf.Example` in, the teacher's output key and meaning out), so Evaluator and
-Pusher treat the student as the teacher. No TFX types beyond `udf_utils`.
+`load_student_fn` and `build` load and build it, `check_student` and `check_logits` check
+it before training, `class_logits_model` is the view the KD loss trains and
+`export_like_teacher` exports it with the teacher's serving signatures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 from tfx.components.util import udf_utils
 
+from components.compat import user_code
 from components.config import ConfigError, PipelineConfig
 from components.distillation import teachers as teachers_lib
 
@@ -48,13 +45,23 @@ def load_student_fn(student_module: Mapping[str, str]) -> Callable:
     return fn
 
 
-def build(student_fn: Callable, fn_args) -> keras.Model:
+def module_of(student_module: Mapping[str, str]) -> str:
+    """The module file holding `student_fn`, as the user gave it."""
+    return student_module.get("module_file") or student_module.get("module_path") or "?"
+
+
+def build(student_fn: Callable, fn_args, module: str = "?") -> keras.Model:
     """`student_fn(fn_args)`, checked to be a Keras model with one output.
 
+    Args:
+      module: The module file holding `student_fn` (named in errors).
+
     Raises:
+      UserCodeError: naming `student_fn` and `module` when it raises (the
+        user's exception is the cause).
       ConfigError: naming `module_file` when it returns something else.
     """
-    model = student_fn(fn_args)
+    model = user_code.call_user_fn(student_fn, f"{STUDENT_FN} of module_file {module!r}", fn_args)
     if not isinstance(model, keras.Model):
         raise ConfigError(
             f"module_file: {STUDENT_FN} returned {type(model).__name__}, not a tf.keras Model (with "
@@ -109,6 +116,39 @@ def check_student(
             info,
             f"teacher {i} ({info.export_dir})",
             f"shrink the model {STUDENT_FN} builds",
+        )
+
+
+def check_logits(student: keras.Model, features, module: str = "?") -> None:
+    """Fails before training when the student outputs probabilities instead of logits.
+
+    Read twice on the first batch: the op its output comes from (a final
+    Softmax or Sigmoid), and the values (every row in [0, 1] and summing to
+    1, for more than one unit). The KD loss softens logits by the
+    temperature; probabilities trained as logits learn the wrong targets.
+
+    Raises:
+      ValueError: naming `student_fn`, `module`, what was found and the fix.
+    """
+    call = tf.function(lambda f: student(f, training=False)).get_concrete_function(features)
+    outputs = np.asarray(call(features))
+    found = ""
+    if teachers_lib.read_output_kind(call) == teachers_lib.PROBABILITIES:
+        found = "its output comes from a final softmax / sigmoid activation"
+    elif (
+        outputs.ndim == 2
+        and outputs.shape[-1] > 1
+        and outputs.size
+        and bool(np.all((outputs >= 0.0) & (outputs <= 1.0)))
+        and bool(np.allclose(outputs.sum(axis=-1), 1.0, atol=1e-3))
+    ):
+        found = "on the first batch every row of its output lies in [0, 1] and sums to 1"
+    if found:
+        raise ValueError(
+            f"module_file: {STUDENT_FN} of {module!r} returns probabilities, not logits: {found}. "
+            "The Distiller trains logits (softened by distillation.temperature); drop the final "
+            "activation (for example Dense(n) instead of Dense(n, activation='softmax')) so the "
+            "model returns logits; the export still serves what the teacher serves."
         )
 
 

@@ -1,22 +1,9 @@
 """Exported teachers: reading what they are, calling them, checking them against the student.
 
-A teacher is the serving SavedModel of a TFX Trainer, either kind:
-
-- the tfxkit Trainer's own export (`components.training.export`): its
-  `transformed_logits` signature gives logits on transformed features;
-- any Keras model a `run_fn` saved with `model.save` (stock
-  `tfx.components.Trainer` or the drop-in Trainer): its Keras call is
-  restored with the SavedModel, so it is called on the same transformed
-  features the student trains on, without touching its module file. Its
-  output may be logits, softmax probabilities, or one binary unit (a logit,
-  as in TFX's taxi example, or a sigmoid probability); `describe_teacher`
-  reads which from the model's graph (a final `Softmax` / `Sigmoid` op) unless
-  `distillation.teacher_output` says, and `check_outputs` checks the reading
-  on the first batch.
-
-Either way the Distiller reads Transform output once and feeds both roles
-the same batch; a teacher is turned into class logits (`class_logits`) so
-one KD loss serves all. No TFX types here.
+`describe_teacher` reads a teacher's export (the tfxkit Trainer's, or any Keras model a
+`run_fn` saved) into a `TeacherInfo`; `ExportedTeacher` calls it on transformed features;
+`class_logits` turns its output into class logits; the `check_*` functions refuse
+teachers the student cannot learn from. No TFX types.
 """
 
 from __future__ import annotations
@@ -148,7 +135,7 @@ def describe_teacher(
             "[batch, classes] output (logits, probabilities or one binary unit)"
         )
     width = int(out_spec.shape[-1])
-    output = teacher_output if teacher_output != "auto" else _read_output_kind(call)
+    output = teacher_output if teacher_output != "auto" else read_output_kind(call)
     # What a student_fn student could not reproduce: refused only on that path (`serving_problem`).
     problems = []
     if len(output_keys) != 1:
@@ -211,7 +198,7 @@ _PASS_THROUGH = {"Identity", "IdentityN", "Cast", "Reshape", "Squeeze", "ExpandD
 _CALLS = {"StatefulPartitionedCall", "PartitionedCall"}
 
 
-def _read_output_kind(call) -> str:
+def read_output_kind(call) -> str:
     """`PROBABILITIES` when the model's output comes from a Softmax / Sigmoid op, else `LOGITS`."""
     graph_def = call.graph.as_graph_def()
     library = {f.signature.name: f for f in graph_def.library.function}

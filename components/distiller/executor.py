@@ -9,11 +9,16 @@ executor hands the invocation to the replicas of a multi-worker job.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import types
 
+from tfx.dsl.io import fileio
+from tfx.types import standard_component_specs
 from tfx.utils import path_utils
 
 from components.config import payload
+from components.distillation import verdict as verdict_lib
 from components.trainer import executor as trainer_executor
 
 TEACHER_KEY_PREFIX = "teacher_model_"
@@ -39,6 +44,10 @@ def teacher_model_dirs(input_dict) -> list[str]:
 class Executor(trainer_executor.Executor):
     """Validates the config, adds the teacher directories, then trains."""
 
+    def Do(self, input_dict, output_dict, exec_properties):
+        super().Do(input_dict, output_dict, exec_properties)
+        record_verdict(output_dict)
+
     def prepare(self, decoded: payload.Payload, input_dict, exec_properties):
         dirs = teacher_model_dirs(input_dict)
         module = {k: exec_properties[k] for k in payload.MODULE_KEYS if exec_properties.get(k)}
@@ -50,3 +59,18 @@ class Executor(trainer_executor.Executor):
             ),
             payload.with_distiller_inputs(exec_properties, dirs, module),
         )
+
+
+def record_verdict(output_dict) -> None:
+    """Copies the run's verdict (a `student_fn` run with `distillation.scratch_baseline`)
+    into the model artifact's custom properties, where ML Metadata keeps it."""
+    for model in output_dict.get(standard_component_specs.MODEL_KEY, ()):
+        path = os.path.join(model.uri, verdict_lib.VERDICT_FILE)
+        if not fileio.exists(path):
+            continue
+        with fileio.open(path) as f:
+            result = json.loads(f.read())
+        model.set_string_custom_property("distillation_verdict", result["message"])
+        for key in ("student_acc", "scratch_acc", "teacher_acc"):
+            if result.get(key) is not None:
+                model.set_float_custom_property(key, float(result[key]))

@@ -1,28 +1,31 @@
 """The distiller's `run_fn`: train the student on its teachers and export it.
 
-Thin: unpack TFX's `FnArgs` (the executor adds the teacher model directories
-to the payload, see `components.config.payload`), check the teachers against the student's task before
-any training, then train with the Trainer's own `training.fit` (strategies,
-gradient accumulation, mixed precision, backups) and export with the
-Trainer's own serving export, so the student serves exactly like its
-teacher. Like the Trainer's `run_fn`, it runs unchanged as every replica of
-a multi-worker job, and only the chief writes the model.
+`run_fn` checks the teachers against the student before any training, trains with the
+Trainer's `training.fit` and exports with its serving export (`train_student`, and
+`train_student_fn` for a user's `student_fn`, which with a scratch baseline also records
+the verdict against the same student trained alone); only the chief writes the model.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections.abc import Sequence
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
+from components.compat import legacy_keras
 from components.config import payload
+from components.distillation import losses
 from components.distillation import model as distillation
 from components.distillation import students as student_lib
 from components.distillation import teachers as teachers_lib
+from components.distillation import verdict as verdict_lib
 from components.training import fit as training
 from components.training import task as task_lib
 from components.training.inputs import MASK_UNLABELED, make_datasets
@@ -85,6 +88,7 @@ def _distil(
     config = task.config
     settings = config.distillation
     built = []
+    distillers = []
 
     def build_and_compile() -> keras.Model:
         student = build_student()
@@ -102,9 +106,18 @@ def _distil(
             name="distiller",
         )
         distiller.compile(optimizer=training.make_optimizer(config, inputs.train_steps))
+        distillers.append(distiller)
         return distiller
 
     _, results = task.fit(inputs, build_and_compile, callbacks=callbacks, unlabeled=MASK_UNLABELED)
+    cache = distillers[-1].target_cache
+    if cache is not None:
+        logging.info(
+            "Distiller: teacher-target cache built: it holds %d targets (one per distinct "
+            "example seen in training and evaluation); later epochs read them instead of running "
+            "the teachers",
+            int(cache.size()),
+        )
     return built[-1], results
 
 
@@ -114,6 +127,8 @@ def train_student_fn(
     teachers: Sequence[teachers_lib.TeacherInfo],
     build_student,
     callbacks: Sequence[keras.callbacks.Callback] = (),
+    probe: keras.Model | None = None,
+    module: str = "?",
 ) -> tuple[keras.Model, dict[str, float]]:
     """Distils the user's student (`student_fn`) from teachers of any Trainer.
 
@@ -129,6 +144,9 @@ def train_student_fn(
       build_student: Returns a new student (logits out); called in the
         strategy scope.
       callbacks: Extra Keras callbacks for `fit`.
+      probe: A student as `build_student` makes it, whose outputs on the first
+        batch must be logits (`students.check_logits`).
+      module: The module file holding `student_fn` (named in errors).
 
     Returns:
       The trained student (as `build_student` made it) and its evaluation
@@ -146,6 +164,8 @@ def train_student_fn(
         teachers_lib.check_labels(info, labels.numpy())
         outputs = teachers_lib.ExportedTeacher(info.export_dir, info).outputs_of(features)
         teachers_lib.check_outputs(info, np.asarray(outputs), i)
+    if probe is not None:
+        student_lib.check_logits(probe, features, module)
     del train, features, labels
     return _distil(task, inputs, build_student, teachers, callbacks)
 
@@ -161,8 +181,13 @@ def _run_student_module(task: task_lib.Task, fn_args) -> None:
     teachers_lib.check_agreement(described, config.distillation.teacher_weights)
     label = student_lib.label_key(config, described, transformed)
     inputs = training.TrainingInputs.from_fn_args(fn_args, config, label_key=label)
+    module = student_lib.module_of(task.payload.student_module)
     student_fn = student_lib.load_student_fn(task.payload.student_module)
-    probe = student_lib.build(student_fn, fn_args)
+
+    def build_student() -> keras.Model:
+        return student_lib.build(student_fn, fn_args, module)
+
+    probe = build_student()
     student_lib.check_student(config, probe, described, [k for k in transformed if k != label])
     logging.info(
         "Distiller: student_fn model %d parameters, teachers %s (%s, width %d); label %r; alpha=%s T=%s",
@@ -174,15 +199,68 @@ def _run_student_module(task: task_lib.Task, fn_args) -> None:
         config.distillation.alpha,
         config.distillation.temperature,
     )
-    del probe
-    student, _ = train_student_fn(
-        task, inputs, described, lambda: student_lib.build(student_fn, fn_args)
+    student, results = train_student_fn(
+        task, inputs, described, build_student, probe=probe, module=module
     )
+    del probe
     task.export(
         student,
         inputs,
         save=lambda d: student_lib.export_like_teacher(student, tft_output, described[0], d),
     )
+    if config.distillation.scratch_baseline:
+        _judge(task, inputs, described, build_student, results, fn_args.serving_model_dir)
+
+
+def _judge(task, inputs, teachers, build_student, distilled: dict, serving_model_dir: str) -> None:
+    """Trains the same `student_fn` model alone and records the verdict beside the model.
+
+    The student alone gets the distilled student's steps, seed, schedule,
+    augmentation and input pipeline, on hard labels only (the labeled
+    examples alone, as a user training it would). Both accuracies and the
+    teachers' are on the eval split; the verdict goes to the log and, from
+    the chief, to `verdict.VERDICT_FILE` at the root of the model artifact.
+    """
+    config = task.config
+    width = teachers[0].width
+    alone_inputs = dataclasses.replace(inputs, backup_dir=inputs.backup_dir + "-alone")
+
+    def build_and_compile() -> keras.Model:
+        model = student_lib.class_logits_model(build_student(), width)
+        training.compile_classifier(model, config, inputs.train_steps)
+        return model
+
+    _, alone = task.fit(alone_inputs, build_and_compile)
+    task.release(alone_inputs.backup_dir)
+    result = verdict_lib.verdict(
+        _teacher_accuracy(config, inputs, teachers), distilled["accuracy"], alone["accuracy"]
+    )
+    logging.info("Distiller: %s", result["message"])
+    if task.is_chief:
+        path = os.path.join(
+            os.path.dirname(serving_model_dir.rstrip("/")), verdict_lib.VERDICT_FILE
+        )
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(json.dumps(result, indent=2) + "\n")
+
+
+def _teacher_accuracy(config, inputs, teachers) -> float:
+    """Accuracy of the teachers' weighted soft targets on the eval split (what the student learns)."""
+    tft_output = tft.TFTransformOutput(inputs.transform_output)
+    uncached = dataclasses.replace(
+        config, ingestion=dataclasses.replace(config.ingestion, cache="none")
+    )
+    _, eval_data = make_datasets(uncached, inputs, tft_output, unlabeled=MASK_UNLABELED)
+    exported = [teachers_lib.ExportedTeacher(t.export_dir, t) for t in teachers]
+    weights = config.distillation.teacher_weights or None
+    hits = seen = 0
+    for features, labels in eval_data.take(inputs.eval_steps):
+        targets = losses.soft_targets([t(features) for t in exported], 1.0, weights)
+        labels = np.reshape(labels.numpy(), [-1])
+        known = labels >= 0
+        hits += int(np.sum(np.argmax(targets.numpy(), axis=-1)[known] == labels[known]))
+        seen += int(np.sum(known))
+    return hits / seen if seen else float("nan")
 
 
 def run_fn(fn_args) -> None:
@@ -193,9 +271,15 @@ def run_fn(fn_args) -> None:
     `components.training.task`) before any teacher is loaded.
     """
     if payload.of(fn_args).student_module:
-        task_lib.run_fn_task(
-            fn_args, "Distiller", lambda task: _run_student_module(task, fn_args), needs_data=False
-        )
+        # The student trains inside a tf_keras model: its module's tf.keras must
+        # be tf_keras while it is loaded, built and trained.
+        with legacy_keras.tf_keras_scope():
+            task_lib.run_fn_task(
+                fn_args,
+                "Distiller",
+                lambda task: _run_student_module(task, fn_args),
+                needs_data=False,
+            )
         return
 
     def distil(task: task_lib.Task) -> None:

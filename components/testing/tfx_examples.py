@@ -218,10 +218,19 @@ def penguin_data_root(workdir: str) -> str:
     return os.path.dirname(labelled)
 
 
-def create_pipeline(example: Example, module, root: str, data_root: str, module_file: str = ""):
+def create_pipeline(
+    example: Example,
+    module,
+    root: str,
+    data_root: str,
+    module_file: str = "",
+    enable_tuning: bool = False,
+):
     """The example's pipeline under `root` (pipeline root, metadata, push destination).
 
-    `module_file` replaces the example's own (e.g. `module_file_with_batch`).
+    `module_file` replaces the example's own (e.g. `module_file_with_batch`);
+    `enable_tuning` adds the penguin example's own stock Tuner, whose best
+    hyperparameters its Trainer trains with.
     """
     common = dict(
         pipeline_name=f"{module.__name__}",
@@ -232,6 +241,8 @@ def create_pipeline(example: Example, module, root: str, data_root: str, module_
         metadata_path=os.path.join(root, "metadata.db"),
         beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"],
     )
+    if enable_tuning and example is not PENGUIN:
+        raise ValueError(f"{example.name}: only the penguin example has a Tuner")
     if example is TAXI:
         return module._create_pipeline(**common)
     if example is MNIST:
@@ -240,7 +251,7 @@ def create_pipeline(example: Example, module, root: str, data_root: str, module_
         **common,
         accuracy_threshold=0.0,
         user_provided_schema_path=None,
-        enable_tuning=False,
+        enable_tuning=enable_tuning,
         enable_bulk_inferrer=False,
         enable_example_diff=False,
         examplegen_input_config=None,

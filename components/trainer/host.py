@@ -1,33 +1,21 @@
 """Hosting a `run_fn` in the Trainer executor: the product's, or a user's under tfxkit settings.
 
-`run_product_fn` is TFX's `GenericExecutor.Do` (run, then check the model was
-written), with the executor's decoded payload handed to the run_fn (see
-`components.trainer.fn_args`), which goes through `components.training.task`
-itself.
-
-`run_user_fn` hosts a user module (drop-in, see `components.config.stock_args`): the
-task starts first (`task.run`), the user's `run_fn` runs inside
-the configured strategy's scope and Keras precision policy, with
-`fn_args.data_accessor.tf_dataset_factory` backed by tfxkit's input pipeline
-(`components.trainer.data_accessor`); on a multi-worker job only the chief's
-`serving_model_dir` is the model artifact (the others save to scratch,
-`components.training.export.scratch_export_dir`), and a `backup_and_restore(fn_args)`
-backup is removed after the chief's export (`Task.release`). A run_fn whose
-Keras fit / evaluate gets the repeating dataset and no step count
-(`train_args` / `eval_args` without `num_steps`) fails at once, as under
-stock TFX, naming the argument.
+`run_product_fn` is TFX's `GenericExecutor.Do` with the decoded payload handed to the
+`run_fn`; `run_user_fn` runs a user module's `run_fn` inside the training task: the
+configured strategy's scope and precision policy, tfxkit's `data_accessor`, the chief's export.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable
 
 from absl import logging
 from tfx.components.util import udf_utils
 from tfx.dsl.io import fileio
 
-from components.compat import legacy_keras
+from components.compat import legacy_keras, user_code
 from components.config import stock_args
 from components.trainer import data_accessor
 from components.training import backup, cluster, export, models, task
@@ -77,8 +65,8 @@ def run_user_fn(
       ValueError: naming `train_args.num_steps` / `eval_args.num_steps` when
         Keras got the repeating dataset and no step count.
     """
-    # Before the user module is imported: it must see tf_keras as tf.keras.
-    legacy_keras.ensure_legacy_keras()
+    # The user module gets the Keras stock TFX would give it: tf.keras is
+    # left as the process has it (components.compat.legacy_keras).
     task.run(
         settings.strategy,
         "Trainer",
@@ -108,12 +96,20 @@ def _run_user_fn(
             fn_args.model_run_dir, choice.task_type, choice.task_id
         )
     run_fn = udf_utils.get_fn(exec_properties, "run_fn")
-    scope = trainer.user_scope(settings.strategy)
-    logging.info(
-        "Trainer: running the user run_fn %s",
-        f"under {choice.describe()}" if scope else "as stock TFX does (one device, no scope)",
+    legacy_keras.check_one_keras(
+        sys.modules[run_fn.__module__], _user_fn(exec_properties).removeprefix("the user ")
     )
-    with models.precision_policy(settings.mixed_precision), scope or contextlib.nullcontext():
+    scope = trainer.user_scope(settings.strategy)
+    keras_in_use = legacy_keras.tf_keras_module()
+    logging.info(
+        "Trainer: running the user run_fn %s, with tf.keras = %s",
+        f"under {choice.describe()}" if scope else "as stock TFX does (one device, no scope)",
+        keras_in_use.__name__,
+    )
+    with (
+        models.precision_policy(settings.mixed_precision, keras_in_use),
+        scope or contextlib.nullcontext(),
+    ):
         try:
             run_fn(fn_args)
         except RuntimeError as e:
@@ -123,11 +119,15 @@ def _run_user_fn(
                     f"configured one ({choice.kind}); remove the run_fn's strategy, or leave "
                     f"strategy.kind 'auto' on one device to keep it: {e}"
                 ) from e
-            raise
+            raise user_code.UserCodeError(
+                f"{_user_fn(exec_properties)} raised {type(e).__name__}: {e}"
+            ) from e
         except ValueError as e:
             unset = _unset_step_args(e, fn_args)
             if not unset:
-                raise
+                raise user_code.UserCodeError(
+                    f"{_user_fn(exec_properties)} raised ValueError: {e}"
+                ) from e
             args, fields = (" / ".join(names) for names in zip(*unset, strict=True))
             raise ValueError(
                 f"{args}: not set, so {fields} {'is' if len(unset) == 1 else 'are'} None and "
@@ -138,6 +138,10 @@ def _run_user_fn(
                 "eval_args=tfx.proto.EvalArgs(num_steps=N) (or a full config with "
                 f"train.train_steps / train.eval_steps), or a finite num_epochs: {e}"
             ) from e
+        except Exception as e:
+            raise user_code.UserCodeError(
+                f"{_user_fn(exec_properties)} raised {type(e).__name__}: {e}"
+            ) from e
     if not choice.is_chief:
         export.discard_scratch_export(fn_args.serving_model_dir)
         return
@@ -146,6 +150,14 @@ def _run_user_fn(
             f"run_fn: the user run_fn wrote no model to fn_args.serving_model_dir ({serving_dir})"
         )
     trainer.release(backup.user_location(fn_args))
+
+
+def _user_fn(exec_properties) -> str:
+    """The user's run_fn as the Trainer was given it: a function path, or its module file."""
+    if exec_properties.get("run_fn"):
+        return f"the user run_fn {exec_properties['run_fn']!r}"
+    module = exec_properties.get("module_file") or exec_properties.get("module_path")
+    return f"the user run_fn of module_file {module!r}"
 
 
 # What Keras (tf_keras) raises for fit / evaluate on an infinite dataset without steps.

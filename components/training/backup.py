@@ -1,13 +1,8 @@
 """Crash-recovery backups of a training task: where they live, the callback, their removal.
 
-A low module (TensorFlow and tf_keras only) shared by the product's training
-(`components.training.inputs` / `training`), a user's `run_fn`
-(`backup_and_restore`) and the task lifecycle
-(`components.training.task`), so none of them imports another for it.
-
-Every backup location is decided here: `product_location` (the tfxkit
-Trainer's own run_fn), `user_location` (a user's run_fn) and
-`run_dir_location` (inputs built by hand), the first two on `location`.
+Every location is decided here (`location`, `product_location`, `user_location`,
+`run_dir_location`); `TrainingBackup` is the callback, `backup_and_restore(fn_args)` a
+user's one line and `remove` the removal.
 """
 
 from __future__ import annotations
@@ -22,6 +17,7 @@ import tensorflow as tf
 import tf_keras as keras
 from absl import logging
 
+from components.compat import legacy_keras
 from components.config import payload
 from components.config.dropin import DropInSettings
 
@@ -148,4 +144,10 @@ def backup_and_restore(fn_args, **kwargs):
     settings = payload.of(fn_args).settings or DropInSettings()
     kwargs.setdefault("save_freq", settings.checkpoint_every_steps)
     kwargs.setdefault("delete_checkpoint", False)
+    if legacy_keras.is_keras3_now():
+        # The module's tf.keras is Keras 3 (as stock TFX gives it here): its model
+        # takes Keras 3's callback, which keeps the same directory contract.
+        return legacy_keras.tf_keras_module().callbacks.BackupAndRestore(
+            user_location(fn_args), **kwargs
+        )
     return TrainingBackup(user_location(fn_args), **kwargs)

@@ -1,19 +1,9 @@
 """Teacher / student classifiers built from the feature config (no TFX types).
 
-Both roles share one builder: categorical transformed features (vocabulary,
-identity and bucketized ids) are embedded, numeric ones are used as they are,
-everything is concatenated and fed through a ReLU MLP to `num_classes` logits.
-The logits layer is float32 even under a mixed-precision policy, so softmax
-and losses stay numerically safe.
-
-Also here, because every trainer's model needs them:
-
-- `precision_policy`: the Keras mixed-precision policy of `train.mixed_precision`
-  for the duration of model building and training (with `mixed_float16`,
-  `compile` wraps the optimizer in a `LossScaleOptimizer`);
-- gradient accumulation: `accumulate_gradients` (for any custom `train_step`)
-  and `GradientAccumulationMixin` (for models that use Keras's own step), which
-  update once per N stacked micro-batches under every `tf.distribute` strategy.
+`build_classifier` embeds categorical features and feeds everything through an MLP (after
+a `conv_tower` over image features) to float32 logits; `precision_policy`,
+`accumulate_gradients` and `GradientAccumulationMixin` provide mixed precision and
+gradient accumulation.
 """
 
 from __future__ import annotations
@@ -204,7 +194,7 @@ class CheckpointedConvBlock(keras.layers.Layer):
 
 
 @contextlib.contextmanager
-def precision_policy(name: str) -> Iterator[keras.mixed_precision.Policy]:
+def precision_policy(name: str, keras_module=keras) -> Iterator[keras.mixed_precision.Policy]:
     """Sets the global Keras dtype policy for `train.mixed_precision`, then restores it.
 
     Layers take the global policy when they are created, so build the model
@@ -215,15 +205,18 @@ def precision_policy(name: str) -> Iterator[keras.mixed_precision.Policy]:
       name: `none` (float32), `mixed_float16` (GPU: float16 compute, needs
         loss scaling, which `compile` adds) or `mixed_bfloat16` (TPU and
         recent CPUs: bfloat16 compute, no loss scaling needed).
+      keras_module: The Keras whose policy is set: tf_keras (the product's
+        models), or what `tf.keras` is for a user's run_fn (Keras 3 too).
 
     """
-    previous = keras.mixed_precision.global_policy()
-    policy = keras.mixed_precision.Policy("float32" if name == "none" else name)
-    keras.mixed_precision.set_global_policy(policy)
+    mixed_precision = keras_module.mixed_precision
+    previous = mixed_precision.global_policy()
+    policy = mixed_precision.Policy("float32" if name == "none" else name)
+    mixed_precision.set_global_policy(policy)
     try:
         yield policy
     finally:
-        keras.mixed_precision.set_global_policy(previous)
+        mixed_precision.set_global_policy(previous)
 
 
 # --------------------------------------------------------------------------- #

@@ -166,6 +166,24 @@ def test_missing_relative_data_path_is_refused_at_once_naming_the_absolute_path(
 
 
 @pytest.mark.multiprocess
+def test_a_beam_runner_that_cannot_start_is_refused_before_any_component(tmp_path):
+    out = _previous_run(tmp_path)
+    config = yaml.safe_load(open(_config_file(tmp_path, path=str(REPO / "no-data-needed.csv"))))
+    config["beam_args"] = ["--runner=FlinkRunner"]
+    path = tmp_path / "flink.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = _cli("run", "--config", str(path), "--output", str(out))
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0].startswith(
+        "tfxkit: invalid config: beam_args[0]: --runner=FlinkRunner would download its job server"
+    )
+    assert result.stderr.rstrip().endswith("no tensorflow")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["pushed_model"] is None
+    assert summary["stage"] == rundir.CONFIG_CHECK_STAGE and summary["components"] == {}
+
+
+@pytest.mark.multiprocess
 def test_compile_with_local_data_is_refused_before_tensorflow_is_imported(tmp_path):
     data = tmp_path / "taxi.csv"
     data.write_text("fare,big_tipper\n1.0,0\n")

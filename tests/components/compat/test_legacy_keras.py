@@ -1,4 +1,4 @@
-"""One Keras whatever the import order: user code sees tf_keras as tf.keras, as TFX 1.16 expects.
+"""Which Keras user code gets: what stock TFX gives it, tf_keras only inside the Distiller.
 
 Each case runs in a fresh interpreter, since the import order is the thing
 under test.
@@ -58,38 +58,68 @@ def _seen(result) -> dict[str, str]:
 
 
 @pytest.mark.multiprocess
-def test_tensorflow_and_tfx_imported_first_still_give_user_code_tf_keras(tmp_path):
-    result = _run(
-        tmp_path,
-        """
-        import tensorflow as tf
-        print("BEFORE", tf.keras.Model.__module__)  # resolved to Keras 3 here
-        from tfx import v1 as tfx
-        import components
-        """,
+@pytest.mark.parametrize(
+    "imports",
+    [
+        # A pipeline script as TFX's examples start: tfx first, then the swap.
+        "from tfx import v1 as tfx\n{product}",
+        # The product imported first.
+        "{product}\nfrom tfx import v1 as tfx\n",
+        # TFT first, which asks for tf_keras before anything resolved tf.keras.
+        "import tensorflow_transform\n{product}\nfrom tfx import v1 as tfx\n",
+    ],
+)
+def test_importing_the_product_leaves_a_user_module_the_keras_stock_gives_it(tmp_path, imports):
+    stock = _seen(_run(tmp_path, imports.format(product="")))
+    swapped = _seen(
+        _run(tmp_path, imports.format(product="from components import Trainer, Transform"))
     )
-    seen = _seen(result)
-    assert seen["BEFORE"].startswith("keras.")  # the case that used to leak Keras 3
-    assert seen["USER"].startswith("tf_keras.") and seen["TF"] == seen["USER"]
+    assert swapped["USER"] == stock["USER"] and swapped["TF"] == stock["TF"]
+    assert swapped["USER"].split(".")[0] in ("keras", "tf_keras")
 
 
 @pytest.mark.multiprocess
-def test_product_imported_first_gives_the_same_tf_keras(tmp_path):
+def test_the_tfx_first_script_gives_keras_3_with_and_without_the_product(tmp_path):
+    """What the swap keeps: TFX's examples hand their module Keras 3 here (keras_tuner needs it)."""
+    seen = _seen(_run(tmp_path, "from tfx import v1 as tfx\nimport components\n"))
+    assert seen["USER"].startswith("keras.")
+
+
+@pytest.mark.multiprocess
+def test_tf_keras_scope_gives_tf_keras_inside_and_restores_after(tmp_path):
     seen = _seen(
         _run(
             tmp_path,
             """
-            import components
+            from tfx import v1 as tfx
             import tensorflow as tf
+            from components.compat.legacy_keras import tf_keras_scope
+            before = tf.keras.Model.__module__
+            with tf_keras_scope():
+                print("INSIDE", tf.keras.Model.__module__)
+            print("BEFORE", before)
+            print("AFTER", tf.keras.Model.__module__)
             """,
         )
     )
-    assert seen["USER"].startswith("tf_keras.") and seen["TF"] == seen["USER"]
+    assert seen["BEFORE"].startswith("keras.") and seen["AFTER"] == seen["BEFORE"]
+    assert seen["INSIDE"].startswith("tf_keras.")
 
 
 @pytest.mark.multiprocess
-def test_keras3_asked_for_explicitly_fails_at_import_naming_the_variable(tmp_path):
-    result = _run(tmp_path, "import components\n", TF_USE_LEGACY_KERAS="0")
+def test_keras3_asked_for_explicitly_is_refused_by_the_distiller_scope_naming_the_variable(
+    tmp_path,
+):
+    result = _run(
+        tmp_path,
+        """
+        import components
+        from components.compat.legacy_keras import tf_keras_scope
+        with tf_keras_scope():
+            pass
+        """,
+        TF_USE_LEGACY_KERAS="0",
+    )
     assert result.returncode != 0
     assert "KerasMismatchError: TF_USE_LEGACY_KERAS='0': TFX 1.16 and tfxkit need tf_keras" in (
         result.stderr
@@ -108,8 +138,6 @@ def test_tf_keras_is_called_as_it_is_except_its_training_engine():
 
     from components.compat import legacy_keras
 
-    # TensorFlow is imported: making tf_keras tf.keras adds the rules too.
-    legacy_keras.ensure_legacy_keras()
     legacy_keras.keep_libraries_unconverted()
     rules = [
         rule

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -266,6 +267,10 @@ def test_file_cache_matches_memory_cache(packed, tmp_path):
     assert tf.io.gfile.glob(str(tmp_path / "cache*"))
 
 
+# Long enough for the reader's workers to finish opening the files they started.
+SETTLE_S = 1.0
+
+
 def _error_without_its_files(written: Written, config: IngestionConfig, **kwargs) -> str | None:
     """The error a training dataset raises once its files are gone; None if it reads on.
 
@@ -276,6 +281,13 @@ def _error_without_its_files(written: Written, config: IngestionConfig, **kwargs
     epoch_batches = -(-NUM_EXAMPLES // BATCH)
     for _ in range(2 * epoch_batches):
         next(iterator)
+    # The reader's background workers start the next epoch's files as the last
+    # batches are drawn: they check a file is there and open it. A file removed
+    # between those two steps is retried by TensorFlow's reader forever
+    # (`ingestion`, `present`), a window the product narrows to the open call
+    # itself; the test lets the workers settle so it removes files the way a
+    # user does, not inside that window.
+    time.sleep(SETTLE_S)
     for path in written.files:
         os.remove(path)
     try:

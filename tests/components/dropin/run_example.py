@@ -4,7 +4,8 @@
 
 The spec names the example (`tfx_examples.TAXI.name` or `PENGUIN.name`),
 the work directory, the data root, whether the imports are swapped, the
-step count and, with `distill_steps`, the distillation stage a user adds
+step count, with `enable_tuning` the penguin example's own stock Tuner, and
+with `distill_steps` the distillation stage a user adds
 (`tfx_examples.add_distillation`). The run happens here, not in the test process: a Transform run
 leaves its vocabulary tables in the process's TensorFlow resource manager
 under names derived from the graph, so a later, different Transform in the
@@ -15,9 +16,12 @@ and the signatures of every pushed model (teacher and student).
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import sys
 
+from absl import logging
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
 from components.testing import tfx_examples
@@ -30,9 +34,18 @@ def main(spec_path: str) -> None:
     module = tfx_examples.load_pipeline(
         example, spec["code_dir"], swapped=spec["swapped"], train_steps=spec["train_steps"]
     )
-    pipeline = tfx_examples.create_pipeline(example, module, spec["root"], spec["data_root"])
+    pipeline = tfx_examples.create_pipeline(
+        example,
+        module,
+        spec["root"],
+        spec["data_root"],
+        enable_tuning=spec.get("enable_tuning", False),
+    )
     if spec.get("distill_steps"):
         tfx_examples.add_distillation(example, pipeline, spec["root"], spec["distill_steps"])
+    if spec.get("enable_tuning"):
+        # The example's run_fn logs the hyperparameters it got at INFO.
+        logging.set_verbosity(logging.INFO)
     BeamDagRunner().run(pipeline)
     result = {
         "nodes": sorted(c.id for c in pipeline.components),
@@ -44,6 +57,14 @@ def main(spec_path: str) -> None:
             for m in tfx_examples.pushed_models(spec["root"], tfx_examples.STUDENT_PUSH)
         },
     }
+    if spec.get("enable_tuning"):
+        (path,) = glob.glob(
+            os.path.join(
+                spec["root"], "pipeline_root", "Tuner", "best_hyperparameters", "*", "*.txt"
+            )
+        )
+        with open(path) as f:
+            result["best_hyperparameters"] = json.load(f)["values"]
     with open(spec["result"], "w") as f:
         json.dump(result, f)
 

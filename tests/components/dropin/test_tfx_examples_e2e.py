@@ -8,6 +8,7 @@ and its serving signatures must be those the stock Trainer's model has.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -45,7 +46,7 @@ RUN_TIMEOUT_S = 1500
 class _ExampleRun:
     """One example pipeline running in a child process (`run_example`)."""
 
-    def __init__(self, example, workdir, data_root, swapped):
+    def __init__(self, example, workdir, data_root, swapped, enable_tuning=False):
         kind = "swapped" if swapped else "stock"
         self.root = os.path.join(workdir, kind)
         self.result_path = os.path.join(workdir, f"{kind}.result.json")
@@ -57,6 +58,7 @@ class _ExampleRun:
             "swapped": swapped,
             "train_steps": TRAIN_STEPS[example.name],
             "distill_steps": DISTILL_STEPS.get((example.name, swapped), 0),
+            "enable_tuning": enable_tuning,
             "result": self.result_path,
         }
         spec_path = os.path.join(workdir, f"{kind}.spec.json")
@@ -89,6 +91,7 @@ class _ExampleRun:
         with open(self.result_path) as f:
             result = json.load(f)
         self.student_signatures = result["student_signatures"]
+        self.best_hyperparameters = result.get("best_hyperparameters")
         # Resolvers write no outputs; every other node of the example's own DAG must have run.
         nodes = {n for n in result["nodes"] if "resolver" not in n}
         assert {"Transform", "Trainer", "Pusher"} <= nodes
@@ -138,6 +141,8 @@ def example_runs(request, tmp_path_factory):
         and len(tf.config.list_physical_devices("GPU")) <= 1
     ):
         data_root = tfx_examples.penguin_data_root(workdir)
+        # The swapped run keeps the example's own stock Tuner (enable_tuning=True):
+        # every stock component runs beside the swapped ones as stock runs it.
         wanted += [
             (tfx_examples.PENGUIN, data_root, False),
             (tfx_examples.PENGUIN, data_root, True),
@@ -148,7 +153,11 @@ def example_runs(request, tmp_path_factory):
             own = os.path.join(workdir, example.name)
             os.makedirs(own, exist_ok=True)
             runs[example.name, "swapped" if swapped else "stock"] = _ExampleRun(
-                example, own, data_root, swapped
+                example,
+                own,
+                data_root,
+                swapped,
+                enable_tuning=swapped and example is tfx_examples.PENGUIN,
             )
         yield runs
     finally:
@@ -183,9 +192,22 @@ def _check_swapped_run(root: str) -> None:
 @pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_penguin_keras_example_swapped_pushes_a_model_with_the_stock_signature(example_runs):
+    """With its own stock Tuner: the swap breaks no stock component, and the Tuner's best
+    hyperparameters reach the swapped Trainer's run_fn (which logs what it got)."""
     _, stock_signatures = example_runs[tfx_examples.PENGUIN.name, "stock"].result()
-    swapped, swapped_signatures = example_runs[tfx_examples.PENGUIN.name, "swapped"].result()
+    run = example_runs[tfx_examples.PENGUIN.name, "swapped"]
+    swapped, swapped_signatures = run.result()
     _check_swapped_run(swapped)
+    assert "Tuner" in _executed(swapped)
+    run.log.seek(0)
+    got = [
+        ast.literal_eval(line.split("HyperParameters for training: ", 1)[1].strip())
+        for line in run.log
+        if "HyperParameters for training: " in line
+    ]
+    assert len(got) == 1, "the swapped Trainer's run_fn logged no hyperparameters"
+    assert got[0]["values"] == run.best_hyperparameters
+    assert set(run.best_hyperparameters) == {"learning_rate", "num_layers"}
     (stock_sigs,) = stock_signatures.values()
     (swapped_sigs,) = swapped_signatures.values()
     assert swapped_sigs == stock_sigs

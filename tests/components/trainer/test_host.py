@@ -5,12 +5,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import types
 
 import pytest
 from tfx.components.trainer.fn_args_utils import FnArgs
 from tfx.types import artifact_utils, standard_artifacts
 
-from components.config import payload
+from components.compat.legacy_keras import KerasMismatchError, check_one_keras
+from components.compat.user_code import UserCodeError
+from components.config import StrategyConfig, payload
+from components.config.dropin import DropInSettings
 from components.kubernetes import env
 from components.trainer import executor, host, launcher
 
@@ -96,3 +100,56 @@ def test_the_executor_decodes_once_and_the_run_fn_gets_that_payload(taxi_config,
     assert seen_custom_config == custom_config
     assert attached.config == taxi_config and dict(attached.user) == {"mine": 1}
     assert not_parsed_again
+
+
+def raising_run_fn(fn_args) -> None:
+    """A user's run_fn that fails the way user code does."""
+    raise KeyError("no such column: tips")
+
+
+def test_an_exception_from_a_user_run_fn_names_it_and_keeps_the_cause(tmp_path):
+    def artifact(cls, name):
+        a = cls()
+        a.uri = str(tmp_path / name)
+        os.makedirs(a.uri, exist_ok=True)
+        return a
+
+    examples = artifact(standard_artifacts.Examples, "examples")
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    settings = DropInSettings(strategy=StrategyConfig(kind="one_device"))
+    with pytest.raises(UserCodeError) as e:
+        executor.Executor().Do(
+            {"examples": [examples]},
+            {
+                "model": [artifact(standard_artifacts.Model, "model")],
+                "model_run": [artifact(standard_artifacts.ModelRun, "model_run")],
+            },
+            {
+                "custom_config": json.dumps(payload.encode({}, settings=settings)),
+                "train_args": '{"num_steps": 2, "splits": ["train"]}',
+                "eval_args": '{"num_steps": 1, "splits": ["eval"]}',
+                "run_fn": f"{__name__}.raising_run_fn",
+            },
+        )
+    assert str(e.value) == (
+        f"the user run_fn '{__name__}.raising_run_fn' raised KeyError: 'no such column: tips'"
+    )
+    assert isinstance(e.value.__cause__, KeyError)
+    assert not os.listdir(tmp_path / "model")
+
+
+def test_a_user_module_holding_both_kerases_is_refused_naming_both():
+    import keras
+    import tf_keras
+
+    module = types.ModuleType("user_module")
+    module.keras, module.legacy = keras, tf_keras
+    with pytest.raises(
+        KerasMismatchError,
+        match=r"^module_file 'user_module\.py': mixes two Kerases: legacy is tf_keras \(Keras 2\) "
+        r"and keras is Keras 3",
+    ):
+        check_one_keras(module, "module_file 'user_module.py'")
+    only_one = types.ModuleType("user_module")
+    only_one.keras = tf_keras
+    check_one_keras(only_one, "module_file 'user_module.py'")

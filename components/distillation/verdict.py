@@ -1,0 +1,53 @@
+"""Whether distillation paid on one run: the accuracies and one plain sentence.
+
+Shared by the config pipeline's report and the Distiller of a `student_fn`,
+which records it beside its model (`VERDICT_FILE`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Written at the root of the Distiller's model artifact (not inside its
+# serving directory, which is what a Pusher copies).
+VERDICT_FILE = "distillation_verdict.json"
+
+
+def verdict(teacher: float, student: float, alone: float | None) -> dict[str, Any]:
+    """The distilled `student` against the same student trained `alone` and the `teacher`.
+
+    Accuracies on the eval split. `improved` is True when the student beat
+    the one trained alone, False when it did not, None without that
+    baseline. This is one run: the seed spread, and whether a difference is
+    larger than it, is what `benchmarks/distillation.py` measures.
+    """
+    result: dict[str, Any] = {"teacher_acc": teacher, "student_acc": student}
+    if alone is None:
+        result["improved"] = None
+        result["message"] = (
+            f"Distilled student {student:.4f}, teacher {teacher:.4f}. This run has no "
+            "scratch baseline (distillation.scratch_baseline: false), so it cannot say "
+            "whether distillation beat training the student alone."
+        )
+        return result
+    gain, lead = student - alone, teacher - alone
+    result.update(scratch_acc=alone, gain_over_scratch=gain, improved=gain > 0)
+    result["gap_recovered"] = gain / lead if lead > 0 else None
+    if lead <= 0:
+        result["message"] = (
+            f"The teacher ({teacher:.4f}) is no better than the student trained alone "
+            f"({alone:.4f}): on this data there is nothing to distil, and the distilled "
+            f"student scored {student:.4f}."
+        )
+    elif gain <= 0:
+        result["message"] = (
+            f"The distilled student did NOT improve on the same student trained alone: "
+            f"{student:.4f} vs {alone:.4f} ({gain:+.4f}); the teacher scored {teacher:.4f}."
+        )
+    else:
+        result["message"] = (
+            f"The distilled student beat the same student trained alone by {gain:+.4f} "
+            f"({student:.4f} vs {alone:.4f}), {gain / lead:.0%} of the teacher's lead "
+            f"({teacher:.4f}). One run; benchmarks/distillation.py measures the seed spread."
+        )
+    return result

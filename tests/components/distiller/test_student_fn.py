@@ -1,0 +1,167 @@
+"""The Distiller's run_fn on a user's `student_fn`, in this process with tiny step counts:
+students that output probabilities are refused before training, a raising student_fn is
+named, the teacher-target cache reports itself, and a run with a scratch baseline
+records its verdict beside the model."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
+from absl import logging as absl_logging
+from tfx.components.trainer.fn_args_utils import FnArgs
+
+from components.compat.user_code import UserCodeError
+from components.config import module_config_from_dict, payload
+from components.distillation.verdict import VERDICT_FILE
+from components.distiller import run_fn as distiller_run_fn
+from tests.components.distiller.test_student_strategies import STUDENT_MODULE, _save_teacher
+from tests.components.training import penguins
+
+# The logit student of `test_student_strategies`, with its last layer swapped in by the case.
+LOGITS_LAYER = "tf.keras.layers.Dense(3)(hidden)"
+TRAIN_STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """Penguin Transform output, a Keras teacher on its float features, and the features."""
+    root = str(tmp_path_factory.mktemp("student_fn"))
+    data = penguins.materialize(penguins.penguins_config(), os.path.join(root, "data"))
+    tft_output = tft.TFTransformOutput(data.transform_output)
+    features = sorted(
+        k for k, s in tft_output.transformed_feature_spec().items() if s.dtype == tf.float32
+    )
+    teacher = os.path.join(root, "teacher")
+    _save_teacher(teacher, tft_output, features)
+    return data, teacher, features
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def absl_info():
+    """The messages logged through absl at INFO and above while the test runs.
+
+    INFO is set as absl's verbosity flag, as the product's console does
+    (`pipelines.progress`): writing a SavedModel resets absl's logger to the
+    flag's level.
+    """
+    logger, seen = logging.getLogger("absl"), _Lines()
+    previous = absl_logging.get_verbosity()
+    logger.addHandler(seen)
+    absl_logging.set_verbosity(absl_logging.INFO)
+    try:
+        yield seen.lines
+    finally:
+        logger.removeHandler(seen)
+        absl_logging.set_verbosity(previous)
+
+
+def _distil(setup, tmp_path, last_layer=LOGITS_LAYER, module_source=None, **distillation):
+    """Runs the Distiller's run_fn on a student module; returns its serving directory."""
+    data, teacher, features = setup
+    source = module_source or STUDENT_MODULE.format(features=features).replace(
+        LOGITS_LAYER, last_layer
+    )
+    module = tmp_path / "student_module.py"
+    module.write_text(source)
+    config = module_config_from_dict(
+        {
+            "strategy": {"kind": "one_device"},
+            "ingestion": {"batch_size": 32, "eval_batch_size": 32, "shuffle_buffer": 0},
+            "train": {"train_steps": TRAIN_STEPS, "eval_steps": 2},
+            "distillation": {"label_key": penguins.LABEL, **distillation},
+        }
+    )
+    custom_config = payload.encode(None, config=config)
+    custom_config[payload.TEACHER_DIRS_KEY] = [teacher]
+    custom_config[payload.STUDENT_MODULE_KEY] = {"module_file": str(module)}
+    inputs = penguins.inputs_for(data, str(tmp_path), "run", config)
+    distiller_run_fn.run_fn(FnArgs(**inputs, custom_config=custom_config))
+    return inputs["serving_model_dir"]
+
+
+@pytest.mark.parametrize(
+    "last_layer, found",
+    [
+        ('tf.keras.layers.Dense(3, activation="softmax")(hidden)', "final softmax / sigmoid"),
+        ('tf.keras.layers.Dense(3, activation="sigmoid")(hidden)', "final softmax / sigmoid"),
+        (
+            "tf.keras.layers.Softmax()(tf.keras.layers.Dense(3)(hidden))",
+            "final softmax / sigmoid",
+        ),
+    ],
+)
+def test_a_student_that_outputs_probabilities_is_refused_before_training(
+    setup, tmp_path, last_layer, found
+):
+    with pytest.raises(ValueError, match=r"^module_file: student_fn of .*student_module\.py") as e:
+        _distil(setup, tmp_path, last_layer)
+    assert found in str(e.value)
+    assert "drop the final activation" in str(e.value)
+    assert not os.path.exists(tmp_path / "run" / "serving_model_dir")
+
+
+def test_a_student_whose_rows_sum_to_one_is_refused_by_its_values(setup, tmp_path):
+    # Normalised by hand, with no softmax op for the graph reading to find.
+    last = "tf.keras.layers.Lambda(lambda z: z / tf.reduce_sum(z, -1, keepdims=True))(tf.keras.layers.Dense(3, activation='relu', bias_initializer='ones')(hidden))"
+    with pytest.raises(ValueError, match=r"every row of its output lies in \[0, 1\] and sums to 1"):
+        _distil(setup, tmp_path, last)
+    assert not os.path.exists(tmp_path / "run" / "serving_model_dir")
+
+
+def test_an_exception_from_student_fn_names_the_function_and_module_and_keeps_the_cause(
+    setup, tmp_path
+):
+    source = "def student_fn(fn_args):\n    raise KeyError('no such feature: beak')\n"
+    with pytest.raises(UserCodeError) as e:
+        _distil(setup, tmp_path, module_source=source)
+    assert str(e.value).startswith("student_fn of module_file '")
+    assert "student_module.py' raised KeyError: 'no such feature: beak'" in str(e.value)
+    assert isinstance(e.value.__cause__, KeyError)
+
+
+def test_the_teacher_target_cache_says_it_was_built_and_what_it_holds(setup, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="absl")
+    _distil(setup, tmp_path, cache_teacher_logits=True)
+    lines = [
+        r.getMessage() for r in caplog.records if "teacher-target cache built" in r.getMessage()
+    ]
+    assert len(lines) == 1
+    # 6 training steps of 32 of the 270 training rows (192 distinct examples) and
+    # 2 evaluation batches of 32 of the 64 eval rows: 256 targets.
+    assert "it holds 256 targets" in lines[0]
+
+
+def test_a_student_fn_run_with_a_scratch_baseline_records_its_verdict(setup, tmp_path, absl_info):
+    serving_dir = _distil(setup, tmp_path, scratch_baseline=True)
+    assert tf.io.gfile.exists(serving_dir)
+    with open(os.path.join(os.path.dirname(serving_dir), VERDICT_FILE)) as f:
+        verdict = json.load(f)
+    assert set(verdict) >= {"teacher_acc", "student_acc", "scratch_acc", "improved", "message"}
+    for key in ("teacher_acc", "student_acc", "scratch_acc"):
+        assert 0.0 <= verdict[key] <= 1.0
+    assert verdict["improved"] == (verdict["student_acc"] > verdict["scratch_acc"])
+    assert f"{verdict['student_acc']:.4f}" in verdict["message"]
+    assert f"Distiller: {verdict['message']}" in absl_info
+    # The backup of the run alone is gone with the distilled run's.
+    left = [str(p) for p in (tmp_path / "run").rglob("*") if "backup" in p.name]
+    assert left == []
+
+
+def test_without_a_scratch_baseline_no_verdict_file_is_written(setup, tmp_path):
+    serving_dir = _distil(setup, tmp_path)
+    assert tf.io.gfile.exists(serving_dir)
+    assert not os.path.exists(os.path.join(os.path.dirname(serving_dir), VERDICT_FILE))

@@ -1,0 +1,72 @@
+"""`pipelines.precheck.check_beam_args`: a Beam runner that cannot start is refused
+before any component runs, naming the argument."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.config import ConfigError
+from pipelines import precheck
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        ("--direct_num_workers=2",),
+        ("--runner=DirectRunner", "--direct_running_mode=multi_processing"),
+        ("--runner", "DirectRunner"),
+        ("--runner=apache_beam.runners.direct.direct_runner.DirectRunner",),
+        ("--runner=FlinkRunner", "--job_endpoint=localhost:8099", "--environment_type=LOOPBACK"),
+        (
+            "--runner=DataflowRunner",
+            "--project=p",
+            "--region=europe-west4",
+            "--temp_location=gs://b/tmp",
+        ),
+    ],
+)
+def test_runners_that_can_start_pass(args):
+    precheck.check_beam_args(list(args))
+
+
+def test_a_portable_runner_without_a_job_server_is_refused_naming_the_argument():
+    with pytest.raises(ConfigError) as e:
+        precheck.check_beam_args(["--direct_num_workers=1", "--runner=FlinkRunner"])
+    assert str(e.value) == (
+        "beam_args[1]: --runner=FlinkRunner would download its job server at run time, which this "
+        "machine cannot reach; give --flink_job_server_jar=<path of the job server jar> or "
+        "--job_endpoint=HOST:PORT of a running job server"
+    )
+
+
+def test_a_job_server_jar_that_is_not_there_is_named(tmp_path):
+    missing = str(tmp_path / "beam-runners-spark-job-server.jar")
+    with pytest.raises(ConfigError, match=r"^beam_args: --spark_job_server_jar: no such file"):
+        precheck.check_beam_args(["--runner=SparkRunner", f"--spark_job_server_jar={missing}"])
+
+
+def test_docker_workers_without_docker_are_refused(tmp_path, monkeypatch):
+    jar = tmp_path / "job-server.jar"
+    jar.write_bytes(b"")
+    real_which = precheck.shutil.which
+    monkeypatch.setattr(
+        precheck.shutil, "which", lambda name: None if name == "docker" else real_which(name)
+    )
+    if real_which("java") is None:
+        pytest.skip("needs java on PATH to reach the worker check")
+    with pytest.raises(ConfigError, match=r"--environment_type=DOCKER.*no `docker` is on PATH"):
+        precheck.check_beam_args(["--runner=FlinkRunner", f"--flink_job_server_jar={jar}"])
+
+
+def test_dataflow_without_its_settings_is_refused_naming_them():
+    with pytest.raises(
+        ConfigError,
+        match=r"^beam_args\[0\]: --runner=DataflowRunner needs --region, --temp_location",
+    ):
+        precheck.check_beam_args(["--runner=DataflowRunner", "--project=p"])
+
+
+def test_an_unknown_runner_is_refused():
+    with pytest.raises(ConfigError, match=r"^beam_args\[0\]: unknown Beam runner 'FlinkRuner'"):
+        precheck.check_beam_args(["--runner=FlinkRuner"])

@@ -67,8 +67,6 @@ class _MovedModules(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path, target=None):
         new = MOVED.get(fullname)
-        if new is None and fullname.startswith("components.kubeflow."):
-            new = "components.kubernetes." + fullname.removeprefix("components.kubeflow.")
         if new is None:
             return None
         raise ModuleNotFoundError(f"{fullname} moved to {new}: import it from there", name=fullname)

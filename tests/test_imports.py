@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("components", "pipelines")
@@ -188,3 +195,74 @@ def test_one_training_run_stays_in_the_training_and_lower_layers():
         for m in reached
         if m.startswith("components.")
     ), sorted(reached)
+
+
+# --------------------------------------------------------------------------- #
+# The public face and the old import paths (run in a fresh interpreter: what
+# is already imported here would hide a broken path).
+# --------------------------------------------------------------------------- #
+
+_OLD_PATHS = textwrap.dedent(
+    """
+    import importlib, json
+    out = {}
+    for old in ("components.strategies", "components.kubeflow.tfjob", "components.trainer.task"):
+        try:
+            importlib.import_module(old)
+            out[old] = "imported"
+        except ImportError as e:
+            out[old] = str(e)
+    try:
+        from components.data import taxi_csv_path  # noqa: F401
+    except ImportError as e:
+        out["components.data.taxi_csv_path"] = str(e)
+    import components
+    out["face"] = sorted(components.__all__)
+    out["light"] = "tensorflow" not in __import__("sys").modules
+    from components import Trainer, backup_and_restore
+    from components.dropin import DropInSettings, backup_and_restore as old_helper
+    from components.trainer.component import Trainer as long_trainer
+    out["same"] = Trainer is long_trainer and old_helper is backup_and_restore
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.multiprocess
+def test_the_public_face_and_old_paths_in_a_fresh_interpreter():
+    done = subprocess.run(
+        [sys.executable, "-c", _OLD_PATHS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["components.strategies"] == (
+        "components.strategies moved to components.training.strategies: import it from there"
+    )
+    # A moved package's modules: Python imports the package first, which names its new home.
+    assert out["components.kubeflow.tfjob"] == (
+        "components.kubeflow moved to components.kubernetes: import it from there"
+    )
+    assert out["components.trainer.task"] == (
+        "components.trainer.task moved to components.training.task: import it from there"
+    )
+    assert out["components.data.taxi_csv_path"] == (
+        "components.data.taxi_csv_path moved to components.data.sources.taxi_csv_path"
+    )
+    assert out["face"] == [
+        "DataGate",
+        "Distiller",
+        "DropInSettings",
+        "PipelineConfig",
+        "StudentBaseline",
+        "Trainer",
+        "Transform",
+        "backup_and_restore",
+    ]
+    # `import components` loads no TensorFlow: each public name loads on first use.
+    assert out["light"] is True
+    assert out["same"] is True

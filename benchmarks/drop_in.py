@@ -38,8 +38,11 @@ time, mean Trainer time and mean Transform time, each side's mean phases and
 `input_alone_s`, each side's accuracy (mean and standard deviation over
 `--repeats` runs: the examples seed nothing, so run-to-run spread is their
 seed noise), the difference with its standard error, and whether the pushed
-models' serving signatures are identical. Runs alternate stock / swapped so
-that both sides see the same machine load.
+models' serving signatures are identical. Each repeat is a pair run back to
+back, the side that goes first alternating (ABBA); the headline adds the
+geometric mean of the per-pair ratios with its 95% interval, and judges
+accuracy by two one-sided tests at a margin of `ACCURACY_MARGIN` (no
+interval with fewer than 2 pairs).
 """
 
 from __future__ import annotations
@@ -56,7 +59,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from components.testing import fresh_process  # noqa: E402
-from components.testing.stats import compare_accuracies  # noqa: E402
+from components.testing.stats import (  # noqa: E402
+    TooFewError,
+    abba_order,
+    compare_accuracies,
+    equivalent,
+    ratio_interval,
+)
 
 
 def _execution_seconds(metadata_path: str) -> dict[str, float]:
@@ -84,6 +93,8 @@ METRICS = {
     "mnist": "sparse_categorical_accuracy",
 }
 DEFAULT_STEPS = {"taxi": 1000, "penguin": 5000, "mnist": 5000}
+# Accuracies within this of each other count as equal (two one-sided tests, 5% each).
+ACCURACY_MARGIN = 0.01
 
 
 def _accuracy(pipeline_root: str, metric: str) -> float | None:
@@ -191,8 +202,10 @@ def main() -> None:
     headlines = {}
     for name in names:
         runs: dict[str, list[dict]] = {"stock": [], "swapped": []}
-        for repeat in range(args.repeats):
-            for side in ("stock", "swapped"):
+        # ABBA: which side runs first alternates pair by pair, so machine drift
+        # (a slow mode, a warming cache) cannot favour a side by its position.
+        for repeat, order in enumerate(abba_order(args.repeats, "stock", "swapped")):
+            for side in order:
                 root = os.path.join(workdir, f"{name}-{side}-{repeat}")
                 command = [os.path.abspath(__file__), "--side", side]
                 command += ["--example", name, "--workdir", root]
@@ -205,7 +218,7 @@ def main() -> None:
                 result = fresh_process.run(command, f"{name} {side} run {repeat}")
                 runs[side].append(result)
                 shown = {k: v for k, v in result.items() if k != "signatures"}
-                print(json.dumps({"repeat": repeat, **shown}), flush=True)
+                print(json.dumps({"repeat": repeat, "order": list(order), **shown}), flush=True)
         headlines[name] = headline(runs, steps[name] or DEFAULT_STEPS[name], METRICS[name])
         if batches.get(name):
             headlines[name]["batch_size"] = batches[name]
@@ -228,6 +241,15 @@ def headline(runs: dict[str, list[dict]], train_steps: int, metric: str) -> dict
     for key in ("wall_s", "trainer_s", "transform_s"):
         ratio = statistics.fmean(r[key] for r in swapped) / statistics.fmean(r[key] for r in stock)
         out[f"{key[:-2]}_ratio_swapped_over_stock"] = round(ratio, 3)
+        # Pair i is repeat i of each side (run back to back, order alternated):
+        # the geometric mean of the pair ratios and its 95% interval.
+        pairs = [b[key] / a[key] for a, b in zip(stock, swapped, strict=True)]
+        try:
+            gmean, low, high = ratio_interval(pairs)
+            out[f"{key[:-2]}_pair_ratio_gmean"] = round(gmean, 3)
+            out[f"{key[:-2]}_pair_ratio_ci95"] = [round(low, 3), round(high, 3)]
+        except TooFewError:
+            out[f"{key[:-2]}_pair_ratio_gmean"] = out[f"{key[:-2]}_pair_ratio_ci95"] = None
     for key in ("trainer_phases_s", "transform_phases_s"):
         out[key] = {side: _mean_phases(side_runs, key) for side, side_runs in runs.items()}
     out["input_alone_s"] = {
@@ -236,6 +258,14 @@ def headline(runs: dict[str, list[dict]], train_steps: int, metric: str) -> dict
     }
     acc = {side: [r[metric] for r in side_runs] for side, side_runs in runs.items()}
     out.update(compare_accuracies(acc, "swapped", "stock", lambda side: f"{metric}_{side}"))
+    # Equivalence, not "within 2 SE": two one-sided tests at the stated margin.
+    try:
+        tost = equivalent(acc["swapped"], acc["stock"], ACCURACY_MARGIN)
+        out["accuracy_equivalent_within_margin"] = tost["equivalent"]
+        out["accuracy_diff_ci90"] = [round(v, 4) for v in tost["interval"]]
+    except TooFewError:
+        out["accuracy_equivalent_within_margin"] = out["accuracy_diff_ci90"] = None
+    out["accuracy_margin"] = ACCURACY_MARGIN
     signatures = {r["signatures"] for side_runs in runs.values() for r in side_runs}
     out["same_serving_signatures"] = len(signatures) == 1
     return out

@@ -72,3 +72,35 @@ def test_each_example_reads_its_own_metric_and_differing_signatures_show():
     assert out["same_serving_signatures"] is False
     # The last line nests one such object per example; it must be plain JSON.
     json.dumps({"examples": {"penguin": out}})
+
+
+def test_pair_ratios_give_a_geometric_mean_with_an_interval_and_accuracy_an_equivalence_test():
+    runs = {
+        "stock": [_run("stock", 100, 20, 30, 0.80, 10), _run("stock", 100, 20, 30, 0.81, 10)],
+        "swapped": [
+            _run("swapped", 50, 10, 30, 0.80, 8),
+            _run("swapped", 200, 40, 30, 0.81, 8),
+        ],
+    }
+    out = drop_in.headline(runs, 1000, "binary_accuracy")
+    # Pair ratios 0.5 and 2: geometric mean 1, interval exp(+-12.706205 * 0.693147).
+    assert out["wall_pair_ratio_gmean"] == pytest.approx(1.0)
+    assert out["wall_pair_ratio_ci95"] == [
+        pytest.approx(0.0, abs=1e-3),
+        pytest.approx(6682.651, rel=1e-4),
+    ]
+    assert out["transform_pair_ratio_ci95"] == [1.0, 1.0]
+    # Equal means, but two runs a side spread 0.01 apart: variances 5e-5, se 0.0070711,
+    # Welch df 2, t(0.95, 2) = 2.919986: the 90% interval +-0.0206 is wider than the margin.
+    assert out["accuracy_diff_ci90"] == [-0.0206, 0.0206]
+    assert out["accuracy_equivalent_within_margin"] is False
+    assert out["accuracy_margin"] == 0.01
+
+
+def test_one_pair_gets_no_interval():
+    runs = {
+        "stock": [_run("stock", 100, 20, 30, 0.8, 10)],
+        "swapped": [_run("swapped", 90, 15, 27, 0.8, 8)],
+    }
+    out = drop_in.headline(runs, 1000, "binary_accuracy")
+    assert out["wall_pair_ratio_ci95"] is None and out["accuracy_equivalent_within_margin"] is None

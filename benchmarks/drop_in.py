@@ -48,6 +48,7 @@ interval with fewer than 2 pairs).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -58,14 +59,22 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from components.testing import fresh_process  # noqa: E402
-from components.testing.stats import (  # noqa: E402
-    TooFewError,
-    abba_order,
-    compare_accuracies,
-    equivalent,
-    ratio_interval,
-)
+
+def _helper(name: str):
+    """A `components/testing` helper loaded from its file, not through the `components` package.
+
+    The stock side's child must import nothing of the product (its package
+    `__init__` included), so it loads the helpers it shares with the tests
+    this way; they import no product module at module level.
+    """
+    key = f"_drop_in_{name}"
+    if key not in sys.modules:
+        path = os.path.join(REPO_ROOT, "components", "testing", f"{name}.py")
+        spec = importlib.util.spec_from_file_location(key, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 
 def _execution_seconds(metadata_path: str) -> dict[str, float]:
@@ -114,28 +123,41 @@ def _accuracy(pipeline_root: str, metric: str) -> float | None:
 
 
 def run_side(
-    name: str, side: str, root: str, train_steps: int | None, batch_size: int | None = None
+    name: str,
+    side: str,
+    root: str,
+    train_steps: int | None,
+    batch_size: int | None = None,
+    data: str = "",
 ) -> dict:
     """Runs one side of example `name` in this process and returns its figures.
 
-    `batch_size` changes the batch size in a copy of the example's module file.
+    `batch_size` changes the batch size in a copy of the example's module file;
+    `data` is the data root the parent prepared (MNIST's is written with the
+    product's Fashion-MNIST reader, which the stock side must not import).
+
+    Raises:
+      RuntimeError: on the stock side, if any product module was imported.
     """
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
     from benchmarks import phase_timing
-    from components.testing import tfx_examples
 
+    tfx_examples = _helper("tfx_examples")
     example = tfx_examples.BY_KEY[name]
     module = tfx_examples.load_pipeline(
         example, os.path.join(root, "code"), swapped=side == "swapped", train_steps=train_steps
     )
-    data = tfx_examples.data_root(example, root)
+    data = data or tfx_examples.data_root(example, root)
     module_file = (
         tfx_examples.module_file_with_batch(example, os.path.join(root, "code"), batch_size)
         if batch_size
         else ""
     )
     pipeline = tfx_examples.create_pipeline(example, module, root, data, module_file)
+    product = sorted(m for m in sys.modules if m == "components" or m.startswith("components."))
+    if side == "stock" and product:
+        raise RuntimeError(f"the stock side imported product modules: {product[:5]}")
     phase_timing.install()
     start = time.perf_counter()
     BeamDagRunner().run(pipeline)
@@ -185,6 +207,7 @@ def main() -> None:
     )
     parser.add_argument("--workdir", default="")
     parser.add_argument("--side", choices=["stock", "swapped"], help=argparse.SUPPRESS)
+    parser.add_argument("--data-root", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="tfxkit-dropin-bench-")
     names = list(METRICS) if args.example == "all" else [args.example]
@@ -196,19 +219,26 @@ def main() -> None:
     # Batch sizes other than the module's own (None: its own).
     batches = {"mnist": args.mnist_batch_size}
     if args.side:
-        result = run_side(names[0], args.side, workdir, steps[names[0]], batches.get(names[0]))
-        fresh_process.print_result(result)
+        result = run_side(
+            names[0], args.side, workdir, steps[names[0]], batches.get(names[0]), args.data_root
+        )
+        _helper("fresh_process").print_result(result)
         return
+    from components.testing import fresh_process, tfx_examples
+    from components.testing.stats import abba_order
+
     headlines = {}
     for name in names:
         runs: dict[str, list[dict]] = {"stock": [], "swapped": []}
+        # Prepared here, once: both sides read the same data root.
+        data_root = tfx_examples.data_root(tfx_examples.BY_KEY[name], os.path.join(workdir, name))
         # ABBA: which side runs first alternates pair by pair, so machine drift
         # (a slow mode, a warming cache) cannot favour a side by its position.
         for repeat, order in enumerate(abba_order(args.repeats, "stock", "swapped")):
             for side in order:
                 root = os.path.join(workdir, f"{name}-{side}-{repeat}")
                 command = [os.path.abspath(__file__), "--side", side]
-                command += ["--example", name, "--workdir", root]
+                command += ["--example", name, "--workdir", root, "--data-root", data_root]
                 if name == "taxi" and args.train_steps is not None:
                     command += ["--train-steps", str(args.train_steps)]
                 if name != "taxi":
@@ -236,6 +266,13 @@ def _mean_or_none(values: list) -> float | None:
 
 def headline(runs: dict[str, list[dict]], train_steps: int, metric: str) -> dict:
     """One example's swapped / stock ratios, mean phases, both accuracies and their difference."""
+    from components.testing.stats import (
+        TooFewError,
+        compare_accuracies,
+        equivalent,
+        ratio_interval,
+    )
+
     stock, swapped = runs["stock"], runs["swapped"]
     out: dict = {"train_steps": train_steps, "repeats": len(stock)}
     for key in ("wall_s", "trainer_s", "transform_s"):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -104,3 +107,25 @@ def test_one_pair_gets_no_interval():
     }
     out = drop_in.headline(runs, 1000, "binary_accuracy")
     assert out["wall_pair_ratio_ci95"] is None and out["accuracy_equivalent_within_margin"] is None
+
+
+@pytest.mark.multiprocess
+def test_the_stock_side_loads_its_helpers_without_importing_the_product():
+    code = (
+        "import sys\n"
+        "from benchmarks import drop_in, phase_timing\n"
+        "examples = drop_in._helper('tfx_examples')\n"
+        "drop_in._helper('fresh_process')\n"
+        "assert examples.BY_KEY['taxi'].name == 'taxi_native_keras'\n"
+        "print(sorted(m for m in sys.modules if m == 'components' or m.startswith('components.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=drop_in.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": drop_in.REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -64,6 +64,11 @@ fashion-mnist:
 bench: setup
 	set -e; for b in $(BENCHES); do echo "== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py; done
 
+# Every committed result's headline, with its commit, date and machine, and
+# whether the product or the benchmark changed since (stale); runs nothing.
+bench-report: setup
+	$(BIN)/python -m components.testing.results
+
 # Format check, then lint: both gate CI (.ci/run) before the tests.
 LINT_PATHS := components pipelines tests benchmarks
 lint: setup

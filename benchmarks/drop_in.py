@@ -206,6 +206,11 @@ def main() -> None:
         "--repeats", type=int, default=3, help="runs per side (accuracy spread needs 2 or more)"
     )
     parser.add_argument("--workdir", default="")
+    parser.add_argument(
+        "--shared-with",
+        default=None,
+        help="what else ran on the cores (recorded with the results; default: an idle machine)",
+    )
     parser.add_argument("--side", choices=["stock", "swapped"], help=argparse.SUPPRESS)
     parser.add_argument("--data-root", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -224,10 +229,10 @@ def main() -> None:
         )
         _helper("fresh_process").print_result(result)
         return
-    from components.testing import fresh_process, tfx_examples
+    from components.testing import fresh_process, results, tfx_examples
     from components.testing.stats import abba_order
 
-    headlines = {}
+    headlines, lines = {}, []
     for name in names:
         runs: dict[str, list[dict]] = {"stock": [], "swapped": []}
         # Prepared here, once: both sides read the same data root.
@@ -248,11 +253,16 @@ def main() -> None:
                 result = fresh_process.run(command, f"{name} {side} run {repeat}")
                 runs[side].append(result)
                 shown = {k: v for k, v in result.items() if k != "signatures"}
-                print(json.dumps({"repeat": repeat, "order": list(order), **shown}), flush=True)
+                line = {"repeat": repeat, "order": list(order), **shown}
+                lines.append(line)
+                print(json.dumps(line), flush=True)
         headlines[name] = headline(runs, steps[name] or DEFAULT_STEPS[name], METRICS[name])
         if batches.get(name):
             headlines[name]["batch_size"] = batches[name]
-    print(json.dumps({"examples": headlines}))
+    lines.append({"examples": headlines})
+    print(json.dumps(lines[-1]))
+    path = results.write("drop_in", lines, shared_with=args.shared_with, argv=sys.argv[1:])
+    print(f"results: {os.path.relpath(path, REPO_ROOT)}", file=sys.stderr)
 
 
 def _mean_phases(runs: list[dict], key: str) -> dict[str, float]:

@@ -1,0 +1,154 @@
+"""Committed benchmark results: each file names the commit, date and machine it came from.
+
+`write` saves a benchmark's JSON lines to `benchmarks/results/<name>.json`;
+`python -m components.testing.results` (`make bench-report`) prints every
+committed headline without running anything, marking a file stale when the
+product or its benchmark changed since the commit it records.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results")
+# What a result depends on besides its own script: the product's code.
+PRODUCT_PATHS = ("components", "pipelines")
+
+
+def _git(*args: str, cwd: str = REPO_ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def commit(cwd: str = REPO_ROOT) -> dict:
+    """The checked-out commit and whether the work tree differs from it (`dirty`)."""
+    head = _git("rev-parse", "HEAD", cwd=cwd)
+    status = _git("status", "--porcelain", "--", *PRODUCT_PATHS, "benchmarks", cwd=cwd)
+    return {
+        "commit": head.stdout.strip() if head.returncode == 0 else None,
+        "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None,
+    }
+
+
+def machine() -> dict:
+    """Cores, CPU model, memory and versions of the machine a benchmark ran on."""
+    model, memory_gib = platform.processor() or None, None
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                model,
+            )
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal"))
+        memory_gib = round(kib / 2**20, 1)
+    except (OSError, StopIteration, ValueError):
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "memory_gib": memory_gib,
+        "python": platform.python_version(),
+        "system": platform.platform(),
+    }
+
+
+def write(
+    name: str,
+    lines: Sequence[dict],
+    *,
+    shared_with: str | None,
+    results_dir: str = RESULTS_DIR,
+    argv: Sequence[str] = (),
+    cwd: str = REPO_ROOT,
+) -> str:
+    """Writes a benchmark's JSON lines, headline last, with where they came from.
+
+    Args:
+      name: The benchmark (its script is `benchmarks/<name>.py`).
+      lines: Everything it printed, in order; the last is the headline.
+      shared_with: What else ran on the cores meanwhile, or None when the
+        machine was otherwise idle (timings need an idle machine).
+      argv: The command line it ran with.
+      cwd: The repository whose commit is recorded.
+
+    Returns:
+      The file written.
+
+    Raises:
+      ValueError: with no lines.
+    """
+    if not lines:
+        raise ValueError(f"{name}: no result lines to write")
+    record = {
+        "benchmark": name,
+        **commit(cwd),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "idle": shared_with is None,
+        "shared_with": shared_with,
+        "argv": list(argv),
+        "lines": list(lines),
+        "headline": lines[-1],
+    }
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, f"{name}.json")
+    with open(path + ".tmp", "w") as f:
+        f.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
+    """Why a result no longer describes HEAD, or None when it still does."""
+    recorded = record.get("commit")
+    if not recorded:
+        return "no commit recorded"
+    if _git("cat-file", "-e", f"{recorded}^{{commit}}", cwd=cwd).returncode != 0:
+        return f"commit {recorded[:10]} is not in this history"
+    script = os.path.join("benchmarks", f"{record['benchmark']}.py")
+    changed = _git("diff", "--name-only", recorded, "HEAD", "--", script, *PRODUCT_PATHS, cwd=cwd)
+    files = changed.stdout.split()
+    if files:
+        return f"{len(files)} file(s) of the product or the benchmark changed since {recorded[:10]}"
+    if record.get("dirty"):
+        return f"measured on uncommitted changes to {recorded[:10]}"
+    return None
+
+
+def report(results_dir: str = RESULTS_DIR, cwd: str = REPO_ROOT) -> list[str]:
+    """One block per committed result: where it came from, whether it is stale, its headline."""
+    if not os.path.isdir(results_dir):
+        return [f"no results in {os.path.relpath(results_dir, cwd)}"]
+    out = []
+    for entry in sorted(os.listdir(results_dir)):
+        if not entry.endswith(".json"):
+            continue
+        with open(os.path.join(results_dir, entry)) as f:
+            record = json.load(f)
+        stale = staleness(record, cwd)
+        where = record["machine"]
+        out.append(
+            f"== {record['benchmark']} ({entry}): commit {str(record.get('commit'))[:10]}, "
+            f"{record['date']}, {where.get('cores')} cores {where.get('cpu')}, "
+            + ("idle" if record.get("idle") else f"shared with {record.get('shared_with')}")
+            + (f"; STALE: {stale}" if stale else "")
+        )
+        out.append(json.dumps(record["headline"], sort_keys=True))
+    return out or [f"no results in {os.path.relpath(results_dir, cwd)}"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    del argv
+    print("\n".join(report()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""`components.testing.results`: committed results name their commit and machine; stale ones show."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from components.testing import results
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A throwaway git repository shaped like this one (a benchmark and product code)."""
+    root = tmp_path / "repo"
+    (root / "benchmarks").mkdir(parents=True)
+    (root / "components").mkdir()
+    (root / "benchmarks" / "speed.py").write_text("print('fast')\n")
+    (root / "components" / "core.py").write_text("X = 1\n")
+    _git(root, "init", "-q")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "x", "--allow-empty")
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "code")
+    return root
+
+
+def test_the_writer_records_commit_date_machine_and_the_headline_last(tmp_path, repo):
+    path = results.write(
+        "speed",
+        [{"a": 1}, {"ratio": 0.5}],
+        shared_with=None,
+        results_dir=str(tmp_path / "r"),
+        cwd=str(repo),
+    )
+    record = json.loads(open(path).read())
+    assert os.path.basename(path) == "speed.json"
+    assert record["commit"] == results.commit(str(repo))["commit"] and record["dirty"] is False
+    assert len(record["commit"]) == 40
+    assert record["headline"] == {"ratio": 0.5} and record["lines"][0] == {"a": 1}
+    assert record["idle"] is True and record["shared_with"] is None
+    assert record["machine"]["cores"] == os.cpu_count()
+    assert record["date"].endswith("+00:00")
+    assert results.report(str(tmp_path / "r"), str(repo))[1] == '{"ratio": 0.5}'
+
+
+def test_commit_reads_the_checked_out_commit(repo):
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert results.commit(str(repo)) == {"commit": head, "dirty": False}
+    (repo / "components" / "core.py").write_text("X = 2\n")
+    assert results.commit(str(repo))["dirty"] is True
+
+
+def test_a_result_is_stale_once_its_benchmark_or_the_product_changed(repo):
+    head = results.commit(str(repo))["commit"]
+    record = {"benchmark": "speed", "commit": head, "dirty": False}
+    assert results.staleness(record, str(repo)) is None
+    (repo / "components" / "core.py").write_text("X = 2\n")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "change")
+    assert results.staleness(record, str(repo)) == (
+        f"1 file(s) of the product or the benchmark changed since {head[:10]}"
+    )
+    unknown = {"benchmark": "speed", "commit": "0" * 40}
+    assert results.staleness(unknown, str(repo)) == "commit 0000000000 is not in this history"
+
+
+def test_writing_nothing_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"^speed: no result lines to write$"):
+        results.write("speed", [], shared_with=None, results_dir=str(tmp_path))

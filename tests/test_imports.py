@@ -100,7 +100,7 @@ def _reachable(start: str) -> set[str]:
 def test_the_graph_is_read():
     graph = _graph()
     assert "components.config" in graph["components.training.strategies"][0]
-    assert "components.config.kubeflow" in graph["components.config"][0]
+    assert "components.config.accelerators" in graph["components.config.kubeflow"][0]
     # The annotation-only import of a TYPE_CHECKING block counts.
     assert "components.config" in graph["components.kubernetes.placement"][0]
 

@@ -2,87 +2,58 @@
 
 One module per section (`data`, `runtime`, `training`, `distillation`, `evaluation`,
 `kubeflow`, `pipeline`), plus `loading` (YAML, plain data, JSON Schema), `dropin`,
-`secret_scan` and `validation`; this package re-exports their public names.
-"""
+`secret_scan` and `validation`; this package re-exports their public names,
+importing a section on first use (so `config.accelerators` stays light)."""
 
-from components.config.data import (
-    BUILTIN_DATASETS,
-    CategoricalTransform,
-    DataConfig,
-    FeatureConfig,
-    FeatureKind,
-    FloatTransform,
-    LabelConfig,
-)
-from components.config.distillation import (
-    MAX_TEACHERS,
-    DistillationConfig,
-)
-from components.config.dropin import DropInSettings
-from components.config.evaluation import (
-    EvaluationConfig,
-)
-from components.config.kubeflow import (
-    KubeflowConfig,
-    Placement,
-    Toleration,
-)
-from components.config.loading import (
-    from_dict,
-    json_schema,
-    load_config,
-    load_config_file,
-    module_config_from_dict,
-    to_dict,
-)
-from components.config.pipeline import (
-    PipelineConfig,
-)
-from components.config.runtime import (
-    IngestionConfig,
-    StrategyConfig,
-    StrategyKind,
-    TransformConfig,
-)
-from components.config.secret_scan import reject_secret
-from components.config.training import (
-    AugmentationConfig,
-    ConvTowerConfig,
-    ModelConfig,
-    TrainConfig,
-)
-from components.config.validation import ConfigError
+from __future__ import annotations
 
-__all__ = [
-    "DropInSettings",
-    "BUILTIN_DATASETS",
-    "MAX_TEACHERS",
-    "AugmentationConfig",
-    "CategoricalTransform",
-    "ConfigError",
-    "ConvTowerConfig",
-    "DataConfig",
-    "DistillationConfig",
-    "EvaluationConfig",
-    "FeatureConfig",
-    "FeatureKind",
-    "FloatTransform",
-    "IngestionConfig",
-    "KubeflowConfig",
-    "LabelConfig",
-    "ModelConfig",
-    "PipelineConfig",
-    "Placement",
-    "StrategyConfig",
-    "StrategyKind",
-    "Toleration",
-    "TrainConfig",
-    "TransformConfig",
-    "from_dict",
-    "json_schema",
-    "load_config",
-    "load_config_file",
-    "module_config_from_dict",
-    "reject_secret",
-    "to_dict",
-]
+import importlib
+
+# Public name -> the section module that defines it.
+_EXPORTS = {
+    "BUILTIN_DATASETS": "components.config.data",
+    "CategoricalTransform": "components.config.data",
+    "DataConfig": "components.config.data",
+    "FeatureConfig": "components.config.data",
+    "FeatureKind": "components.config.data",
+    "FloatTransform": "components.config.data",
+    "LabelConfig": "components.config.data",
+    "DistillationConfig": "components.config.distillation",
+    "MAX_TEACHERS": "components.config.distillation",
+    "DropInSettings": "components.config.dropin",
+    "EvaluationConfig": "components.config.evaluation",
+    "KubeflowConfig": "components.config.kubeflow",
+    "Placement": "components.config.kubeflow",
+    "Toleration": "components.config.kubeflow",
+    "from_dict": "components.config.loading",
+    "json_schema": "components.config.loading",
+    "load_config": "components.config.loading",
+    "load_config_file": "components.config.loading",
+    "module_config_from_dict": "components.config.loading",
+    "to_dict": "components.config.loading",
+    "PipelineConfig": "components.config.pipeline",
+    "IngestionConfig": "components.config.runtime",
+    "StrategyConfig": "components.config.runtime",
+    "StrategyKind": "components.config.runtime",
+    "TransformConfig": "components.config.runtime",
+    "reject_secret": "components.config.secret_scan",
+    "AugmentationConfig": "components.config.training",
+    "ConvTowerConfig": "components.config.training",
+    "ModelConfig": "components.config.training",
+    "TrainConfig": "components.config.training",
+    "ConfigError": "components.config.validation",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'components.config' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -121,6 +121,16 @@ def describe_teacher(
             num_params=num_params,
         )
     call = _inference_call(loaded)
+    if call is None and hasattr(loaded, "_default_save_signature"):
+        # What `tf.saved_model.save` writes for a Keras 3 model: a call on
+        # positional inputs, not named transformed features.
+        raise ValueError(
+            f"distillation: teacher model {export_dir!r} was saved by Keras 3 (tf.keras was Keras 3 "
+            "in its Trainer's process, as stock TFX gives a module file unless TF_USE_LEGACY_KERAS=1 "
+            "is set); the Distiller restores tf_keras teachers: set TF_USE_LEGACY_KERAS=1 in the "
+            "environment that runs the pipeline, before TensorFlow is imported, so the teacher's "
+            "run_fn builds it with tf_keras"
+        )
     if call is None:
         raise ValueError(
             f"distillation: teacher model {export_dir!r} has neither a '{TRANSFORMED_LOGITS_SIGNATURE}' signature "

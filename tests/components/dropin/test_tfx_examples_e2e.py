@@ -43,6 +43,23 @@ def _executed(root: str) -> set[str]:
 RUN_TIMEOUT_S = 1500
 
 
+def _user_env(legacy_keras: bool) -> dict[str, str]:
+    """The environment of a user's shell for an example run.
+
+    TF_USE_LEGACY_KERAS as the user sets it (importing TFT into this test
+    process set it here): unset, a module file gets Keras 3 under stock TFX
+    and the swap alike, which keras_tuner (the penguin example's Tuner)
+    needs; set, tf_keras, which the Distiller needs of a teacher it restores
+    (docs/bring-your-own-pipeline.md). Runs side by side may share one GPU:
+    each takes memory as it needs it.
+    """
+    env = {**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    if legacy_keras:
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    return env
+
+
 class _ExampleRun:
     """One example pipeline running in a child process (`run_example`)."""
 
@@ -70,7 +87,7 @@ class _ExampleRun:
             cwd=tfx_examples.REPO_ROOT,
             # Runs side by side may share one GPU: each takes memory as it needs
             # it instead of all of it at start-up.
-            env={**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true"},
+            env=_user_env(legacy_keras=bool(spec["distill_steps"])),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             text=True,

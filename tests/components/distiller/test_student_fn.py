@@ -165,3 +165,31 @@ def test_without_a_scratch_baseline_no_verdict_file_is_written(setup, tmp_path):
     serving_dir = _distil(setup, tmp_path)
     assert tf.io.gfile.exists(serving_dir)
     assert not os.path.exists(os.path.join(os.path.dirname(serving_dir), VERDICT_FILE))
+
+
+def test_the_executor_copies_the_verdict_into_the_model_artifacts_properties(tmp_path):
+    from tfx.types import standard_artifacts
+
+    from components.distiller.executor import record_verdict
+
+    model = standard_artifacts.Model()
+    model.uri = str(tmp_path / "model")
+    os.makedirs(model.uri)
+    verdict = {
+        "teacher_acc": 0.9,
+        "student_acc": 0.85,
+        "scratch_acc": 0.8,
+        "improved": True,
+        "message": "The distilled student beat the same student trained alone by +0.0500",
+    }
+    with open(os.path.join(model.uri, VERDICT_FILE), "w") as f:
+        json.dump(verdict, f)
+    untouched = standard_artifacts.Model()
+    untouched.uri = str(tmp_path / "other")
+    os.makedirs(untouched.uri)
+    record_verdict({"model": [model, untouched]})
+    assert model.get_string_custom_property("distillation_verdict") == verdict["message"]
+    assert model.get_float_custom_property("student_acc") == 0.85
+    assert model.get_float_custom_property("scratch_acc") == 0.8
+    assert model.get_float_custom_property("teacher_acc") == 0.9
+    assert not untouched.has_custom_property("distillation_verdict")

@@ -508,25 +508,14 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(
 ):
     from tfx.types import artifact_utils, standard_artifacts
 
+    from components.testing.artifacts import local_artifact, trainer_artifacts
     from components.trainer.executor import Executor
 
-    def artifact(cls, name):
-        a = cls()
-        a.uri = str(tmp_path / name)
-        os.makedirs(a.uri, exist_ok=True)
-        return a
-
-    examples = artifact(standard_artifacts.Examples, "examples")
-    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
-    inputs = {
-        "examples": [examples],
-        "transform_graph": [artifact(standard_artifacts.TransformGraph, "transform_graph")],
-        "schema": [artifact(standard_artifacts.Schema, "schema")],
-    }
-    outputs = {
-        "model": [artifact(standard_artifacts.Model, "model")],
-        "model_run": [artifact(standard_artifacts.ModelRun, "model_run")],
-    }
+    inputs, outputs = trainer_artifacts(tmp_path)
+    inputs["transform_graph"] = [
+        local_artifact(standard_artifacts.TransformGraph, tmp_path, "transform_graph")
+    ]
+    inputs["schema"] = [local_artifact(standard_artifacts.Schema, tmp_path, "schema")]
     config = _config(taxi_config, kind="multi_worker_mirrored", workers=2)
     config = dataclasses.replace(
         config, kubeflow=dataclasses.replace(config.kubeflow, namespace="team-a")
@@ -579,6 +568,6 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(
     assert {k: [a.uri for a in v] for k, v in replica_outputs.items()} == {
         k: [a.uri for a in v] for k, v in outputs.items()
     }
-    assert replica_inputs["examples"][0].split_names == examples.split_names
+    assert replica_inputs["examples"][0].split_names == inputs["examples"][0].split_names
     # The step itself trained nothing.
     assert os.listdir(outputs["model"][0].uri) == []

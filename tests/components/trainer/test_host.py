@@ -9,13 +9,13 @@ import types
 
 import pytest
 from tfx.components.trainer.fn_args_utils import FnArgs
-from tfx.types import artifact_utils, standard_artifacts
 
 from components.compat.legacy_keras import KerasMismatchError, check_one_keras
 from components.compat.user_code import UserCodeError
 from components.config import StrategyConfig, payload
 from components.config.dropin import DropInSettings
 from components.kubernetes import env
+from components.testing.artifacts import trainer_artifacts
 from components.trainer import executor, host, launcher
 
 
@@ -67,27 +67,12 @@ def recording_run_fn(fn_args) -> None:
 
 
 def test_the_executor_decodes_once_and_the_run_fn_gets_that_payload(taxi_config, tmp_path):
-    def artifact(cls, name, **props):
-        a = cls()
-        a.uri = str(tmp_path / name)
-        os.makedirs(a.uri, exist_ok=True)
-        for key, value in props.items():
-            setattr(a, key, value)
-        return a
-
-    examples = artifact(
-        standard_artifacts.Examples,
-        "examples",
-        split_names=artifact_utils.encode_split_names(["train", "eval"]),
-    )
+    inputs, outputs = trainer_artifacts(tmp_path)
     custom_config = payload.encode({"mine": 1}, config=taxi_config)
     SEEN.clear()
     executor.Executor().Do(
-        {"examples": [examples]},
-        {
-            "model": [artifact(standard_artifacts.Model, "model")],
-            "model_run": [artifact(standard_artifacts.ModelRun, "model_run")],
-        },
+        inputs,
+        outputs,
         {
             "custom_config": json.dumps(custom_config),
             "train_args": '{"num_steps": 2, "splits": ["train"]}',
@@ -108,22 +93,12 @@ def raising_run_fn(fn_args) -> None:
 
 
 def test_an_exception_from_a_user_run_fn_names_it_and_keeps_the_cause(tmp_path):
-    def artifact(cls, name):
-        a = cls()
-        a.uri = str(tmp_path / name)
-        os.makedirs(a.uri, exist_ok=True)
-        return a
-
-    examples = artifact(standard_artifacts.Examples, "examples")
-    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    inputs, outputs = trainer_artifacts(tmp_path)
     settings = DropInSettings(strategy=StrategyConfig(kind="one_device"))
     with pytest.raises(UserCodeError) as e:
         executor.Executor().Do(
-            {"examples": [examples]},
-            {
-                "model": [artifact(standard_artifacts.Model, "model")],
-                "model_run": [artifact(standard_artifacts.ModelRun, "model_run")],
-            },
+            inputs,
+            outputs,
             {
                 "custom_config": json.dumps(payload.encode({}, settings=settings)),
                 "train_args": '{"num_steps": 2, "splits": ["train"]}',

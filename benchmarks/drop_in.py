@@ -261,7 +261,14 @@ def main() -> None:
             headlines[name]["batch_size"] = batches[name]
     lines.append({"examples": headlines})
     print(json.dumps(lines[-1]))
-    path = results.write("drop_in", lines, shared_with=args.shared_with, argv=sys.argv[1:])
+    # One file per example set, so a run of one example keeps the others' results.
+    path = results.write(
+        "drop_in",
+        lines,
+        shared_with=args.shared_with,
+        argv=sys.argv[1:],
+        stem=f"drop_in_{args.example}",
+    )
     print(f"results: {os.path.relpath(path, REPO_ROOT)}", file=sys.stderr)
 
 

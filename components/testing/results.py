@@ -67,6 +67,7 @@ def write(
     results_dir: str = RESULTS_DIR,
     argv: Sequence[str] = (),
     cwd: str = REPO_ROOT,
+    stem: str | None = None,
 ) -> str:
     """Writes a benchmark's JSON lines, headline last, with where they came from.
 
@@ -77,6 +78,8 @@ def write(
         machine was otherwise idle (timings need an idle machine).
       argv: The command line it ran with.
       cwd: The repository whose commit is recorded.
+      stem: The file's name without `.json` when one benchmark keeps several
+        results (one per example); default: `name`.
 
     Returns:
       The file written.
@@ -98,7 +101,7 @@ def write(
         "headline": lines[-1],
     }
     os.makedirs(results_dir, exist_ok=True)
-    path = os.path.join(results_dir, f"{name}.json")
+    path = os.path.join(results_dir, f"{stem or name}.json")
     with open(path + ".tmp", "w") as f:
         f.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
     os.replace(path + ".tmp", path)

@@ -71,6 +71,22 @@ def test_a_result_is_stale_once_its_benchmark_or_the_product_changed(repo):
     assert results.staleness(unknown, str(repo)) == "commit 0000000000 is not in this history"
 
 
+def test_one_benchmark_keeps_a_file_per_stem(tmp_path, repo):
+    for example in ("taxi", "penguin"):
+        results.write(
+            "drop_in",
+            [{"example": example}],
+            shared_with="a compile",
+            results_dir=str(tmp_path / "r"),
+            cwd=str(repo),
+            stem=f"drop_in_{example}",
+        )
+    assert sorted(os.listdir(tmp_path / "r")) == ["drop_in_penguin.json", "drop_in_taxi.json"]
+    record = json.loads((tmp_path / "r" / "drop_in_penguin.json").read_text())
+    assert record["benchmark"] == "drop_in" and record["idle"] is False
+    assert record["shared_with"] == "a compile"
+
+
 def test_writing_nothing_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"^speed: no result lines to write$"):
         results.write("speed", [], shared_with=None, results_dir=str(tmp_path))

@@ -12,9 +12,10 @@ imports tf_keras by name (`components.compat.legacy_keras`).
 
 from __future__ import annotations
 
-import importlib
 import importlib.abc
 import sys
+
+from components.compat import lazy
 
 # Public name -> the module that defines it.
 _PUBLIC = {
@@ -76,14 +77,4 @@ if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
     sys.meta_path.append(_MovedModules())
 
 
-def __getattr__(name: str):
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'components' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy.exports(__name__, globals(), _PUBLIC)

@@ -7,7 +7,7 @@ importing a section on first use (so `config.accelerators` stays light)."""
 
 from __future__ import annotations
 
-import importlib
+from components.compat import lazy
 
 # Public name -> the section module that defines it.
 _EXPORTS = {
@@ -46,14 +46,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'components.config' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy.exports(__name__, globals(), _EXPORTS)

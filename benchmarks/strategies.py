@@ -67,14 +67,12 @@ def _config(steps: int, **sections):
 def materialize(workdir: str) -> dict:
     """Transforms the taxi CSV with the shipped config's preprocessing_fn (real TFT)."""
     import tensorflow as tf
-    import tensorflow_transform as tft
-    import tensorflow_transform.beam as tft_beam
-    from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
-    from components.data.preprocessing import build_preprocessing_fn
     from components.data.sources import taxi_csv_path
+    from components.testing.transform import analyze_and_transform
 
-    config = _config(1)
+    # Only its data section and preprocessing_fn matter here, not the schedule.
+    config = _config(1, train={"warmup_steps": 0})
     kinds = {f.name: f.kind for f in config.data.features}
     dtypes = {"float": tf.float32, "int_categorical": tf.int64, "string_categorical": tf.string}
     spec = {name: tf.io.VarLenFeature(dtypes[kind]) for name, kind in kinds.items()}
@@ -93,20 +91,7 @@ def materialize(workdir: str) -> dict:
             label = row[config.data.label.name]
             instance[config.data.label.name] = [int(float(label))] if label != "" else []
             instances.append(instance)
-    raw_metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(spec))
-    transform_output = os.path.join(workdir, "transform_graph")
-    with tft_beam.Context(temp_dir=os.path.join(workdir, "tft_tmp"), force_tf_compat_v1=False):
-        (transformed, transformed_metadata), transform_fn = (
-            instances,
-            raw_metadata,
-        ) | tft_beam.AnalyzeAndTransformDataset(
-            build_preprocessing_fn(config), output_record_batches=False
-        )
-        _ = transform_fn | tft_beam.WriteTransformFn(transform_output)
-    metadata_io.write_metadata(
-        raw_metadata, os.path.join(transform_output, tft.TFTransformOutput.RAW_METADATA_DIR)
-    )
-    coder = tft.coders.ExampleProtoCoder(transformed_metadata.schema)
+    transformed, coder, transform_output = analyze_and_transform(instances, spec, config, workdir)
     options = tf.io.TFRecordOptions(compression_type="GZIP")
     files = []
     for shard in range(SHARDS):

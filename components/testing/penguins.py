@@ -112,11 +112,8 @@ def materialize(config: PipelineConfig, out_dir: str, train_shards: int = 1) -> 
     """Runs real TFT on the penguins rows and writes Transform-like output under `out_dir`."""
     import numpy as np
     import tensorflow as tf
-    import tensorflow_transform as tft
-    import tensorflow_transform.beam as tft_beam
-    from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
-    from components.data.preprocessing import build_preprocessing_fn
+    from components.testing.transform import analyze_and_transform
 
     rows = read_rows()
     spec = {
@@ -124,23 +121,10 @@ def materialize(config: PipelineConfig, out_dir: str, train_shards: int = 1) -> 
         for name in (*FLOAT_FEATURES, BUCKETIZED_FEATURE)
     }
     spec[LABEL] = tf.io.FixedLenFeature([1], tf.int64)
-    raw_metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(spec))
     instances = [
         {k: [int(v)] if k == LABEL else [float(v)] for k, v in row.items()} for row in rows
     ]
-    transform_output = os.path.join(out_dir, "transform_graph")
-    with tft_beam.Context(temp_dir=os.path.join(out_dir, "tft_tmp"), force_tf_compat_v1=False):
-        (transformed, transformed_metadata), transform_fn = (
-            instances,
-            raw_metadata,
-        ) | tft_beam.AnalyzeAndTransformDataset(
-            build_preprocessing_fn(config), output_record_batches=False
-        )
-        _ = transform_fn | tft_beam.WriteTransformFn(transform_output)
-    metadata_io.write_metadata(
-        raw_metadata, os.path.join(transform_output, tft.TFTransformOutput.RAW_METADATA_DIR)
-    )
-    coder = tft.coders.ExampleProtoCoder(transformed_metadata.schema)
+    transformed, coder, transform_output = analyze_and_transform(instances, spec, config, out_dir)
     # The CSV is sorted by species; a fixed permutation mixes the classes.
     transformed = [transformed[i] for i in np.random.RandomState(0).permutation(len(transformed))]
     split = len(transformed) - EVAL_ROWS

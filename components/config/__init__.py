@@ -33,6 +33,7 @@ _EXPORTS = {
     "to_dict": "components.config.loading",
     "PipelineConfig": "components.config.pipeline",
     "IngestionConfig": "components.config.runtime",
+    "ServiceConfig": "components.config.runtime",
     "StrategyConfig": "components.config.runtime",
     "StrategyKind": "components.config.runtime",
     "TransformConfig": "components.config.runtime",

@@ -18,7 +18,12 @@ import pydantic
 from pydantic import model_validator
 
 from components.config.pipeline import PipelineConfig
-from components.config.runtime import IngestionConfig, StrategyConfig, TransformConfig
+from components.config.runtime import (
+    IngestionConfig,
+    StrategyConfig,
+    TransformConfig,
+    check_service,
+)
 from components.config.validation import ConfigError, config_error, fail, section
 
 
@@ -56,6 +61,7 @@ class DropInSettings:
             )
         if self.stock_output and self.transform.pack_features:
             fail("transform.pack_features", "packing is tfxkit output; stock_output writes none")
+        check_service(self.ingestion, self.strategy, image_views=None)
         return self
 
     def to_json(self) -> str:

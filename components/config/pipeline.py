@@ -17,7 +17,12 @@ from components.config.data import BUILTIN_DATASETS, DataConfig
 from components.config.distillation import DistillationConfig
 from components.config.evaluation import EvaluationConfig
 from components.config.kubeflow import KubeflowConfig
-from components.config.runtime import IngestionConfig, StrategyConfig, TransformConfig
+from components.config.runtime import (
+    IngestionConfig,
+    StrategyConfig,
+    TransformConfig,
+    check_service,
+)
 from components.config.secret_scan import reject_secrets
 from components.config.training import ModelConfig, TrainConfig, min_trainable_params
 from components.config.validation import ConfigError, fail, from_plain, section, to_plain
@@ -99,6 +104,7 @@ class PipelineConfig:
             )
         if has_data and self.distillation.enabled and self.distillation.require_compression:
             self._check_student_is_smaller()
+        check_service(self.ingestion, self.strategy, self.train.augmentation.image_views)
         reject_secrets(self)
         return self
 

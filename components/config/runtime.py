@@ -3,6 +3,8 @@ pipeline and the `strategy` (tf.distribute) sections."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import field
 from typing import Literal, Self
 
 from pydantic import model_validator
@@ -38,6 +40,89 @@ class TransformConfig:
         return self
 
 
+# `ingestion.service.dispatcher` naming the dispatcher the compiled Kubeflow
+# training job starts beside its trainers (its address reaches them in this
+# environment variable).
+KUBEFLOW_DISPATCHER = "kubeflow"
+DISPATCHER_ENV = "TFXKIT_TFDATA_DISPATCHER"
+_ADDRESS = re.compile(r"(grpc://)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})")
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# How much of the input pipeline the service workers run, in pipeline order.
+REMOTE_PARTS = ("read", "parse", "augment")
+
+
+def check_dispatcher_address(value: str) -> str | None:
+    """None when `value` is a `[grpc://]host:port` address, else what is wrong with it."""
+    match = _ADDRESS.fullmatch(value)
+    if match is None:
+        return f"expected 'host:port' or 'grpc://host:port' (e.g. 'grpc://data-dispatcher:5050'), got {value!r}"
+    if not 0 < int(match["port"]) < 65536:
+        return f"expected a port in [1, 65535], got {match['port']} in {value!r}"
+    return None
+
+
+@section("ingestion.service")
+class ServiceConfig:
+    """Input processing on tf.data service workers instead of the training host.
+
+    Attributes:
+      dispatcher: The tf.data service dispatcher, `host:port` or
+        `grpc://host:port`; `kubeflow` for the dispatcher the compiled
+        Kubeflow training job starts beside its trainers; '' (default) keeps
+        all input processing on the training host.
+      processing_mode: `distributed_epoch` (the dispatcher hands out files:
+        each example at most once per epoch across all workers and trainers,
+        exactly once when no worker fails) or `parallel_epochs` (every worker
+        produces a whole epoch: each example once per worker per epoch).
+      job_name: The service job every trainer of a run reads ('' = one derived
+        from the run's model directory, the same on every replica), so the
+        replicas of a multi-worker run share one job and its examples.
+      compression: `auto` (the service compresses elements it sends, worth it
+        over a network) or `none` (cheaper for workers on the same host).
+      remote: What the service workers run: `read` (files to serialized
+        records; parsing stays here), `parse` (and parsing, the default) or
+        `augment` (and `train.augmentation`'s image views; mixup stays here).
+        Shuffling, `partially_labeled`, caching and prefetch always stay on the
+        training host.
+      work_dir: The dispatcher's journal directory on storage every pod
+        reaches (fault-tolerant mode: a restarted dispatcher resumes its jobs).
+        Read by the dispatcher the Kubeflow job starts ('' there: under the
+        pipeline root) and by `python -m components.data.service dispatcher`.
+      connect_timeout_seconds: How long the Trainer waits for the dispatcher
+        to answer before failing with its address.
+    """
+
+    dispatcher: str = ""
+    processing_mode: Literal["distributed_epoch", "parallel_epochs"] = "distributed_epoch"
+    job_name: str = ""
+    compression: Literal["auto", "none"] = "auto"
+    remote: Literal["read", "parse", "augment"] = "parse"
+    work_dir: str = ""
+    connect_timeout_seconds: int = 60
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.dispatcher)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.dispatcher and self.dispatcher != KUBEFLOW_DISPATCHER:
+            problem = check_dispatcher_address(self.dispatcher)
+            if problem:
+                fail(
+                    "dispatcher",
+                    f"{problem}; or {KUBEFLOW_DISPATCHER!r} for the dispatcher of the Kubeflow job, or '' for no service",
+                )
+        if self.job_name and not _JOB_NAME.fullmatch(self.job_name):
+            fail("job_name", f"expected letters, digits, '_', '.' or '-', got {self.job_name!r}")
+        if self.connect_timeout_seconds < 1:
+            fail(
+                "connect_timeout_seconds",
+                f"expected an integer >= 1, got {self.connect_timeout_seconds}",
+            )
+        return self
+
+
 @section("ingestion")
 class IngestionConfig:
     """The Trainer's tf.data input pipeline.
@@ -63,6 +148,8 @@ class IngestionConfig:
       prefetch: Batches prefetched (0 = autotune).
       deterministic: Keep element order reproducible across runs (slower);
         without shuffling, every epoch then has the same order.
+      service: Run reading, parsing and optionally augmentation on tf.data
+        service workers (`ServiceConfig`); off by default.
     """
 
     batch_size: int = 256
@@ -73,6 +160,7 @@ class IngestionConfig:
     num_parallel_calls: int = 0
     prefetch: int = 0
     deterministic: bool = False
+    service: ServiceConfig = field(default_factory=ServiceConfig)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -82,6 +170,21 @@ class IngestionConfig:
         for name in ("shuffle_buffer", "num_parallel_reads", "num_parallel_calls", "prefetch"):
             if getattr(self, name) < 0:
                 fail(name, f"expected an integer >= 0, got {getattr(self, name)}")
+        if self.service.enabled:
+            if self.deterministic:
+                fail(
+                    "deterministic",
+                    "with ingestion.service the order of examples depends on which worker serves which "
+                    "file first, so it cannot be reproduced; set deterministic: false or turn the service off",
+                )
+            if self.service.remote == "augment" and self.cache in ("memory", "file"):
+                fail(
+                    "cache",
+                    f"cache {self.cache!r} with service.remote 'augment' would keep the first epoch's "
+                    "augmented views and replay them, leaving the service idle after one epoch; set cache: "
+                    "none (or auto, which caches nothing then), or service.remote: parse to cache parsed "
+                    "examples on this host",
+                )
         return self
 
 
@@ -204,3 +307,34 @@ class StrategyConfig:
                 "communication", "'nccl' is for GPUs; TPUs have their own interconnect (use 'auto')"
             )
         return self
+
+
+def check_service(
+    ingestion: IngestionConfig, strategy: StrategyConfig, image_views: bool | None
+) -> None:
+    """The rules `ingestion.service` sets on the sections beside it (run by the configs holding them).
+
+    Args:
+      image_views: Whether `train.augmentation` has image views to run
+        remotely; None for a user's module, whose augmentation is its own code.
+    """
+    service = ingestion.service
+    if not service.enabled:
+        return
+    if strategy.kind == "tpu":
+        fail(
+            "ingestion.service",
+            "the product has not run a TPU strategy's input through the tf.data service, so it does not "
+            "offer it; turn the service off (dispatcher: '') or use a GPU or CPU strategy",
+        )
+    if service.remote == "augment" and not image_views:
+        where = (
+            "train.augmentation has no image views (translate / flip) on"
+            if image_views is not None
+            else "a user module's augmentation is its own code, which the product does not move"
+        )
+        fail(
+            "ingestion.service.remote",
+            f"'augment' runs train.augmentation's image views on the service workers, but {where}; "
+            "set remote: parse",
+        )

@@ -8,7 +8,7 @@ shard stats. A corrupt shard or a spec mismatch fails with an `IngestionError` n
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from tensorflow.python.util import deprecation
 
 from components.config import IngestionConfig
-from components.data import layout, memory
+from components.data import layout, memory, service
 from components.data.layout import IngestionError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -206,6 +206,8 @@ def make_dataset(
     input_context: tf.distribute.InputContext | None = None,
     cache_path: str = "",
     seed: int | None = None,
+    service_job: str = "",
+    remote_map: Callable | None = None,
 ) -> tf.data.Dataset:
     """Builds a dataset of `(features, label)` batches.
 
@@ -227,6 +229,14 @@ def make_dataset(
         the dataset then yields this input pipeline's share only.
       cache_path: File cache prefix when `config.cache == 'file'`.
       seed: Shuffle seed (the same on every worker).
+      service_job: The tf.data service job (`service.job_name`) when
+        `config.service` is on and this dataset uses it ('' keeps it here):
+        reading, parsing and `remote_map` then run on the service's workers,
+        one epoch per job, and every input pipeline reads the one job (no
+        sharding here).
+        Shuffling, caching, re-batching and prefetch stay in this process.
+      remote_map: Applied to the read batches of `(features, label)` after
+        parsing, on the service's workers (`service.remote: augment`).
 
     Returns:
       A `tf.data.Dataset`.
@@ -261,6 +271,12 @@ def make_dataset(
             "ingestion.cache: 'file' needs a cache path (the Trainer uses its model run directory)"
         )
 
+    remote = config.service.remote if config.service.enabled and service_job else ""
+    if remote_map is not None and remote != "augment":
+        raise IngestionError(
+            "ingestion: remote_map runs on the service only (service.remote: augment)"
+        )
+
     per_replica_batch = batch_size
     num_pipelines, pipeline_id = 1, 0
     if input_context is not None:
@@ -269,7 +285,9 @@ def make_dataset(
             input_context.num_input_pipelines,
             input_context.input_pipeline_id,
         )
-    policy = shard_policy(len(files), num_pipelines)
+    # On the service, every input pipeline reads the one job, which hands
+    # out each file once per epoch (`distributed_epoch`): nothing to shard.
+    policy = shard_policy(len(files), 1 if remote else num_pipelines)
     shuffle = training and config.shuffle_buffer > 0
     cache = "none"
     if training:
@@ -279,6 +297,9 @@ def make_dataset(
         available = None if tf.inside_function() else memory.available_bytes()
         estimate = parsed_bytes(spec, shard_stats, files)
         cache = resolve_cache(config.cache, estimate, available, num_pipelines)
+        if remote == "augment":
+            # A cache after remote augmentation would replay one epoch's views.
+            cache = "none"
         if config.cache == "auto":
             logging.info(
                 "ingestion: cache auto -> %s (parsed training data about %s MB, %s MB available)",
@@ -422,19 +443,39 @@ def make_dataset(
         return parsed, label
 
     parallel = _tune(config.num_parallel_calls)
+    fixed = all(isinstance(s, tf.io.FixedLenFeature) for s in spec.values())
+    if remote == "read":
+        ds = service.distribute(ds, config.service, service_job, what="reading the training files")
     ds = ds.map(parse, num_parallel_calls=parallel, deterministic=config.deterministic)
+    unpacked = False
+    if remote in ("parse", "augment"):
+        if fixed:
+            # Unpacked on the workers: the trainer receives the model's features.
+            ds = ds.map(finish, num_parallel_calls=parallel, deterministic=config.deterministic)
+            unpacked = True
+            if remote_map is not None:
+                ds = ds.map(remote_map, num_parallel_calls=parallel, deterministic=False)
+        elif remote_map is not None:
+            raise IngestionError(
+                "ingestion.service.remote: 'augment' needs fixed-length features (image views "
+                "apply to dense images); set remote: parse"
+            )
+        ds = service.distribute(
+            ds, config.service, service_job, what="reading and parsing the training files"
+        )
     if cached:
         # Cached as parsed (and still packed: one tensor per batch to mix and
         # re-slice instead of one per feature), after all reading and parsing.
         suffix = f"_pipeline{pipeline_id}" if num_pipelines > 1 and cache == "file" else ""
         ds = ds.cache(cache_path + suffix if cache == "file" else "")
-    if all(isinstance(s, tf.io.FixedLenFeature) for s in spec.values()):
+    if fixed:
         if shuffle:
             window = max(1, math.ceil(config.shuffle_buffer / read_batch))
             ds = ds.shuffle(window, seed=seed, reshuffle_each_iteration=True)
             ds = _permute_windows(ds, window * read_batch, seed, parallel, config.deterministic)
-        # Unpacked on big batches (few calls); `rebatch` then only slices.
-        ds = ds.map(finish, num_parallel_calls=parallel, deterministic=config.deterministic)
+        if not unpacked:
+            # Unpacked on big batches (few calls); `rebatch` then only slices.
+            ds = ds.map(finish, num_parallel_calls=parallel, deterministic=config.deterministic)
         if training:
             ds = ds.repeat()
         ds = ds.rebatch(per_replica_batch, drop_remainder=training)

@@ -9,6 +9,7 @@ handle go to TFX's own factory.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 
 import tensorflow as tf
@@ -21,7 +22,7 @@ from tfx_bsl.public.tfxio import TensorFlowDatasetOptions
 
 from components.config import IngestionConfig
 from components.config.dropin import DropInSettings
-from components.data import ingestion, layout, stored_input
+from components.data import ingestion, layout, service, stored_input
 
 DatasetFactory = Callable[..., tf.data.Dataset]
 
@@ -78,7 +79,8 @@ def make_tf_dataset_factory(
         # A finite number of passes must be exact: the reader's non-deterministic
         # mode has been seen to cross a pass boundary early, so it reads
         # deterministically then (as stock does unless `sloppy_ordering`).
-        deterministic = (
+        on_service = tuned.service.enabled and not single_pass_of(options)
+        deterministic = not on_service and (
             tuned.deterministic
             or epochs is not None
             or (
@@ -96,9 +98,7 @@ def make_tf_dataset_factory(
             prefetch=tuned.prefetch or max(0, options.prefetch_buffer_size),
             deterministic=deterministic,
         )
-        # One unshuffled pass is the reader's evaluation mode; anything else
-        # its training mode (shuffled if asked, repeated forever, full batches).
-        single_pass = epochs == 1 and not options.shuffle
+        single_pass = single_pass_of(options)
         cache_path = ""
         if config.cache == "file" and not single_pass:
             cache_path = stored.cache_path(scratch_dir)
@@ -114,6 +114,10 @@ def make_tf_dataset_factory(
             shard_stats=stored.shard_stats,
             cache_path=cache_path,
             seed=options.shuffle_seed,
+            # A job per file set: the user's train and eval reads are two jobs.
+            service_job=service.job_name(config.service, scratch_dir, _files_key(files))
+            if on_service
+            else "",
         )
         if single_pass:
             if options.drop_final_batch:
@@ -136,7 +140,8 @@ def make_tf_dataset_factory(
         if label_key is None:
             ds = ds.map(lambda features, value: {**features, split_key: value})
         ds = ds.prefetch(tf.data.AUTOTUNE)
-        if num_workers > 1:
+        if num_workers > 1 and not on_service:
+            # (On the service, the job hands each replica its share.)
             distribute = tf.data.Options()
             distribute.experimental_distribute.auto_shard_policy = (
                 tf.data.experimental.AutoShardPolicy.DATA
@@ -145,6 +150,16 @@ def make_tf_dataset_factory(
         return ds
 
     return factory
+
+
+def single_pass_of(options) -> bool:
+    """One unshuffled pass is the reader's evaluation mode; anything else its
+    training mode (shuffled if asked, repeated forever, full batches)."""
+    return options.num_epochs == 1 and not options.shuffle
+
+
+def _files_key(files) -> str:
+    return hashlib.sha256("\n".join(sorted(files)).encode()).hexdigest()[:12]
 
 
 def _plain_config(config: IngestionConfig, single_pass: bool) -> IngestionConfig:

@@ -16,7 +16,7 @@ from absl import logging
 
 from components.config import PipelineConfig
 from components.data import augment as augment_lib
-from components.data import ingestion, labels, layout, stored_input
+from components.data import ingestion, labels, layout, service, stored_input
 from components.training import backup, strategies
 
 
@@ -122,6 +122,17 @@ def make_datasets(
             inputs.transform_output,
         )
 
+    remote = config.ingestion.service.remote if config.ingestion.service.enabled else ""
+    remote_views = remote == "augment"
+    # With views made remotely, the labeled subset is chosen there too, on the
+    # stored example (its fingerprint), before the views change it.
+    remote_mask = remote_views and labeled_fraction < 1.0
+
+    def remote_map(features, label):
+        if remote_mask:
+            features, label = _mask_unlabeled(features, label, labeled_fraction)
+        return _remote_views(features, config), label
+
     def dataset(patterns, training, batch_size):
         stored = stored_input.resolve(
             patterns, graph_spec, record, reader="Trainer", what="transformed example files"
@@ -129,6 +140,7 @@ def make_datasets(
         cache_path = ""
         if training and config.ingestion.cache == "file":
             cache_path = stored.cache_path(inputs.model_run_dir)
+        on_service = training and bool(remote)
         return ingestion.make_dataset(
             list(stored.files),
             stored.feature_spec,
@@ -142,6 +154,10 @@ def make_datasets(
             input_context=input_context,
             cache_path=cache_path,
             seed=config.train.seed,
+            service_job=service.job_name(config.ingestion.service, inputs.model_run_dir, "train")
+            if on_service
+            else "",
+            remote_map=remote_map if on_service and remote_views else None,
         )
 
     train = dataset(inputs.train_files, True, config.ingestion.batch_size)
@@ -151,10 +167,52 @@ def make_datasets(
         if input_context is not None:
             # As `ingestion.make_dataset` batches for a distributed input pipeline.
             batch_size = input_context.get_per_replica_batch_size(batch_size)
-        train = partially_labeled(train, labeled_fraction, unlabeled, batch_size)
-    if config.train.augmentation.enabled:
-        train = augmented(train, config, input_context)
+        if not remote_mask:
+            train = partially_labeled(train, labeled_fraction, unlabeled, batch_size)
+        elif unlabeled == DROP_UNLABELED:
+            # The workers masked the label before their views; drop those examples here.
+            train = _keep_labeled(train, _was_labeled, batch_size)
+        elif unlabeled != MASK_UNLABELED:
+            raise ValueError(
+                f"unlabeled: expected {DROP_UNLABELED!r} or {MASK_UNLABELED!r}, got {unlabeled!r}"
+            )
+    settings = config.train.augmentation
+    if settings.mixup or (settings.image_views and not remote_views):
+        train = augmented(train, config, input_context, views=not remote_views)
     return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)
+
+
+def _mask_unlabeled(features, label, fraction: float):
+    """`label` with `labels.UNLABELED` where `data.labeled_fraction` withholds it."""
+    known = labels.labeled_mask(features, fraction)
+    shape = tf.shape(label)
+    flat = tf.where(known, tf.reshape(label, [-1]), tf.cast(labels.UNLABELED, label.dtype))
+    return features, tf.reshape(flat, shape)
+
+
+def _keep_labeled(dataset: tf.data.Dataset, known_fn, batch_size: int) -> tf.data.Dataset:
+    """Repeated batches of the examples `known_fn(features, label)` keeps, re-batched to `batch_size`."""
+
+    def labeled_only(features, label):
+        known = known_fn(features, label)
+        return tf.nest.map_structure(lambda t: tf.boolean_mask(t, known), (features, label))
+
+    kept = dataset.map(labeled_only, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    return kept.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def _remote_views(features, config: PipelineConfig):
+    """`train.augmentation`'s image views of a read batch, on a service worker.
+
+    The worker draws each batch's seed from its own random state: which worker
+    gets which batch is not reproducible anyway, so neither are the views.
+    """
+    settings = config.train.augmentation
+    shapes = {f.transformed_name: f.shape for f in config.data.features if f.shape}
+    seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+    return augment_lib.augment_images(
+        features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
+    )
 
 
 def partially_labeled(
@@ -172,26 +230,22 @@ def partially_labeled(
       batch_size: Examples per batch of this input pipeline.
     """
     if unlabeled == MASK_UNLABELED:
-
-        def mask(features, label):
-            known = labels.labeled_mask(features, fraction)
-            shape = tf.shape(label)
-            flat = tf.where(known, tf.reshape(label, [-1]), tf.cast(labels.UNLABELED, label.dtype))
-            return features, tf.reshape(flat, shape)
-
-        return dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE)
+        return dataset.map(
+            lambda features, label: _mask_unlabeled(features, label, fraction),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
     if unlabeled != DROP_UNLABELED:
         raise ValueError(
             f"unlabeled: expected {DROP_UNLABELED!r} or {MASK_UNLABELED!r}, got {unlabeled!r}"
         )
+    # One vectorised fingerprint per batch, not one per example.
+    return _keep_labeled(
+        dataset, lambda features, _: labels.labeled_mask(features, fraction), batch_size
+    )
 
-    def labeled_only(features, label):
-        # One vectorised fingerprint per batch, not one per example.
-        known = labels.labeled_mask(features, fraction)
-        return tf.nest.map_structure(lambda t: tf.boolean_mask(t, known), (features, label))
 
-    kept = dataset.map(labeled_only, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-    return kept.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+def _was_labeled(_, label):
+    return tf.not_equal(tf.reshape(label, [-1]), tf.cast(labels.UNLABELED, label.dtype))
 
 
 # Stateless-seed stream of mixup, apart from the image views' streams (one per image feature).
@@ -202,8 +256,12 @@ def augmented(
     dataset: tf.data.Dataset,
     config: PipelineConfig,
     input_context: tf.distribute.InputContext | None = None,
+    views: bool = True,
 ) -> tf.data.Dataset:
     """Training batches with `train.augmentation` applied: image views, then mixup.
+
+    `views=False` leaves the image views out: the service's workers made them
+    (`ingestion.service.remote: augment`).
 
     Augmenting here, before the model, is what makes distillation consistent:
     the Distiller's teachers and student are called on the same (augmented,
@@ -226,7 +284,7 @@ def augmented(
     def augment(index, batch):
         features, label = batch
         seed = tf.stack([tf.constant(config.train.seed, tf.int64), index * pipelines + pipeline_id])
-        if settings.image_views:
+        if views and settings.image_views:
             features = augment_lib.augment_images(
                 features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
             )

@@ -18,6 +18,13 @@ from pydantic import model_validator
 from components.config.accelerators import TPU_TOPOLOGY_DIMS, accelerator_node_labels, is_tpu
 from components.config.validation import fail, section
 
+# `kubeflow.placements` keys of the tf.data service pods a TrainJob runs
+# beside its trainers (`ingestion.service.dispatcher: kubeflow`); they are no
+# pipeline components.
+TFDATA_DISPATCHER_PLACEMENT = "tfdata_dispatcher"
+TFDATA_WORKERS_PLACEMENT = "tfdata_workers"
+TFDATA_PLACEMENTS = (TFDATA_DISPATCHER_PLACEMENT, TFDATA_WORKERS_PLACEMENT)
+
 
 @section()
 class Toleration:
@@ -56,6 +63,9 @@ class Placement:
       beam_args: Extra Beam pipeline args for this component only (Beam-based
         components such as Transform and StatisticsGen), appended to
         `kubeflow.beam_args`, e.g. to run it on Dataflow.
+      replicas: Pods of the tf.data service workers, on the
+        `tfdata_workers` entry only (0 = 1); every other pod count comes from
+        `strategy`.
     """
 
     image: str = ""
@@ -69,9 +79,12 @@ class Placement:
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     beam_args: tuple[str, ...] = ()
+    replicas: int = 0
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        if self.replicas < 0:
+            fail("replicas", f"expected an integer >= 0 (0 = 1 worker), got {self.replicas}")
         for name in ("cpu_request", "cpu_limit"):
             value = getattr(self, name)
             if value and not re.fullmatch(r"([0-9]*[.])?[0-9]+m?", value):
@@ -176,6 +189,27 @@ def _check_not_empty(placement: Placement, path: str) -> None:
         )
 
 
+def _check_tfdata(name: str, placement: Placement) -> None:
+    """`replicas` only on `tfdata_workers`; the tf.data service pods run on CPU nodes, without Beam."""
+    path = f"placements.{name}"
+    if placement.replicas and name != TFDATA_WORKERS_PLACEMENT:
+        fail(
+            f"{path}.replicas",
+            f"only the tf.data service workers' entry ({TFDATA_WORKERS_PLACEMENT}) takes replicas; "
+            "remove it (a component runs one pod, a training job's counts come from strategy)",
+        )
+    if name not in TFDATA_PLACEMENTS:
+        return
+    if placement.accelerator_type:
+        fail(
+            f"{path}.accelerator_type",
+            "the tf.data service dispatcher and workers run on CPU nodes; remove the accelerator "
+            "(select a CPU pool with node_selector)",
+        )
+    if placement.beam_args:
+        fail(f"{path}.beam_args", "the tf.data service runs no Beam pipeline; remove beam_args")
+
+
 @section("kubeflow")
 class KubeflowConfig:
     """Kubeflow Pipelines compilation and placement.
@@ -199,7 +233,11 @@ class KubeflowConfig:
         workers (and, for `tfjob`, its chief); the pipeline step that
         submits and watches the job keeps only the image and runs on the
         default pool. Every job replica without CPU or memory in its
-        placement requests 1 CPU and 2Gi.
+        placement requests 1 CPU and 2Gi. Two keys are no components:
+        `tfdata_dispatcher` and `tfdata_workers` place the tf.data service
+        dispatcher and workers a `trainjob` runs beside its trainers under
+        `ingestion.service.dispatcher: kubeflow` (CPU pods: no accelerator;
+        `tfdata_workers.replicas` sets the worker count, default 1).
       beam_args: Beam pipeline args for Beam-based components on the cluster.
       job_backend: What runs multi-pod training: `trainjob` (Kubeflow Trainer
         v2 `TrainJob` on the runtime `trainjob_runtime`; the product derives
@@ -259,12 +297,18 @@ class KubeflowConfig:
                     f"placements.{name}", "expected a component id (letters, digits, '_', '.', '-')"
                 )
             _check_not_empty(placement, f"placements.{name}")
+            _check_tfdata(name, placement)
         if self.tfjob_ps_placement is not None:
             _check_not_empty(self.tfjob_ps_placement, "tfjob_ps_placement")
             if self.tfjob_ps_placement.beam_args:
                 fail(
                     "tfjob_ps_placement.beam_args",
                     "parameter servers run no Beam pipeline; remove beam_args",
+                )
+            if self.tfjob_ps_placement.replicas:
+                fail(
+                    "tfjob_ps_placement.replicas",
+                    "strategy.parameter_servers counts the parameter servers; remove replicas",
                 )
         if self.tfjob_timeout_seconds < 1:
             fail(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from components.config import ConfigError, PipelineConfig, Placement, StrategyConfig
+from components.config.runtime import KUBEFLOW_DISPATCHER, ServiceConfig
 
 # What every replica runs: the Trainer executor on the step's invocation.
 REPLICA_COMMAND = ("python", "-m", "components.trainer.executor")
@@ -26,8 +27,20 @@ DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 # --------------------------------------------------------------------------- #
 
 
-def uses_job(strategy: StrategyConfig) -> bool:
-    """Whether the Trainer trains across pods (a training job) when it runs on Kubeflow."""
+def runs_tfdata_service(service: ServiceConfig | None) -> bool:
+    """Whether the training job runs the tf.data service (`ingestion.service.dispatcher: kubeflow`)."""
+    return service is not None and service.dispatcher == KUBEFLOW_DISPATCHER
+
+
+def uses_job(strategy: StrategyConfig, service: ServiceConfig | None = None) -> bool:
+    """Whether the Trainer trains through a training job when it runs on Kubeflow.
+
+    It does when it trains across pods, and whatever the strategy when the
+    job runs its tf.data service (`service`, `ingestion.service`, with
+    dispatcher `kubeflow`): one trainer pod and CPU input pods beside it.
+    """
+    if runs_tfdata_service(service):
+        return True
     if strategy.kind == "multi_worker_mirrored":
         return strategy.workers > 1
     return strategy.kind == "parameter_server"
@@ -56,10 +69,16 @@ def check_strategy(strategy: StrategyConfig, path: str = "strategy") -> None:
         )
 
 
-def require_multi_worker(strategy: StrategyConfig, kind: str) -> None:
-    """`check_strategy`, and a strategy that trains in one pod is refused for a `kind` job."""
+def require_multi_worker(
+    strategy: StrategyConfig, kind: str, service: ServiceConfig | None = None
+) -> None:
+    """`check_strategy`, and a strategy that trains in one pod is refused for a `kind` job.
+
+    With the tf.data service in the job (`runs_tfdata_service(service)`) a
+    strategy that trains in one pod is a job of one trainer.
+    """
     check_strategy(strategy)
-    if strategy.kind not in MULTI_WORKER_KINDS:
+    if strategy.kind not in MULTI_WORKER_KINDS and not runs_tfdata_service(service):
         raise ConfigError(
             f"strategy.kind: {strategy.kind!r} trains in one pod; a {kind} needs one of {list(MULTI_WORKER_KINDS)}"
         )

@@ -68,6 +68,17 @@ RUNTIME_PODS = "TFXKIT_RUNTIME_PODS"
 count is the TrainJob's). A replica compares it with `REPLICAS`, so a
 runtime generated for another shape fails at start instead of hanging."""
 
+TFDATA_DISPATCHER = "TFXKIT_TFDATA_DISPATCHER"
+"""`host:port` of the tf.data service dispatcher a TrainJob runs beside its
+trainers (`ingestion.service.dispatcher: kubeflow`): `<job>-dispatcher-0-0.<job>:5050`,
+set by the Trainer step on every trainer replica. Read by
+`components.data.service` (there `components.config.runtime.DISPATCHER_ENV`)."""
+
+TFDATA_WORK_DIR = "TFXKIT_TFDATA_WORK_DIR"
+"""The tf.data service dispatcher's journal directory (fault-tolerant mode),
+set by the Trainer step on the TrainJob's dispatcher pod; the runtime passes
+it to the dispatcher as `--work_dir`."""
+
 HOST_ALIASES = "TFXKIT_HOST_ALIASES"
 """Optional JSON object `{"<derived host:port>": "<host:port>"}` that replaces
 derived task addresses: rehearsing a JobSet cluster with local processes."""
@@ -88,6 +99,16 @@ def jobset_env() -> list[dict]:
         (COMPLETION_INDEX, f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"),
     )
     return [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in fields]
+
+
+def jobset_host(jobset: str, replicated_job: str, index: int | str) -> str:
+    """DNS name of pod `index` of `replicated_job` in JobSet `jobset`: `S-R-0-i.S`.
+
+    JobSet names pod `i` of Job `j` `S-R-j-i`, reachable through the JobSet's
+    headless service `S`; tfxkit runtimes run one Job per replicated job.
+    `jobset` and `index` may be `$(VAR)` references a container's command expands.
+    """
+    return f"{jobset}-{replicated_job}-0-{index}.{jobset}"
 
 
 def format_replicas(counts: Mapping[str, int]) -> str:

@@ -28,8 +28,9 @@ from components.kubernetes.backend import DNS_1035, Backend, JobStatus, uses_job
 INVOCATION_FILE = "tfjob_invocation.json"
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Job names: a DNS-1035 label (TrainJob's admission rule; TFJob's services
-# are labels too), short enough that the longest derived name (`<job>-chief-0-<pod>`
-# for JobSet pods, `<job>-worker-<i>` for TFJob services) stays within 63.
+# are labels too), short enough that the longest derived name (`<job>-data-worker-0-<pod>`
+# for JobSet pods, up to 1000 tf.data service workers; `<job>-worker-<i>` for TFJob
+# services) stays within 63.
 JOB_NAME_BASE_MAX = 36
 
 
@@ -335,8 +336,12 @@ def _api_message(e) -> str:
 
 
 def should_launch(config: PipelineConfig, environ: Mapping[str, str]) -> bool:
-    """Whether this Trainer step runs on Kubeflow and must train through a job."""
-    return tfxkit_env.on_kubeflow(environ) and uses_job(config.strategy)
+    """Whether this Trainer step runs on Kubeflow and must train through a job.
+
+    It must when it trains across pods or when its job runs the tf.data
+    service (`ingestion.service.dispatcher: kubeflow`), see `backend.uses_job`.
+    """
+    return tfxkit_env.on_kubeflow(environ) and uses_job(config.strategy, config.ingestion.service)
 
 
 def write_invocation(invocation: Mapping[str, Any], directory: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.config import PipelineConfig, Placement, StrategyConfig
+from components.config import ConfigError, PipelineConfig, Placement, StrategyConfig
 from components.kubernetes import env as tfxkit_env
 from components.kubernetes.backend import (
     REPLICA_COMMAND,
@@ -21,6 +21,7 @@ from components.kubernetes.backend import (
     latest_condition,
     replica_placement,
     require_multi_worker,
+    runs_tfdata_service,
 )
 from components.kubernetes.placement import REPLICA_DEFAULT_REQUESTS, container, pod_spec
 
@@ -118,8 +119,17 @@ def build_manifest(
         ('' = `component_id`; see `backend.replica_placement`).
 
     Raises:
-      ConfigError: if the strategy cannot form a multi-worker cluster.
+      ConfigError: if the strategy cannot form a multi-worker cluster, or
+        `ingestion.service.dispatcher` is `kubeflow` (only a TrainJob runs the
+        tf.data service).
     """
+    if runs_tfdata_service(config.ingestion.service):
+        raise ConfigError(
+            "kubeflow.job_backend: 'tfjob' cannot run the tf.data service of ingestion.service.dispatcher "
+            "'kubeflow' (a TFJob holds only Chief, Worker, PS and Evaluator replicas); set "
+            "kubeflow.job_backend: trainjob, or give ingestion.service.dispatcher the host:port of a "
+            "dispatcher you run"
+        )
     require_multi_worker(config.strategy, KIND)
     counts = replica_counts(config.strategy)
     kf = config.kubeflow

@@ -17,6 +17,8 @@ from typing import Any
 from google.protobuf import json_format
 
 from components.config import ConfigError, PipelineConfig
+from components.config.kubeflow import TFDATA_PLACEMENTS
+from components.config.runtime import KUBEFLOW_DISPATCHER
 from components.data.sources import FASHION_MNIST_SPLITS, ResolvedInput
 from components.kubernetes import backend, jobs
 from components.kubernetes import env as tfxkit_env
@@ -73,8 +75,16 @@ def _check_placements(config: PipelineConfig, pipeline) -> None:
 
     nodes = {node.id: node for node in pipeline.components}
     containers = sorted(i for i, n in nodes.items() if isinstance(n, base_component.BaseComponent))
+    service_pods = config.ingestion.service.dispatcher == KUBEFLOW_DISPATCHER
     for name, placement in config.kubeflow.placements.items():
         path = f"kubeflow.placements.{name}"
+        if name in TFDATA_PLACEMENTS:
+            if not service_pods:
+                raise ConfigError(
+                    f"{path}: places a pod of the tf.data service the training job starts only with "
+                    f"ingestion.service.dispatcher: {KUBEFLOW_DISPATCHER!r}; set that or remove the entry"
+                )
+            continue  # a pod of the training job, not a pipeline component
         if name not in nodes:
             raise ConfigError(
                 f"{path}: the pipeline has no component {name!r}; its components are {containers}"
@@ -118,7 +128,7 @@ def placement_ids(config: PipelineConfig, pipeline) -> dict[str, str]:
 
 def _job_components(config: PipelineConfig, pipeline) -> set[str]:
     """Training steps (the Distiller's included) that submit a training job (their placement goes to the replicas)."""
-    if not backend.uses_job(config.strategy):
+    if not backend.uses_job(config.strategy, config.ingestion.service):
         return set()
     return {node.id for node in pipeline.components if roles.trains(node)}
 

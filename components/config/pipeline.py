@@ -105,6 +105,18 @@ class PipelineConfig:
         if has_data and self.distillation.enabled and self.distillation.require_compression:
             self._check_student_is_smaller()
         check_service(self.ingestion, self.strategy, self.train.augmentation.image_views)
+        if (
+            has_data
+            and self.ingestion.service.remote == "augment"
+            and self.ingestion.service.enabled
+            and self.data.labeled_fraction < 1.0
+        ):
+            fail(
+                "ingestion.service.remote",
+                "'augment' makes the image views on the service's workers, but data.labeled_fraction "
+                f"{self.data.labeled_fraction} picks the labeled examples by their stored pixels, which the "
+                "views change; set remote: parse (views on this host) or labeled_fraction: 1",
+            )
         reject_secrets(self)
         return self
 

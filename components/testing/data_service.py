@@ -99,6 +99,7 @@ class LocalService:
         self, workdir: str, workers: int = 1, journal_dir: str = "", cpus: dict | None = None
     ):
         self.workdir = workdir
+        os.makedirs(workdir, exist_ok=True)
         self.journal_dir = journal_dir
         self.cpus = cpus or {}
         self.workers: list[Server] = []

@@ -124,13 +124,8 @@ def make_datasets(
 
     remote = config.ingestion.service.remote if config.ingestion.service.enabled else ""
     remote_views = remote == "augment"
-    # With views made remotely, the labeled subset is chosen there too, on the
-    # stored example (its fingerprint), before the views change it.
-    remote_mask = remote_views and labeled_fraction < 1.0
 
     def remote_map(features, label):
-        if remote_mask:
-            features, label = _mask_unlabeled(features, label, labeled_fraction)
         return _remote_views(features, config), label
 
     def dataset(patterns, training, batch_size):
@@ -167,15 +162,7 @@ def make_datasets(
         if input_context is not None:
             # As `ingestion.make_dataset` batches for a distributed input pipeline.
             batch_size = input_context.get_per_replica_batch_size(batch_size)
-        if not remote_mask:
-            train = partially_labeled(train, labeled_fraction, unlabeled, batch_size)
-        elif unlabeled == DROP_UNLABELED:
-            # The workers masked the label before their views; drop those examples here.
-            train = _keep_labeled(train, _was_labeled, batch_size)
-        elif unlabeled != MASK_UNLABELED:
-            raise ValueError(
-                f"unlabeled: expected {DROP_UNLABELED!r} or {MASK_UNLABELED!r}, got {unlabeled!r}"
-            )
+        train = partially_labeled(train, labeled_fraction, unlabeled, batch_size)
     settings = config.train.augmentation
     if settings.mixup or (settings.image_views and not remote_views):
         train = augmented(train, config, input_context, views=not remote_views)
@@ -242,10 +229,6 @@ def partially_labeled(
     return _keep_labeled(
         dataset, lambda features, _: labels.labeled_mask(features, fraction), batch_size
     )
-
-
-def _was_labeled(_, label):
-    return tf.not_equal(tf.reshape(label, [-1]), tf.cast(labels.UNLABELED, label.dtype))
 
 
 # Stateless-seed stream of mixup, apart from the image views' streams (one per image feature).

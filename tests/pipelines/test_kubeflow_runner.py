@@ -719,3 +719,32 @@ def test_fashion_mnist_keeps_its_official_splits_on_the_cluster(tmp_path):
     # No hash split of its own: the output splits are the input's.
     output_config = json.loads(params["output_config"]["runtimeValue"]["constant"] or "{}")
     assert "hashBuckets" not in json.dumps(output_config)
+
+
+SERVICE = {"tfdata_workers": {"cpu_request": "4", "replicas": 3}}
+
+
+def test_a_one_pod_trainer_with_the_service_launches_a_job_with_service_pods(tmp_path):
+    config = from_dict(
+        _taxi(ingestion={"service": {"dispatcher": "kubeflow"}}, kubeflow={"placements": SERVICE})
+    )
+    component = kfp_components.load_component_from_file(
+        kubeflow_runner.compile_pipeline(config, str(tmp_path / "svc.yaml")).path
+    )
+    # The step only launches the job: the GPU goes to the job's trainer pod.
+    trainer = _container(component, "Trainer")
+    assert "resources" not in trainer and _k8s_config(component, "Trainer") is None
+    job = jobs.build_manifest(
+        config,
+        name="taxi-trainer-x",
+        namespace="kubeflow",
+        component_id="Trainer",
+        invocation_uri="gs://b/i.json",
+    )
+    assert job["kind"] == "TrainJob"
+
+
+def test_service_placements_without_the_service_are_refused(tmp_path):
+    config = from_dict(_taxi(kubeflow={"placements": SERVICE}))
+    with pytest.raises(ConfigError, match="kubeflow.placements.tfdata_workers: places a pod"):
+        kubeflow_runner.compile_pipeline(config, str(tmp_path / "x.yaml"))

@@ -15,6 +15,7 @@ from components.config import (
     ConfigError,
     PipelineConfig,
     Placement,
+    dropin,
     from_dict,
     json_schema,
     load_config_file,
@@ -684,3 +685,51 @@ def test_student_train_steps_default_to_the_teachers(taxi_config):
         ),
     )
     assert patient.student_train_steps() == 3 * taxi_config.train.train_steps
+
+
+@pytest.mark.parametrize(
+    "section,match",
+    [
+        (
+            {"service": {"dispatcher": "nohost"}},
+            r"ingestion.service.dispatcher: expected 'host:port'",
+        ),
+        ({"service": {"dispatcher": "h:70000"}}, r"port in \[1, 65535\]"),
+        ({"service": {"dispatcher": "h:5050", "job_name": "a b"}}, "ingestion.service.job_name"),
+        ({"deterministic": True, "service": {"dispatcher": "h:5050"}}, "ingestion.deterministic"),
+        (
+            {"cache": "memory", "service": {"dispatcher": "h:5050", "remote": "augment"}},
+            "ingestion.cache: cache 'memory' with service.remote 'augment'",
+        ),
+    ],
+)
+def test_bad_service_settings_are_refused_naming_the_field(section, match):
+    with pytest.raises(ConfigError, match=match):
+        from_dict(_mutate("ingestion", section))
+
+
+def test_service_refusals_across_sections():
+    service = {"service": {"dispatcher": "h:5050"}}
+    data = _mutate("ingestion", service)
+    data["strategy"] = {"kind": "tpu"}
+    with pytest.raises(ConfigError, match="ingestion.service: the product has not run a TPU"):
+        from_dict(data)
+    augment = {"service": {"dispatcher": "h:5050", "remote": "augment"}}
+    with pytest.raises(ConfigError, match="train.augmentation has no image views"):
+        from_dict(_mutate("ingestion", augment))
+    with pytest.raises(ConfigError, match="user module's augmentation is its own code"):
+        dropin.from_mapping({"ingestion": augment})
+    assert from_dict(_mutate("ingestion", service)).ingestion.service.enabled
+
+
+def test_remote_views_with_scarce_labels_are_refused():
+    data = yaml.safe_load((SHIPPED_CONFIG_DIR / "fashion_mnist.yaml").read_text())
+    data.setdefault("train", {})["augmentation"] = {"translate": 2, "flip": True}
+    data.setdefault("distillation", {})["cache_teacher_logits"] = False
+    data["ingestion"] = {"service": {"dispatcher": "h:5050", "remote": "augment"}}
+    assert from_dict(data).ingestion.service.remote == "augment"
+    data["data"]["labeled_fraction"] = 0.1
+    with pytest.raises(
+        ConfigError, match="ingestion.service.remote: 'augment' makes the image views"
+    ):
+        from_dict(data)

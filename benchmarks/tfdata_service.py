@@ -1,0 +1,335 @@
+"""The tf.data service against the training host's own input pipeline, on Fashion-MNIST.
+
+One run, one machine (2 cores). The data: the 60,000 Fashion-MNIST training images written
+as the tfxkit Transform writes them (packed float features, uncompressed, with its layout
+record), plus a `uid` feature to count examples. Every training side is a fresh child
+process pinned to core 0 (`taskset -c 0`); the service's dispatcher and worker are
+`python -m components.data.service` processes pinned to core 1. Cases:
+
+- `input_bound`: the product's pipeline with the teachers' translate / flip views, feeding an
+  MLP whose step costs about what the views cost: (a) `local` (views on core 0) vs (b)
+  `service` (`remote: augment`, views on core 1). Target (b)/(a) steps/s >= 1.5.
+- `not_input_bound`: no views, a conv net whose steps dwarf parsing: `local` vs `service`
+  (`remote: parse`). Target (b)/(a) >= 0.9 (the service costs at most 10%).
+- `exactly_once`: two workers, `distributed_epoch`: one pass holds every uid once.
+- `first_epoch`: the service's first (uncached) epoch read by core 0 against the limit,
+  iterating parsed batches already in memory on core 0. Target >= 0.9.
+
+Sides alternate in ABBA order over `--pairs` pairs, each run warms up before it is timed;
+ratios are per pair, reported as a geometric mean with a 95% t interval. JSON lines, headline
+last; the results go to `benchmarks/results/tfdata_service.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+TRAINER_CPU = "0"
+SERVICE_CPU = "1"
+LABEL = "label_xf"
+IMAGE = "image_xf"
+# The teachers' views (pipelines/configs/fashion_mnist.yaml).
+TRANSLATE, FLIP = 2, True
+CASES = {
+    # Hidden units chosen so one step costs about what its batch's views cost on one core.
+    "input_bound": {"views": True, "model": "mlp", "remote": "augment"},
+    "not_input_bound": {"views": False, "model": "conv", "remote": "parse"},
+}
+
+
+def write_data(directory: str) -> dict:
+    """Fashion-MNIST train as the tfxkit Transform writes it; returns the files and layout JSON."""
+    import numpy as np
+    import pyarrow as pa
+    import tensorflow as tf
+    from tensorflow_transform.tf_metadata import schema_utils
+
+    from components.data import fashion_mnist, layout, writer
+
+    images, labels = fashion_mnist.load_split("train")
+    n = len(labels)
+    pixels = (images.reshape(n, -1).astype(np.float32) / 255.0).reshape(-1)
+    spec = {
+        IMAGE: tf.io.FixedLenFeature([784], tf.float32),
+        "uid": tf.io.FixedLenFeature([1], tf.float32),
+        LABEL: tf.io.FixedLenFeature([], tf.int64),
+    }
+    shards = 8
+    settings = writer.OutputSettings(shards, "none", True, os.path.join(directory, "staging"))
+    schema = schema_utils.schema_from_feature_spec(spec)
+    packing = writer.plan_packing(schema, settings)
+    encoder = writer.EncodeExamplesFn(schema, packing)
+    prefix = os.path.join(directory, "Split-train", "transformed_examples")
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    paths = [f"{prefix}-{i:05d}-of-{shards:05d}{settings.suffix}" for i in range(shards)]
+    writers = [tf.io.TFRecordWriter(p) for p in paths]
+
+    def column(values, width):
+        return pa.LargeListArray.from_arrays(
+            pa.array(np.arange(0, len(values) + 1, width, dtype=np.int64)), pa.array(values)
+        )
+
+    i = 0
+    for s in range(0, n, 1024):
+        e = min(n, s + 1024)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                column(pixels[784 * s : 784 * e], 784),
+                column(np.arange(s, e, dtype=np.float32), 1),
+                column(labels[s:e].astype(np.int64), 1),
+            ],
+            [IMAGE, "uid", LABEL],
+        )
+        for record in encoder.encode(batch):
+            writers[i % shards].write(record)
+            i += 1
+    for w in writers:
+        w.close()
+    staged = {
+        prefix: {
+            "output_path": prefix,
+            "packing": layout.packing_to_json(packing),
+            "shards": [writer.describe_shard(p, "none") for p in paths],
+        }
+    }
+    built = writer.build_layout(staged, {prefix: "train"}, spec, settings)
+    return {"files": paths, "layout": built.to_json(), "examples": n}
+
+
+def _dataset(data: dict, args, *, views: bool, dispatcher: str, remote: str, training: bool,
+             job: str, cache: str = "none"):  # fmt: skip
+    import tensorflow as tf
+
+    from components.config import IngestionConfig, ServiceConfig
+    from components.data import augment, ingestion, layout
+
+    built = layout.Layout.from_json(data["layout"])
+    config = IngestionConfig(
+        batch_size=args.batch_size,
+        eval_batch_size=args.batch_size,
+        cache=cache,
+        service=ServiceConfig(dispatcher=dispatcher, remote=remote or "parse", compression="none"),
+    )
+    shapes = {IMAGE: (28, 28, 1)}
+
+    def views_of(features, label, seed):
+        return augment.augment_images(
+            features, shapes, translate=TRANSLATE, flip=FLIP, seed=seed
+        ), label
+
+    remote_views = views and dispatcher and remote == "augment"
+    remote_map = None
+    if remote_views:
+
+        def remote_map(features, label):
+            return views_of(
+                features, label, tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+            )
+
+    ds = ingestion.make_dataset(
+        data["files"], built.feature_spec(), LABEL, config, batch_size=args.batch_size,
+        compression="none", training=training, packing=built.packing,
+        shard_stats=built.shard_stats(), seed=1, service_job=job if dispatcher else "",
+        remote_map=remote_map,
+    )  # fmt: skip
+    if views and not remote_views:
+        # As `training.inputs.augmented` does on the training host.
+        ds = (
+            ds.enumerate()
+            .map(
+                lambda i, batch: views_of(*batch, tf.stack([tf.constant(1, tf.int64), i])),
+                num_parallel_calls=tf.data.AUTOTUNE,
+            )
+            .prefetch(tf.data.AUTOTUNE)
+        )
+    return ds
+
+
+def _model(kind: str):
+    import tf_keras as keras
+
+    inp = keras.Input(shape=(784,), name=IMAGE)
+    if kind == "mlp":
+        x = keras.layers.Dense(256, activation="relu")(inp)
+        x = keras.layers.Dense(128, activation="relu")(x)
+    else:
+        x = keras.layers.Reshape((28, 28, 1))(inp)
+        for filters in (32, 64):
+            x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+            x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+            x = keras.layers.MaxPool2D()(x)
+        x = keras.layers.Flatten()(x)
+        x = keras.layers.Dense(128, activation="relu")(x)
+    model = keras.Model({IMAGE: inp}, keras.layers.Dense(10)(x))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
+def child_train(job: dict) -> dict:
+    """Steps/s of one training side (runs pinned to core 0)."""
+    import tensorflow as tf
+
+    args = argparse.Namespace(**job["args"])
+    case = CASES[job["case"]]
+    ds = _dataset(
+        job["data"], args, views=case["views"], dispatcher=job["dispatcher"],
+        remote=case["remote"], training=True, job=job["job"],
+    )  # fmt: skip
+    ds = ds.map(lambda f, label: ({IMAGE: f[IMAGE]}, label))
+    model = _model(case["model"])
+    iterator = iter(ds)
+    step = tf.function(model.train_step)
+    for _ in range(args.warmup):
+        step(next(iterator))
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        logs = step(next(iterator))
+    float(logs["loss"])
+    seconds = time.perf_counter() - start
+    return {"steps_per_s": args.steps / seconds, "seconds": seconds}
+
+
+def child_first_epoch(job: dict) -> dict:
+    """The service's first epoch and the in-memory limit, both read on core 0 (examples/s)."""
+    args = argparse.Namespace(**job["args"])
+    n = job["data"]["examples"]
+
+    def rate(ds) -> float:
+        seen, start = 0, time.perf_counter()
+        for _, label in ds:
+            seen += int(label.shape[0])
+        return seen / (time.perf_counter() - start)
+
+    service = _dataset(job["data"], args, views=False, dispatcher=job["dispatcher"],
+                       remote="parse", training=False, job=job["job"])  # fmt: skip
+    first = rate(service)
+    local = _dataset(job["data"], args, views=False, dispatcher="", remote="", training=False,
+                     job="", cache="none").cache()  # fmt: skip
+    rate(local)  # fills the cache
+    limit = max(rate(local) for _ in range(2))
+    return {"first_epoch_examples_per_s": first, "limit_examples_per_s": limit, "examples": n}
+
+
+def _run_child(kind: str, job: dict) -> dict:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "PYTHONPATH": REPO_ROOT}  # fmt: skip
+    command = ["taskset", "-c", TRAINER_CPU, sys.executable, __file__, "--child", kind]
+    done = subprocess.run(
+        command, input=json.dumps(job), capture_output=True, text=True, env=env, timeout=1800
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"child {kind} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", default="")
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--data-dir", default="")
+    parser.add_argument("--shared-with", default=None,
+                        help="what else ran on the cores (None: the machine was idle)")  # fmt: skip
+    parser.add_argument("--no-results", action="store_true", help="print only")
+    args = parser.parse_args()
+    if args.child:
+        job = json.loads(sys.stdin.read())
+        result = child_train(job) if args.child == "train" else child_first_epoch(job)
+        print(json.dumps(result))
+        return
+
+    from components.testing import results
+    from components.testing.data_service import LocalService
+    from components.testing.stats import abba_order, ratio_interval
+
+    lines: list[dict] = []
+
+    def emit(line: dict) -> None:
+        lines.append(line)
+        print(json.dumps(line), flush=True)
+
+    work = tempfile.mkdtemp(prefix="tfdata_service_")
+    data_dir = args.data_dir or os.path.join(work, "data")
+    data_file = os.path.join(data_dir, "data.json")
+    if not os.path.exists(data_file):
+        os.makedirs(data_dir, exist_ok=True)
+        with open(data_file, "w") as f:
+            json.dump(write_data(data_dir), f)
+    with open(data_file) as f:
+        data = json.load(f)
+    shared = {"args": {"batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup},
+              "data": data}  # fmt: skip
+    cpus = {"dispatcher": SERVICE_CPU, "workers": SERVICE_CPU}
+    headline: dict = {}
+    for case in [c for c in args.cases.split(",") if c]:
+        ratios = []
+        for pair, order in enumerate(abba_order(args.pairs, "local", "service")):
+            rates = {}
+            for side in order:
+                job = {**shared, "case": case, "job": f"{case}-{pair}", "dispatcher": ""}
+                if side == "service":
+                    with LocalService(os.path.join(work, f"{case}{pair}"), 1, cpus=cpus) as svc:
+                        rates[side] = _run_child("train", {**job, "dispatcher": svc.address})
+                else:
+                    rates[side] = _run_child("train", job)
+            ratio = rates["service"]["steps_per_s"] / rates["local"]["steps_per_s"]
+            ratios.append(ratio)
+            emit({"case": case, "pair": pair, "order": list(order), "ratio": round(ratio, 3),
+                  **{f"{s}_steps_per_s": round(r["steps_per_s"], 2) for s, r in rates.items()}})  # fmt: skip
+        mean, low, high = ratio_interval(ratios)
+        key = "service_speedup" if case == "input_bound" else "service_cost_ratio_not_input_bound"
+        headline[key] = round(mean, 3)
+        headline[f"{key}_ci95"] = [round(low, 3), round(high, 3)]
+
+    # Exactly once: two workers, one distributed_epoch pass read here.
+    import tensorflow as tf  # noqa: F401  (after the children: this process is not timed)
+
+    with LocalService(os.path.join(work, "once"), 2) as svc:
+        ds = _dataset(data, argparse.Namespace(**shared["args"]), views=False,
+                      dispatcher=svc.address, remote="parse", training=False, job="once")  # fmt: skip
+        uids = [int(u) for features, _ in ds for u in features["uid"].numpy().reshape(-1)]
+    exactly_once = sorted(uids) == list(range(data["examples"]))
+    emit({"case": "exactly_once", "workers": 2, "examples_seen": len(uids),
+          "distinct": len(set(uids)), "exactly_once": exactly_once})  # fmt: skip
+    headline["exactly_once"] = exactly_once
+
+    over = []
+    for run in range(max(2, args.pairs // 2)):
+        with LocalService(os.path.join(work, f"first{run}"), 1, cpus=cpus) as svc:
+            result = _run_child(
+                "first", {**shared, "dispatcher": svc.address, "job": f"first{run}"}
+            )
+        over.append(result["first_epoch_examples_per_s"] / result["limit_examples_per_s"])
+        emit({"case": "first_epoch", "run": run, **{k: round(v) for k, v in result.items()},
+              "over_limit": round(over[-1], 3)})  # fmt: skip
+    mean, low, high = ratio_interval(over)
+    headline["first_epoch_over_limit"] = round(mean, 3)
+    headline["first_epoch_over_limit_ci95"] = [round(low, 3), round(high, 3)]
+    headline["targets"] = {"service_speedup": 1.5, "service_cost_ratio_not_input_bound": 0.9,
+                           "first_epoch_over_limit": 0.9}  # fmt: skip
+    headline["batch_size"] = args.batch_size
+    emit(headline)
+    if not args.no_results:
+        path = results.write("tfdata_service", lines, shared_with=args.shared_with,
+                             argv=sys.argv[1:])  # fmt: skip
+        print(f"results: {os.path.relpath(path, REPO_ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

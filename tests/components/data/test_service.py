@@ -1,0 +1,167 @@
+"""The input pipeline on a tf.data service of real processes: TensorFlow's dispatcher and
+workers started as `python -m components.data.service` on loopback (free ports, bounded
+starts, stopped on every path)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+
+import portpicker
+import pytest
+import tensorflow as tf
+
+from components.config import IngestionConfig, ServiceConfig
+from components.config.runtime import DISPATCHER_ENV
+from components.data import service
+from components.data.layout import IngestionError
+from components.testing.data_service import LocalService
+from tests.components.data.test_ingestion import BATCH, CONFIG, take_examples, write
+
+pytestmark = pytest.mark.multiprocess
+
+N = 301
+
+
+def _config(address: str, **service_fields) -> IngestionConfig:
+    return dataclasses.replace(
+        CONFIG,
+        deterministic=False,
+        service=ServiceConfig(dispatcher=address, compression="none", **service_fields),
+    )
+
+
+def _next_within(stream, seconds: float = 60):
+    """`next(stream)`, or TimeoutError when the service does not answer in `seconds`."""
+    out: list = []
+    reader = threading.Thread(target=lambda: out.append(next(stream)), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    if not out:
+        raise TimeoutError(f"no batch from the service within {seconds} s")
+    return out[0]
+
+
+def _uids(examples) -> collections.Counter:
+    return collections.Counter(uid for (uid, *_) in examples)
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    with LocalService(str(tmp_path_factory.mktemp("service")), workers=2) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("data"), pack=True, compression="none", n=N)
+
+
+@pytest.mark.parametrize("remote", ["read", "parse"])
+def test_one_epoch_from_two_workers_holds_every_example_once(two_workers, data, remote):
+    config = _config(two_workers.address, remote=remote)
+    one_pass = take_examples(data.make(config, training=False, service_job=f"once-{remote}"))
+    local = take_examples(data.make(CONFIG, training=False))
+    assert sorted(one_pass) == sorted(local)
+    # The training stream: its first epoch is the split, then the next epoch starts.
+    train = take_examples(data.make(config, training=True, service_job=f"train-{remote}"), 2 * N)
+    assert sorted(train[:N]) == sorted(local)
+    assert _uids(train) == collections.Counter({uid: 2 for uid in range(N)})
+
+
+def test_two_replicas_sharing_a_job_see_each_example_once(two_workers, data):
+    config = _config(two_workers.address)
+    name = service.job_name(config.service, "/runs/model_run", "train")
+    # Every replica of a run derives the one job from the run.
+    assert name == service.job_name(config.service, "/runs/model_run", "train")
+    assert name != service.job_name(config.service, "/runs/other_run", "train")
+    replicas = [
+        data.make(
+            config,
+            training=False,
+            service_job=name,
+            input_context=tf.distribute.InputContext(2, i, 2),
+            batch_size=2 * BATCH,
+        )
+        for i in range(2)
+    ]
+    shares: list[list] = [[], []]
+
+    def read(i):
+        shares[i] = take_examples(replicas[i])
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a replica's epoch did not end"
+    assert _uids(shares[0] + shares[1]) == collections.Counter(range(N))
+
+
+def test_a_worker_killed_mid_epoch_leaves_training_running(tmp_path, data):
+    # Documented behaviour: TensorFlow's client drops a lost worker and reads
+    # on from the others; the files the lost worker held are lost for that
+    # epoch (at most once), and training does not stop.
+    with LocalService(str(tmp_path), workers=2) as local:
+        config = _config(local.address)
+        stream = iter(data.make(config, training=True, service_job="kill"))
+        for _ in range(5):
+            _next_within(stream)
+        local.workers[1].kill()
+        seen = []
+        deadline = time.monotonic() + 120
+        while len(seen) < 3 * N and time.monotonic() < deadline:
+            features, _ = _next_within(stream)
+            seen.extend(features["uid"].numpy().reshape(-1).tolist())
+        assert len(seen) >= 3 * N
+        # Later epochs come whole from the worker left.
+        assert set(seen) == set(range(N))
+
+
+def test_a_dispatcher_restarted_from_its_journal_resumes_the_job(tmp_path, data):
+    journal = str(tmp_path / "journal")
+    with LocalService(str(tmp_path), workers=1, journal_dir=journal) as local:
+        config = _config(local.address)
+        stream = iter(data.make(config, training=True, service_job="restart"))
+        before = [_next_within(stream) for _ in range(3)]
+        local.restart_dispatcher()
+        after = []
+        for _ in range(2 * N // BATCH):
+            after.append(_next_within(stream))
+        assert before and len(after) == 2 * N // BATCH
+
+
+def test_an_unreachable_dispatcher_fails_in_bounded_time_naming_it(data):
+    address = f"127.0.0.1:{portpicker.pick_unused_port()}"
+    config = _config(address, connect_timeout_seconds=2)
+    start = time.monotonic()
+    with pytest.raises(
+        IngestionError, match=f"no tf.data service dispatcher answered at grpc://{address}"
+    ):
+        data.make(config, training=True, service_job="nobody")
+    assert time.monotonic() - start < 30
+
+
+def test_python_in_the_remote_part_is_refused_naming_the_fix():
+    ds = tf.data.Dataset.range(4).map(lambda x: tf.py_function(lambda v: v, [x], tf.int64))
+    with pytest.raises(IngestionError, match=r"calls Python \(EagerPyFunc.*TensorFlow ops"):
+        service.distribute(ds, ServiceConfig(dispatcher="127.0.0.1:1"), "job")
+    gen = tf.data.Dataset.from_generator(
+        lambda: iter([1, 2]), output_signature=tf.TensorSpec([], tf.int32)
+    )
+    assert service.python_ops(gen)
+    assert not service.python_ops(tf.data.Dataset.range(3).map(lambda x: x + 1))
+
+
+def test_kubeflow_dispatcher_outside_its_job_is_refused(monkeypatch):
+    monkeypatch.delenv(DISPATCHER_ENV, raising=False)
+    with pytest.raises(IngestionError, match=DISPATCHER_ENV):
+        service.resolve_address(ServiceConfig(dispatcher="kubeflow"))
+    monkeypatch.setenv(DISPATCHER_ENV, "tj-dispatcher-0-0.tj:5050")
+    assert (
+        service.resolve_address(ServiceConfig(dispatcher="kubeflow"))
+        == "grpc://tj-dispatcher-0-0.tj:5050"
+    )

@@ -1,22 +1,30 @@
 """The Trainer fed by a tf.data service of real processes (TensorFlow's dispatcher and a
-worker on loopback), one device in this process and mirrored over two logical CPUs in a
-fresh one, as `training.fit` runs them."""
+worker on loopback), one device in this process, mirrored over two logical CPUs in a
+fresh one, and clusters of processes (`components/testing/local_cluster.py`, free
+loopback ports): two multi-worker-mirrored workers reading one service job, and a
+parameter-server job whose workers read it through the coordinator's per-worker datasets.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from components.data import service
+from components.testing import local_cluster
 from components.testing.data_service import LocalService
 from components.training import fit as training
-from components.training import strategies
+from components.training import peers, strategies
 from components.training.inputs import make_datasets
 from tests.components.training import penguins
 from tests.conftest import data_file
@@ -24,6 +32,10 @@ from tests.conftest import data_file
 pytestmark = pytest.mark.multiprocess
 # Bound on the mirrored run's process (import + train on 2 busy cores).
 CHILD_TIMEOUT_S = 600
+# Bounds on a cluster's tasks (2 busy cores): a server task listening, and a
+# run (runtime start, tracing, 6 steps, evaluation) ending.
+SERVE_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +120,181 @@ def test_mirrored_over_two_cpus_trains_from_the_service(setup):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["replicas"] == 2
     assert np.isfinite(result["loss"]) and result["accuracy"] > 0.5
+
+
+# --------------------------------------------------------------------------- #
+# Clusters of processes: multi-worker mirrored and parameter server
+# --------------------------------------------------------------------------- #
+
+# `service.distribute`'s log line, one per dataset it sends through the service.
+_ON_SERVICE = re.compile(
+    r"ingestion: .* runs on the tf\.data service at (\S+) \(job (\S+), (\w+)\)"
+)
+# The dispatcher's lines naming a consumer (a reading input pipeline) of an
+# iteration (one run of a job): TensorFlow 2.16 logs no job names, even at
+# TF_CPP_MIN_LOG_LEVEL=0 (and VLOG 1); these are its AutoScaler's warnings, one
+# per consumer released (and sometimes one per reported processing time).
+_CONSUMER = re.compile(
+    r"consumer (?:with )?ID (\d+) (?:for|to) Iteration (\d+)|Iteration (\d+) and consumer ID (\d+)"
+)
+# How long the dispatcher may take to log the consumers' release after the run.
+DISPATCHER_LOG_TIMEOUT_S = 30
+# `training.fit`'s last line: the evaluation after training.
+_EVAL = re.compile(r"Trainer: eval after training: \{'loss': ([^,]+),")
+
+
+@pytest.fixture(scope="module")
+def launcher(setup):
+    """Forks the cluster tasks; leaving it kills every one (one process group)."""
+    root = setup[2]
+    with local_cluster.Launcher(os.path.join(root, "tasks")) as launcher:
+        yield launcher
+
+
+def _job(config, inputs, cluster, task_type, index):
+    """A cluster task that trains without exporting (`local_cluster.run_task`)."""
+    return {
+        "env": {"TF_CONFIG": local_cluster.tf_config(cluster, task_type, index)},
+        "config": config.to_json(),
+        "inputs": inputs,
+        "export": False,
+    }
+
+
+def _until_done_or_failed(tasks, timeout) -> list[str]:
+    """Waits (bounded) until every task exited or one failed; the names of those still running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        codes = [t.poll() for t in tasks]
+        if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+            break
+        time.sleep(0.2)
+    return [t.name for t in tasks if t.poll() is None]
+
+
+def _report(tasks, local, still_running=()) -> str:
+    parts = [
+        f"--- {t.name}: exit {t.poll()}{' (still running: killed)' if t.name in still_running else ''}, "
+        f"result {t.result()}\n{t.tail()}"
+        for t in tasks
+    ]
+    parts.append(f"--- dispatcher\n{local.dispatcher.tail()}")
+    return "\n".join(parts)
+
+
+def _log(task) -> str:
+    return task.tail(10**7)
+
+
+def _eval_loss(task) -> float:
+    found = _EVAL.findall(_log(task))
+    assert found, f"{task.name}: no evaluation after training\n{task.tail()}"
+    return float(found[-1])
+
+
+def _service_jobs(task) -> set[tuple[str, str, str]]:
+    """(dispatcher, job, processing mode) of every dataset `task` sent through the service."""
+    return set(_ON_SERVICE.findall(_log(task)))
+
+
+def _iterations(log: str) -> dict[str, set[str]]:
+    """Iteration -> its consumers, from dispatcher log text."""
+    found: dict[str, set[str]] = {}
+    for consumer, iteration, iteration2, consumer2 in _CONSUMER.findall(log):
+        found.setdefault(iteration or iteration2, set()).add(consumer or consumer2)
+    return found
+
+
+def _consumers(local, consumers: int) -> dict[str, set[str]]:
+    """The iterations the dispatcher logged, once it named `consumers` consumers.
+
+    It logs a consumer when the consumer's iterator is released, which may
+    come just after the task that read it exited: waited for (bounded).
+    """
+
+    def logged():
+        return _iterations(local.dispatcher.log())
+
+    with contextlib.suppress(TimeoutError):
+        local_cluster.wait_for(
+            lambda: sum(map(len, logged().values())) >= consumers,
+            DISPATCHER_LOG_TIMEOUT_S,
+            f"the dispatcher to log {consumers} consumers",
+            every=0.2,
+        )
+    return logged()
+
+
+def test_multi_worker_mirrored_workers_train_from_one_service_job(setup, launcher):
+    config, data, root, _ = setup
+    cluster = local_cluster.free_cluster(2)
+    # A service of its own, whose dispatcher log is about this run alone; two
+    # service workers, between which the job's files are handed out too.
+    with LocalService(os.path.join(root, "mwms_servers"), workers=2) as local, launcher.scope():
+        served = _on_service(config, local, kind="multi_worker_mirrored", workers=2)
+        inputs = penguins.inputs_for(data, root, "mwms_service", served)
+        workers = [
+            launcher.start(f"mwms_service.worker{i}", _job(served, inputs, cluster, "worker", i))
+            for i in range(2)
+        ]
+        still_running = _until_done_or_failed(workers, RUN_TIMEOUT_S)
+        report = _report(workers, local, still_running)
+        assert not still_running and all(w.poll() == 0 for w in workers), report
+        # The dispatcher ran one iteration of the job, read by both workers' input pipelines.
+        iterations = _consumers(local, 2)
+    for worker in workers:
+        result = worker.result()
+        assert "error" not in result and result["iterations"] == served.train.train_steps, report
+        assert np.isfinite(_eval_loss(worker)), report
+    # Both workers derived one job name from the run, and read that one job.
+    expected = service.job_name(served.ingestion.service, inputs["model_run_dir"], "train")
+    address = f"grpc://{local.address}"
+    assert (
+        _service_jobs(workers[0])
+        == _service_jobs(workers[1])
+        == {(address, expected, "distributed_epoch")}
+    ), report
+    assert [len(c) for c in iterations.values()] == [2], f"{iterations}\n{report}"
+
+
+def test_parameter_server_workers_train_from_the_service(setup, launcher):
+    config, data, root, _ = setup
+    cluster = local_cluster.free_cluster(2, ps=1, chief=True)
+    servers = [("ps", 0), ("worker", 0), ("worker", 1)]
+    with LocalService(os.path.join(root, "ps_servers"), workers=1) as local, launcher.scope():
+        served = _on_service(config, local, kind="parameter_server", workers=2, parameter_servers=1)
+        inputs = penguins.inputs_for(data, root, "ps_service", served)
+        tasks = [
+            launcher.start(f"ps_service.{t}{i}", _job(served, inputs, cluster, t, i))
+            for t, i in servers
+        ]
+        try:
+            for (task_type, index), task in zip(servers, tasks, strict=True):
+                local_cluster.wait_for(
+                    lambda a=cluster[task_type][index], t=task: (
+                        peers.reachable(a, 0.5) or t.poll() is not None
+                    ),
+                    SERVE_TIMEOUT_S,
+                    f"{task_type}:{index} to serve",
+                )
+        except TimeoutError as e:
+            pytest.fail(f"{e}\n{_report(tasks, local)}")
+        assert all(t.poll() is None for t in tasks), _report(tasks, local)
+        chief = launcher.start("ps_service.chief0", _job(served, inputs, cluster, "chief", 0))
+        tasks.append(chief)
+        still_running = _until_done_or_failed([chief], RUN_TIMEOUT_S)
+        report = _report(tasks, local, still_running)
+        assert not still_running and chief.poll() == 0, report
+        # The servers serve until killed (leaving the scope).
+        assert all(t.poll() is None for t in tasks[:-1]), report
+        # The coordinator built the dataset (checks) but read nothing: the two
+        # workers' per-worker datasets are the consumers of one iteration.
+        iterations = _consumers(local, 2)
+    result = chief.result()
+    assert result["is_chief"] and result["iterations"] == served.train.train_steps, report
+    assert np.isfinite(_eval_loss(chief)), report
+    expected = service.job_name(served.ingestion.service, inputs["model_run_dir"], "train")
+    assert _service_jobs(chief) == {(f"grpc://{local.address}", expected, "distributed_epoch")}, (
+        report
+    )
+    assert [len(c) for c in iterations.values()] == [2], f"{iterations}\n{report}"

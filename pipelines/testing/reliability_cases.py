@@ -23,6 +23,7 @@ import textwrap
 import time
 from collections.abc import Callable
 
+import numpy as np
 import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
@@ -73,6 +74,8 @@ class Case:
         case is then skipped); default: in this process.
       check: Given `(output dir, baseline dir)` after the run, what is
         wrong with the output directory ('' when the promise holds).
+      failed_at: For `fails`: the component that must fail; the run's
+        summary must show it failed and no component after it ran.
     """
 
     name: str
@@ -84,6 +87,7 @@ class Case:
     output: Callable[[str], str] | None = None
     execute: Callable[[PipelineConfig, str], tuple[str, str]] | None = None
     check: Callable[[str, str], str] | None = None
+    failed_at: str = ""
 
 
 @dataclasses.dataclass
@@ -609,6 +613,51 @@ def _serves_under_names(out: str, baseline_dir: str) -> str:
     return problem and f"the pushed model refused features sent under their names: {problem}"
 
 
+def _non_finite_imputed_with_the_mean(out: str, baseline_dir: str) -> str:
+    """NaN in `fare` and Inf in `trip_miles` are imputed with the train mean: the run's
+    transform graph z-scores them to 0, and the pushed model answers them as it answers
+    each feature at its mean (read back from the graph), with finite probabilities."""
+    import tensorflow_transform as tft
+
+    graphs = os.path.join(out, "pipeline_root", "Transform", "transform_graph")
+    newest = max((d for d in os.listdir(graphs) if d.isdigit()), key=int)
+    tft_output = tft.TFTransformOutput(os.path.join(graphs, newest))
+    config = load_config("taxi")
+    # What the serving signature parses: every raw feature but the label.
+    raw = {k: v for k, v in tft_output.raw_feature_spec().items() if k != config.data.label.name}
+    names = ("fare", "trip_miles")
+
+    def with_values(**values) -> tf.train.Example:
+        example = tf.train.Example()
+        example.CopyFrom(taxi_serving_example(config))
+        for name, value in values.items():
+            example.features.feature[name].float_list.value[:] = [value]
+        return example
+
+    def z_scores(example) -> list[float]:
+        parsed = tf.io.parse_example(tf.constant([example.SerializeToString()]), raw)
+        transformed = tft_output.transform_raw_features(parsed)
+        return [float(tf.reshape(transformed[f"{n}_xf"], [-1])[0]) for n in names]
+
+    non_finite = with_values(fare=float("nan"), trip_miles=float("inf"))
+    for name, z in zip(names, z_scores(non_finite), strict=True):
+        if not abs(z) <= 1e-4:  # NaN fails too
+            return f"{name}: a non-finite value z-scored to {z}, not 0 (the mean's z-score)"
+    # z = (x - mean) / std at x = 0 and x = 1 gives the mean the graph imputes.
+    at_zero = z_scores(with_values(fare=0.0, trip_miles=0.0))
+    at_one = z_scores(with_values(fare=1.0, trip_miles=1.0))
+    means = {n: -z0 / (z1 - z0) for n, z0, z1 in zip(names, at_zero, at_one, strict=True)}
+    serve = tf.saved_model.load(_newest_model(out)).signatures["serving_default"]
+
+    def probabilities(example):
+        return serve(examples=tf.constant([example.SerializeToString()]))["probabilities"].numpy()
+
+    given, at_mean = probabilities(non_finite), probabilities(with_values(**means))
+    if not np.all(np.isfinite(given)) or not np.allclose(given, at_mean, atol=1e-5):
+        return f"the pushed model answered NaN / Inf with {given}, the means {means} with {at_mean}"
+    return ""
+
+
 def _whole_number_floats(fields, rows):
     # As pandas writes an integer column once it held a NaN.
     return fields, [{**row, "big_tipper": f"{float(row['big_tipper']):.1f}"} for row in rows]
@@ -619,9 +668,11 @@ CASES: tuple[Case, ...] = (
         "malformed_csv_row",
         "a CSV row with fewer cells than the header",
         "fails",
-        r"CsvExampleGen|[Cc]olumns do not match|csv|CSV",
-        "ExampleGen fails naming the CSV problem; nothing downstream runs",
+        r"Columns do not match specified csv headers: \['pickup_community_area', .*\] -> \[b'1', b'2', b'3'\]",
+        "CsvExampleGen fails with Beam's `Columns do not match specified csv headers: [the header] "
+        "-> [the short row's cells]` (no file or line named); nothing after it runs",
         _malformed_row,
+        failed_at="CsvExampleGen",
     ),
     Case(
         "wrong_type",
@@ -630,22 +681,26 @@ CASES: tuple[Case, ...] = (
         r"data\.features\[0\]: 'fare' is configured as float but split '\w+' has STRING values",
         "DataGate fails naming the feature, its configured kind and the type found",
         _csv_case(lambda f, r: (f, _every(r, 50, fare="abc"))),
+        failed_at="DataGate",
     ),
     Case(
         "nan_inf_floats",
         "NaN and Inf in float features",
         "proceeds",
         "",
-        "run succeeds: non-finite values are treated as missing and imputed with the mean",
+        "run succeeds: non-finite values are treated as missing and imputed with the mean "
+        "(in training and by the pushed model)",
         _csv_case(lambda f, r: (f, _every(_every(r, 7, fare="nan"), 11, trip_miles="inf"))),
+        check=_non_finite_imputed_with_the_mean,
     ),
     Case(
         "empty_input",
         "a CSV with a header and no rows (every split empty)",
         "fails",
-        r"no examples|empty|[Nn]o data",
+        r"DataGate: \d problem\(s\) in the input data; nothing was trained or pushed:[\s\S]*split 'train' has no examples",
         "the run fails before Transform naming the empty split",
         _csv_case(lambda f, r: (f, [])),
+        failed_at="DataGate",
     ),
     Case(
         "label_out_of_range",
@@ -654,6 +709,7 @@ CASES: tuple[Case, ...] = (
         r"data\.label\.num_classes: label 'big_tipper' takes values in \[0, 2\]",
         "DataGate fails naming the label, the range found and the configured classes",
         _csv_case(lambda f, r: (f, _every(r, 13, big_tipper="2"))),
+        failed_at="DataGate",
     ),
     Case(
         "new_category",
@@ -726,6 +782,7 @@ CASES: tuple[Case, ...] = (
         r"fractional labels are refused, not truncated",
         "DataGate fails naming the label and the values found: fractional labels are refused, never truncated",
         _csv_case(lambda f, r: (f, _every(_every(r, 13, big_tipper="0.7"), 17, big_tipper="1.9"))),
+        failed_at="DataGate",
     ),
     Case(
         "string_label",
@@ -739,6 +796,7 @@ CASES: tuple[Case, ...] = (
                 [{**row, "big_tipper": "yes" if row["big_tipper"] == "1" else "no"} for row in r],
             )
         ),
+        failed_at="DataGate",
     ),
     Case(
         "empty_label_cells",
@@ -747,6 +805,7 @@ CASES: tuple[Case, ...] = (
         r"data\.label\.name: label 'big_tipper' is empty or missing in some examples of split '\w+'",
         "DataGate fails naming the label (before Transform, not deep inside the Trainer)",
         _csv_case(lambda f, r: (f, _every(r, 13, big_tipper=""))),
+        failed_at="DataGate",
     ),
     Case(
         "bom_csv_beside_readme",
@@ -790,6 +849,7 @@ CASES: tuple[Case, ...] = (
         r"in split '\w+', outside its ids \[0, 24\); set num_buckets: 31 or more",
         "DataGate fails naming the feature, the largest value seen and the num_buckets that fits",
         _csv_case(lambda f, r: (f, _every(r, 13, trip_start_hour="30"))),
+        failed_at="DataGate",
     ),
     Case(
         "student_larger_than_teacher",
@@ -807,6 +867,7 @@ CASES: tuple[Case, ...] = (
         r"data\.features\[\d+\]: 'trip_start_hour' is configured as int_categorical but split 'eval' has FLOAT values",
         "DataGate fails naming the feature, its kind and the split",
         _kind_contradicted_on_eval,
+        failed_at="DataGate",
     ),
     Case(
         "output_not_writable",
@@ -940,6 +1001,32 @@ def serving_versions(serving_dir: str) -> dict[str, dict[str, str]]:
     }
 
 
+# The taxi pipeline's components in order (the shipped config: one teacher,
+# no distillation); a component's successors are the ones after it.
+PIPELINE_ORDER = (
+    "CsvExampleGen",
+    "StatisticsGen",
+    "SchemaGen",
+    "ExampleValidator",
+    "DataGate",
+    "Transform",
+    "Trainer",
+    "Evaluator",
+    "Pusher",
+)
+
+
+def _failed_there_and_nothing_after(out: str, component: str) -> str:
+    """What contradicts "`component` failed and nothing after it ran" in the run's summary."""
+    ran = _summary(out)["components"]
+    if ran.get(component, {}).get("status") != "failed":
+        failed = sorted(n for n, c in ran.items() if c.get("status") == "failed")
+        return f"{component} did not fail (failed: {failed})"
+    after = PIPELINE_ORDER[PIPELINE_ORDER.index(component) + 1 :]
+    later = sorted(n for n in ran if n.rstrip("_0123456789") in after)
+    return f"{later} ran after {component} failed" if later else ""
+
+
 def run_case(case: Case, baseline_dir: str, work: str, base: PipelineConfig) -> Result:
     """Runs one case against a copy of `baseline_dir` and checks the promise."""
     out = os.path.join(work, "out")
@@ -971,6 +1058,8 @@ def run_case(case: Case, baseline_dir: str, work: str, base: PipelineConfig) -> 
         not case.message or re.search(case.message, detail) is not None
     )
     problem = case.check(out, baseline_dir) if case.check else ""
+    if not problem and case.failed_at and outcome == "fails":
+        problem = _failed_there_and_nothing_after(out, case.failed_at)
     if problem:
         matched, detail = False, f"{detail} [{problem}]"
     if case.outcome == "proceeds":

@@ -231,9 +231,9 @@ def make_dataset(
       seed: Shuffle seed (the same on every worker).
       service_job: The tf.data service job (`service.job_name`) when
         `config.service` is on and this dataset uses it ('' keeps it here):
-        reading, parsing and `remote_map` then run on the service's workers,
-        one epoch per job, and every input pipeline reads the one job (no
-        sharding here).
+        reading, parsing and `remote_map` then run on the service's workers
+        (repeated there for training, one job per run; one pass per job
+        otherwise), and every input pipeline reads the one job (no sharding here).
         Shuffling, caching, re-batching and prefetch stay in this process.
       remote_map: Applied to the read batches of `(features, label)` after
         parsing, on the service's workers (`service.remote: augment`).
@@ -444,8 +444,20 @@ def make_dataset(
 
     parallel = _tune(config.num_parallel_calls)
     fixed = all(isinstance(s, tf.io.FixedLenFeature) for s in spec.values())
+
+    def on_service(remote_part, what):
+        if training and not cached:
+            # One job for the whole run: repeated on the workers (their split
+            # provider starts each epoch over), not by a new job per epoch here,
+            # which would stall every epoch's end for the client's task refresh (~1 s).
+            remote_part = remote_part.repeat()
+        # Prefetched on the worker: it makes the next batch while one is in transit.
+        return service.distribute(
+            remote_part.prefetch(AUTOTUNE), config.service, service_job, what=what
+        )
+
     if remote == "read":
-        ds = service.distribute(ds, config.service, service_job, what="reading the training files")
+        ds = on_service(ds, "reading the training files")
     ds = ds.map(parse, num_parallel_calls=parallel, deterministic=config.deterministic)
     unpacked = False
     if remote in ("parse", "augment"):
@@ -460,9 +472,7 @@ def make_dataset(
                 "ingestion.service.remote: 'augment' needs fixed-length features (image views "
                 "apply to dense images); set remote: parse"
             )
-        ds = service.distribute(
-            ds, config.service, service_job, what="reading and parsing the training files"
-        )
+        ds = on_service(ds, "reading and parsing the training files")
     if cached:
         # Cached as parsed (and still packed: one tensor per batch to mix and
         # re-slice instead of one per feature), after all reading and parsing.

@@ -123,9 +123,12 @@ def distribute(
     """`dataset`'s elements, produced by the service's workers instead of this process.
 
     Args:
-      dataset: The part of the pipeline the workers run; finite (one epoch),
-        so that `distributed_epoch` can hand out its files once per epoch. A
-        `repeat()` after this call starts a new job per epoch.
+      dataset: The part of the pipeline the workers run. Finite: one pass
+        (`distributed_epoch` hands out each file once). Repeated: the workers
+        stream epoch after epoch in one job (each epoch's files handed out once;
+        with several workers one epoch's end overlaps the next's start). A
+        `repeat()` after this call instead starts a new job per pass, whose end
+        the client notices only at its next task refresh (about a second).
       config: `ingestion.service`.
       name: The job (`job_name`); consumers passing the same name share its
         elements.

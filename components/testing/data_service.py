@@ -31,7 +31,8 @@ class Server:
         command = [sys.executable, "-m", "components.data.service", role, *args]
         if cpus:
             command = ["taskset", "-c", cpus, *command]
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "1"}
+        # INFO logs kept: they say what a server that does not start is waiting for.
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "0"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (REPO_ROOT, env.get("PYTHONPATH"))))
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(
@@ -49,7 +50,8 @@ class Server:
         while time.monotonic() < deadline:
             found = _LISTENING.findall(self.log())
             if found:
-                return found[-1]
+                # IPv4 loopback, as the servers bind it: `localhost` may resolve to ::1 first.
+                return found[-1].replace("localhost:", "127.0.0.1:")
             if self.process.poll() is not None:
                 raise RuntimeError(f"tf.data service {self.role} exited at start:\n{self.tail()}")
             time.sleep(0.1)
@@ -130,7 +132,7 @@ class LocalService:
         index = len(self.workers)
         worker = Server(
             "worker",
-            ["--dispatcher", self.address],
+            ["--dispatcher", self.address, "--worker_address", "127.0.0.1:%port%"],
             os.path.join(self.workdir, f"worker{index}.log"),
             self.cpus.get("workers", ""),
         )

@@ -65,10 +65,12 @@ def test_one_epoch_from_two_workers_holds_every_example_once(two_workers, data, 
     one_pass = take_examples(data.make(config, training=False, service_job=f"once-{remote}"))
     local = take_examples(data.make(CONFIG, training=False))
     assert sorted(one_pass) == sorted(local)
-    # The training stream: its first epoch is the split, then the next epoch starts.
-    train = take_examples(data.make(config, training=True, service_job=f"train-{remote}"), 2 * N)
-    assert sorted(train[:N]) == sorted(local)
-    assert _uids(train) == collections.Counter({uid: 2 for uid in range(N)})
+    # The training stream repeats on the workers, one job: each epoch hands
+    # out every file once, and with two workers one epoch's end overlaps the
+    # next one's start (by at most the files in flight).
+    train = take_examples(data.make(config, training=True, service_job=f"train-{remote}"), 3 * N)
+    counts = _uids(train)
+    assert set(counts) == set(range(N)) and set(counts.values()) <= {2, 3, 4}
 
 
 def test_two_replicas_sharing_a_job_see_each_example_once(two_workers, data):

@@ -222,11 +222,14 @@ def child_first_epoch(job: dict) -> dict:
     n = job["data"]["examples"]
     worker = job["worker_pid"]
 
-    def rate(ds) -> tuple[float, float, float]:
+    def rate(ds, examples: int = n) -> tuple[float, float, float]:
+        # The first `examples` of the stream: the training stream's first epoch.
         seen, cpu, theirs = 0, time.process_time(), _cpu_seconds(worker)
         start = time.perf_counter()
         for _, label in ds:
             seen += int(label.shape[0])
+            if seen >= examples:
+                break
         wall = time.perf_counter() - start
         return (
             seen / wall,
@@ -237,15 +240,16 @@ def child_first_epoch(job: dict) -> dict:
     out = {}
     for name, views, remote in (("parse", False, "parse"), ("views", True, "augment")):
         served = _dataset(job["data"], args, views=views, dispatcher=job["dispatcher"],
-                          remote=remote, training=False, job=f"{job['job']}-{name}")  # fmt: skip
+                          remote=remote, training=True, job=f"{job['job']}-{name}")  # fmt: skip
         examples_per_s, client_cpu, worker_cpu = rate(served)
         out[f"service_{name}_examples_per_s"] = examples_per_s
         out[f"service_{name}_client_cpu_us_per_example"] = client_cpu * 1e6
         out[f"service_{name}_worker_cpu_us_per_example"] = worker_cpu * 1e6
-    local = _dataset(job["data"], args, views=False, dispatcher="", remote="", training=False,
+    local = _dataset(job["data"], args, views=False, dispatcher="", remote="", training=True,
                      job="", cache="none")  # fmt: skip
     out["local_parse_examples_per_s"] = max(rate(local)[0] for _ in range(2))
-    cached = local.cache()
+    cached = _dataset(job["data"], args, views=False, dispatcher="", remote="", training=False,
+                      job="", cache="none").cache()  # fmt: skip
     rate(cached)  # fills the cache
     out["limit_examples_per_s"] = max(rate(cached)[0] for _ in range(2))
     out["examples"] = n

@@ -175,6 +175,11 @@ def serve(argv: list[str] | None = None) -> None:
         help="worker: host:port the dispatcher gives consumers ('' = localhost:<port>); "
         "in a pod, its DNS name",
     )
+    parser.add_argument(
+        "--ready_file",
+        default="",
+        help="written (atomically) with the bound grpc:// address once the server listens",
+    )
     args = parser.parse_args(argv)
     service = tf.data.experimental.service
     if args.role == "dispatcher":
@@ -199,6 +204,11 @@ def serve(argv: list[str] | None = None) -> None:
     # The bound address, for a caller that asked for any port (`--port 0`).
     address = server.target if args.role == "dispatcher" else f"grpc://{server._address}"  # noqa: SLF001
     print(f"tfdata-service {args.role} listening on {address}", flush=True)
+    if args.ready_file:
+        # A file of its own: TensorFlow's logs may split a line of a shared stream.
+        with open(args.ready_file + ".tmp", "w") as f:
+            f.write(address)
+        os.replace(args.ready_file + ".tmp", args.ready_file)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -8,7 +8,6 @@ dispatcher restarted from its journal, as a pod would be.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -19,7 +18,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 START_TIMEOUT_S = 120
 # Bound on a server's exit after SIGTERM, before SIGKILL.
 STOP_TIMEOUT_S = 15
-_LISTENING = re.compile(r"tfdata-service \w+ listening on grpc://(\S+)")
 
 
 class Server:
@@ -28,7 +26,13 @@ class Server:
     def __init__(self, role: str, args: list[str], log_path: str, cpus: str = ""):
         self.role = role
         self.log_path = log_path
-        command = [sys.executable, "-m", "components.data.service", role, *args]
+        self.ready_file = f"{log_path}.address"
+        if os.path.exists(self.ready_file):
+            os.remove(self.ready_file)
+        command = [
+            sys.executable, "-m", "components.data.service", role, *args,
+            "--ready_file", self.ready_file,
+        ]  # fmt: skip
         if cpus:
             command = ["taskset", "-c", cpus, *command]
         # INFO logs kept: they say what a server that does not start is waiting for.
@@ -48,10 +52,11 @@ class Server:
     def _wait_listening(self) -> str:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            found = _LISTENING.findall(self.log())
-            if found:
+            if os.path.exists(self.ready_file):
+                with open(self.ready_file) as f:
+                    address = f.read().removeprefix("grpc://")
                 # IPv4 loopback, as the servers bind it: `localhost` may resolve to ::1 first.
-                return found[-1].replace("localhost:", "127.0.0.1:")
+                return address.replace("localhost:", "127.0.0.1:")
             if self.process.poll() is not None:
                 raise RuntimeError(f"tf.data service {self.role} exited at start:\n{self.tail()}")
             time.sleep(0.1)

@@ -118,6 +118,8 @@ def make_tf_dataset_factory(
             service_job=service.job_name(config.service, scratch_dir, _files_key(files))
             if on_service
             else "",
+            # A finite number of passes is counted below: each must be whole.
+            exact_epochs=epochs is not None,
         )
         if single_pass:
             if options.drop_final_batch:

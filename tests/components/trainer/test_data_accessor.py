@@ -208,3 +208,26 @@ def test_fit_without_steps_on_the_repeating_dataset_is_refused_as_stock(examples
     # Reached only when fit was refused, so the dataset is INFINITE to Keras.
     with pytest.raises(ValueError, match=r"infinite"):
         model.evaluate(ds, steps=None, verbose=0)
+
+
+@pytest.mark.multiprocess
+def test_the_factory_reads_through_the_service_as_stock_reads_the_files(examples, tmp_path):
+    from components.config import IngestionConfig, ServiceConfig
+    from components.testing.data_service import LocalService
+
+    stock, _, pattern = _factories(examples, tmp_path)
+    options = TensorFlowDatasetOptions(batch_size=8, num_epochs=2, shuffle=True, label_key=LABEL)
+    with LocalService(str(tmp_path / "service"), workers=1) as local:
+        service = ServiceConfig(dispatcher=local.address, compression="none")
+        settings = DropInSettings(ingestion=IngestionConfig(service=service))
+        ours = data_accessor.make_tf_dataset_factory(settings, None, str(tmp_path))
+        dataset = ours(pattern, options, _schema())
+        graph = tf.compat.v1.GraphDef()
+        graph.ParseFromString(dataset._as_serialized_graph().numpy())
+        assert any(node.op.startswith("DataServiceDataset") for node in graph.node)
+        our_rows, our_sizes, our_structure = _collect(dataset)
+    stock_rows, stock_sizes, stock_structure = _collect(stock(pattern, options, _schema()))
+    # Two passes, each example twice, in batches as stock's (sparse `tags` included).
+    assert our_rows == stock_rows
+    assert sorted(our_sizes) == sorted(stock_sizes)
+    assert our_structure == stock_structure

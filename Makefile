@@ -12,7 +12,7 @@ RUNNER ?= beam
 # Test workers (pytest-xdist); 0 runs every test in the pytest process.
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
-BENCHES ?= ingestion strategies distillation gradient_checkpointing reliability faults
+BENCHES ?= ingestion strategies distillation gradient_checkpointing reliability faults tfdata_service
 
 .PHONY: setup run test test-fast bench bench-report lint format lock clean fashion-mnist
 

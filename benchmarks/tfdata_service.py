@@ -52,9 +52,9 @@ def write_data(directory: str) -> dict:
     import numpy as np
     import pyarrow as pa
     import tensorflow as tf
-    from tensorflow_transform.tf_metadata import schema_utils
 
-    from components.data import fashion_mnist, layout, writer
+    from components.data import fashion_mnist
+    from components.testing import transform
 
     images, labels = fashion_mnist.load_split("train")
     n = len(labels)
@@ -64,45 +64,27 @@ def write_data(directory: str) -> dict:
         "uid": tf.io.FixedLenFeature([1], tf.float32),
         LABEL: tf.io.FixedLenFeature([], tf.int64),
     }
-    shards = 8
-    settings = writer.OutputSettings(shards, "none", True, os.path.join(directory, "staging"))
-    schema = schema_utils.schema_from_feature_spec(spec)
-    packing = writer.plan_packing(schema, settings)
-    encoder = writer.EncodeExamplesFn(schema, packing)
-    prefix = os.path.join(directory, "Split-train", "transformed_examples")
-    os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    paths = [f"{prefix}-{i:05d}-of-{shards:05d}{settings.suffix}" for i in range(shards)]
-    writers = [tf.io.TFRecordWriter(p) for p in paths]
 
     def column(values, width):
         return pa.LargeListArray.from_arrays(
             pa.array(np.arange(0, len(values) + 1, width, dtype=np.int64)), pa.array(values)
         )
 
-    i = 0
-    for s in range(0, n, 1024):
-        e = min(n, s + 1024)
-        batch = pa.RecordBatch.from_arrays(
-            [
-                column(pixels[784 * s : 784 * e], 784),
-                column(np.arange(s, e, dtype=np.float32), 1),
-                column(labels[s:e].astype(np.int64), 1),
-            ],
-            [IMAGE, "uid", LABEL],
-        )
-        for record in encoder.encode(batch):
-            writers[i % shards].write(record)
-            i += 1
-    for w in writers:
-        w.close()
-    staged = {
-        prefix: {
-            "output_path": prefix,
-            "packing": layout.packing_to_json(packing),
-            "shards": [writer.describe_shard(p, "none") for p in paths],
-        }
-    }
-    built = writer.build_layout(staged, {prefix: "train"}, spec, settings)
+    def batches():
+        for s in range(0, n, 1024):
+            e = min(n, s + 1024)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    column(pixels[784 * s : 784 * e], 784),
+                    column(np.arange(s, e, dtype=np.float32), 1),
+                    column(labels[s:e].astype(np.int64), 1),
+                ],
+                [IMAGE, "uid", LABEL],
+            )
+
+    paths, built = transform.write_transformed_files(
+        directory, spec, batches(), num_shards=8, compression="none", pack=True
+    )
     return {"files": paths, "layout": built.to_json(), "examples": n}
 
 

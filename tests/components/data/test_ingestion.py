@@ -21,8 +21,9 @@ from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.public import tfxio
 
 from components.config import IngestionConfig
-from components.data import ingestion, memory, writer
+from components.data import ingestion, memory
 from components.data import layout as transform_layout
+from components.testing import transform as transformed_files
 
 LABEL = "label"
 # A transformed spec with every kind the pipeline handles: floats (scalar and
@@ -103,34 +104,15 @@ def write(
     directory, *, pack: bool, compression: str, num_shards: int = 4, n: int = NUM_EXAMPLES
 ) -> Written:
     """Writes `n` examples as the tfxkit Transform encodes them; returns files and layout."""
-    directory = str(directory)
-    settings = writer.OutputSettings(
-        num_shards, compression, pack, os.path.join(directory, "staging")
+    files, built = transformed_files.write_transformed_files(
+        str(directory),
+        SPEC,
+        _record_batches(n),
+        num_shards=num_shards,
+        compression=compression,
+        pack=pack,
     )
-    schema = schema_utils.schema_from_feature_spec(SPEC)
-    packing = writer.plan_packing(schema, settings)
-    encoder = writer.EncodeExamplesFn(schema, packing)
-    prefix = os.path.join(directory, "Split-train", "transformed_examples")
-    os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    paths = [f"{prefix}-{i:05d}-of-{num_shards:05d}{settings.suffix}" for i in range(num_shards)]
-    options = tf.io.TFRecordOptions(compression_type="GZIP" if compression == "gzip" else "")
-    writers = [tf.io.TFRecordWriter(p, options) for p in paths]
-    i = 0
-    for batch in _record_batches(n):
-        for record in encoder.encode(batch):
-            writers[i % num_shards].write(record)
-            i += 1
-    for w in writers:
-        w.close()
-    staged = {
-        prefix: {
-            "output_path": prefix,
-            "packing": transform_layout.packing_to_json(packing),
-            "shards": [writer.describe_shard(p, compression) for p in paths],
-        }
-    }
-    layout = writer.build_layout(staged, {prefix: "train"}, SPEC, settings)
-    return Written(paths, layout)
+    return Written(files, built)
 
 
 def _rows(features, label) -> list[tuple]:

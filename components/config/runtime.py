@@ -71,9 +71,11 @@ class ServiceConfig:
         Kubeflow training job starts beside its trainers; '' (default) keeps
         all input processing on the training host.
       processing_mode: `distributed_epoch` (the dispatcher hands out files:
-        each example at most once per epoch across all workers and trainers,
-        exactly once when no worker fails) or `parallel_epochs` (every worker
-        produces a whole epoch: each example once per worker per epoch).
+        each example at most once per epoch across all workers and trainers;
+        TensorFlow documents exactly once when no worker fails, but a pass
+        that came short with none lost has been seen here) or
+        `parallel_epochs` (every worker produces a whole epoch: each example
+        once per worker per epoch).
       job_name: The service job every trainer of a run reads ('' = one derived
         from the run's model directory, the same on every replica), so the
         replicas of a multi-worker run share one job and its examples.

@@ -208,7 +208,6 @@ def make_dataset(
     seed: int | None = None,
     service_job: str = "",
     remote_map: Callable | None = None,
-    exact_epochs: bool = False,
 ) -> tf.data.Dataset:
     """Builds a dataset of `(features, label)` batches.
 
@@ -238,10 +237,6 @@ def make_dataset(
         Shuffling, caching, re-batching and prefetch stay in this process.
       remote_map: Applied to the read batches of `(features, label)` after
         parsing, on the service's workers (`service.remote: augment`).
-      exact_epochs: On the service, keep each epoch whole for a caller that
-        counts passes (shuffled within its epoch, one job per pass) instead
-        of one job repeated on the workers, whose epochs the local shuffle
-        mixes at their boundaries (about a second faster per epoch).
 
     Returns:
       A `tf.data.Dataset`.
@@ -451,7 +446,7 @@ def make_dataset(
     fixed = all(isinstance(s, tf.io.FixedLenFeature) for s in spec.values())
 
     def on_service(remote_part, what):
-        if training and not cached and not exact_epochs:
+        if training and not cached:
             # One job for the whole run: repeated on the workers (their split
             # provider starts each epoch over), not by a new job per epoch here,
             # which would stall every epoch's end for the client's task refresh (~1 s).

@@ -356,7 +356,7 @@ def run_task(job: dict, path: Callable[[str], str]) -> dict:
         if job.get("export", True):
             model, _ = run_fn.run(trainer, inputs, callbacks=[probe])
         else:
-            model, _ = trainer.fit(inputs, _teacher(config, inputs), callbacks=[probe])
+            model, _ = trainer.fit(inputs, teacher_builder(config, inputs), callbacks=[probe])
     except Exception as e:  # noqa: BLE001 - reported to the harness, which asserts on it
         import traceback
 
@@ -373,8 +373,8 @@ def run_task(job: dict, path: Callable[[str], str]) -> dict:
     return out
 
 
-def _teacher(config, inputs):
-    """Builds and compiles the teacher as `run_fn.run` does."""
+def teacher_builder(config, inputs):
+    """`build_and_compile` of the teacher as `run_fn.run` builds it (tests, benchmarks)."""
     import tensorflow_transform as tft
 
     from components.training import fit as training

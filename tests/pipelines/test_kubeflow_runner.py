@@ -271,6 +271,24 @@ def test_dag_equals_the_local_pipeline(compiled, name, tmp_path):
 # --------------------------------------------------------------------------- #
 
 
+def _compiled(config, path):
+    """The KFP component `compile_pipeline` writes for `config` at `path`."""
+    return kfp_components.load_component_from_file(
+        kubeflow_runner.compile_pipeline(config, str(path)).path
+    )
+
+
+def _trainer_job(backend, config) -> dict:
+    """The training job (`tfjob` or `jobs`) the Trainer step would submit."""
+    return backend.build_manifest(
+        config,
+        name="taxi-trainer-x",
+        namespace="kubeflow",
+        component_id="Trainer",
+        invocation_uri="gs://b/i.json",
+    )
+
+
 def _taxi(**kubeflow_and_strategy):
     data = yaml.safe_load((SHIPPED_CONFIG_DIR / "taxi.yaml").read_text())
     data["kubeflow"].update(kubeflow_and_strategy.pop("kubeflow", {}))
@@ -290,9 +308,7 @@ def test_tpu_slice_placement(tmp_path):
     config = from_dict(
         _taxi(strategy={"kind": "tpu"}, kubeflow={"placements": {"Trainer": TPU_TRAINER}})
     )
-    component = kfp_components.load_component_from_file(
-        kubeflow_runner.compile_pipeline(config, str(tmp_path / "tpu.yaml")).path
-    )
+    component = _compiled(config, tmp_path / "tpu.yaml")
     assert _container(component, "Trainer")["resources"] == {
         "accelerator": {"type": "google.com/tpu", "count": "8"}
     }
@@ -306,22 +322,14 @@ def test_tpu_slice_placement(tmp_path):
 
 def test_multi_worker_trainer_step_leaves_the_gpu_to_its_tfjob_replicas(tmp_path):
     config = from_dict(_taxi(strategy={"kind": "multi_worker_mirrored", "workers": 2}))
-    component = kfp_components.load_component_from_file(
-        kubeflow_runner.compile_pipeline(config, str(tmp_path / "mw.yaml")).path
-    )
+    component = _compiled(config, tmp_path / "mw.yaml")
     trainer = _container(component, "Trainer")
     assert "resources" not in trainer and _k8s_config(component, "Trainer") is None
     assert trainer["image"] == config.kubeflow.image
     assert {"name": "TFXKIT_ORCHESTRATOR", "value": "kubeflow"} in trainer["env"]
     assert _container(component, "Transform")["resources"]["cpuRequest"] == 1.0
     # The replicas the step will submit carry the Trainer's placement instead.
-    manifest = tfjob.build_manifest(
-        config,
-        name="taxi-trainer-x",
-        namespace="kubeflow",
-        component_id="Trainer",
-        invocation_uri="gs://b/i.json",
-    )
+    manifest = _trainer_job(tfjob, config)
     worker = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
     assert worker["containers"][0]["resources"]["limits"] == {
         "nvidia.com/gpu": "1",
@@ -330,13 +338,7 @@ def test_multi_worker_trainer_step_leaves_the_gpu_to_its_tfjob_replicas(tmp_path
     assert worker["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     # The default backend, a TrainJob, carries the same placement.
     assert config.kubeflow.job_backend == "trainjob"
-    job = jobs.build_manifest(
-        config,
-        name="taxi-trainer-x",
-        namespace="kubeflow",
-        component_id="Trainer",
-        invocation_uri="gs://b/i.json",
-    )
+    job = _trainer_job(jobs, config)
     assert job["kind"] == "TrainJob"
     assert job["spec"]["trainer"]["resourcesPerNode"]["limits"] == {
         "nvidia.com/gpu": "1",
@@ -425,9 +427,7 @@ def test_every_further_teacher_gets_the_trainers_placement(tmp_path):
     config = dataclasses.replace(
         config, distillation=dataclasses.replace(config.distillation, num_teachers=2)
     )
-    component = kfp_components.load_component_from_file(
-        kubeflow_runner.compile_pipeline(config, str(tmp_path / "two.yaml")).path
-    )
+    component = _compiled(config, tmp_path / "two.yaml")
     for task_id in ("Trainer_1", "StudentBaseline", "Distiller"):
         assert _container(component, task_id)["resources"] == DIGITS_TRAINER_RESOURCES, task_id
         assert _env(_container(component, task_id))["TFXKIT_PLACEMENT_ID"] == "Trainer"
@@ -435,9 +435,7 @@ def test_every_further_teacher_gets_the_trainers_placement(tmp_path):
 
 def test_a_distiller_entry_overrides_the_trainers_placement(tmp_path):
     config = _digits(placements={"Distiller": T4_DISTILLER})
-    component = kfp_components.load_component_from_file(
-        kubeflow_runner.compile_pipeline(config, str(tmp_path / "t4.yaml")).path
-    )
+    component = _compiled(config, tmp_path / "t4.yaml")
     distiller = _container(component, "Distiller")
     assert distiller["resources"] == {
         "cpuRequest": 2.0,
@@ -463,9 +461,7 @@ def test_a_distiller_job_places_its_replicas_as_the_trainer(tmp_path, job_backen
         strategy={"kind": "multi_worker_mirrored", "workers": 2},
         kubeflow={"namespace": "team-a", "job_backend": job_backend},
     )
-    component = kfp_components.load_component_from_file(
-        kubeflow_runner.compile_pipeline(config, str(tmp_path / "mw.yaml")).path
-    )
+    component = _compiled(config, tmp_path / "mw.yaml")
     manifests = {}
     for task_id in ("StudentBaseline", "Distiller"):
         step = _container(component, task_id)
@@ -728,19 +724,11 @@ def test_a_one_pod_trainer_with_the_service_launches_a_job_with_service_pods(tmp
     config = from_dict(
         _taxi(ingestion={"service": {"dispatcher": "kubeflow"}}, kubeflow={"placements": SERVICE})
     )
-    component = kfp_components.load_component_from_file(
-        kubeflow_runner.compile_pipeline(config, str(tmp_path / "svc.yaml")).path
-    )
+    component = _compiled(config, tmp_path / "svc.yaml")
     # The step only launches the job: the GPU goes to the job's trainer pod.
     trainer = _container(component, "Trainer")
     assert "resources" not in trainer and _k8s_config(component, "Trainer") is None
-    job = jobs.build_manifest(
-        config,
-        name="taxi-trainer-x",
-        namespace="kubeflow",
-        component_id="Trainer",
-        invocation_uri="gs://b/i.json",
-    )
+    job = _trainer_job(jobs, config)
     assert job["kind"] == "TrainJob"
 
 

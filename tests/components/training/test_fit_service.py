@@ -23,6 +23,7 @@ import tensorflow_transform as tft
 from components.data import service
 from components.testing import local_cluster
 from components.testing.data_service import LocalService
+from components.testing.local_cluster import teacher_builder
 from components.training import fit as training
 from components.training import peers, strategies
 from components.training.inputs import make_datasets
@@ -72,31 +73,21 @@ def test_one_device_trains_from_the_service(setup):
     assert any(op.startswith("DataServiceDataset") for op in _ops(train))
     assert not any(op.startswith("DataServiceDataset") for op in _ops(evaluation))
     choice = strategies.create_strategy(served.strategy, environ={})
-
-    def build_and_compile():
-        model = training.build_model(served, tft_output, served.teacher, "teacher")
-        training.compile_classifier(model, served)
-        return model
-
-    _, results = training.fit(served, inputs, build_and_compile, choice=choice)
+    builder = teacher_builder(served, inputs)
+    _, results = training.fit(served, inputs, builder, choice=choice)
     assert np.isfinite(results["loss"]) and results["accuracy"] > 0.5
 
 
 MIRRORED_CHILD = """
 import json, sys
-import tensorflow_transform as tft
 from components.config import PipelineConfig
+from components.testing.local_cluster import teacher_builder
 from components.training import fit as training, strategies
 job = json.loads(sys.argv[1])
 config = PipelineConfig.from_json(job["config"])
 choice = strategies.create_strategy(config.strategy, environ={})
 inputs = training.TrainingInputs(**job["inputs"])
-tft_output = tft.TFTransformOutput(inputs.transform_output)
-def build_and_compile():
-    model = training.build_model(config, tft_output, config.teacher, "teacher")
-    training.compile_classifier(model, config)
-    return model
-_, results = training.fit(config, inputs, build_and_compile, choice=choice)
+_, results = training.fit(config, inputs, teacher_builder(config, inputs), choice=choice)
 print(json.dumps({"replicas": choice.strategy.num_replicas_in_sync,
                   "loss": float(results["loss"]), "accuracy": float(results["accuracy"])}))
 """

@@ -169,36 +169,20 @@ def make_datasets(
     return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)
 
 
-def _mask_unlabeled(features, label, fraction: float):
-    """`label` with `labels.UNLABELED` where `data.labeled_fraction` withholds it."""
-    known = labels.labeled_mask(features, fraction)
-    shape = tf.shape(label)
-    flat = tf.where(known, tf.reshape(label, [-1]), tf.cast(labels.UNLABELED, label.dtype))
-    return features, tf.reshape(flat, shape)
-
-
-def _keep_labeled(dataset: tf.data.Dataset, known_fn, batch_size: int) -> tf.data.Dataset:
-    """Repeated batches of the examples `known_fn(features, label)` keeps, re-batched to `batch_size`."""
-
-    def labeled_only(features, label):
-        known = known_fn(features, label)
-        return tf.nest.map_structure(lambda t: tf.boolean_mask(t, known), (features, label))
-
-    kept = dataset.map(labeled_only, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-    return kept.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+def _image_views(features, config: PipelineConfig, seed: tf.Tensor):
+    """`train.augmentation`'s translate / flip views of a batch's image features."""
+    settings = config.train.augmentation
+    shapes = {f.transformed_name: f.shape for f in config.data.features if f.shape}
+    return augment_lib.augment_images(
+        features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
+    )
 
 
 def _remote_views(features, config: PipelineConfig):
-    """`train.augmentation`'s image views of a read batch, on a service worker.
-
-    The worker draws each batch's seed from its own random state: which worker
-    gets which batch is not reproducible anyway, so neither are the views.
-    """
-    settings = config.train.augmentation
-    shapes = {f.transformed_name: f.shape for f in config.data.features if f.shape}
-    seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
-    return augment_lib.augment_images(
-        features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
+    """`_image_views` of a read batch on a service worker, seeded from its own random state
+    (which worker gets which batch is not reproducible anyway, so neither are the views)."""
+    return _image_views(
+        features, config, tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
     )
 
 
@@ -217,18 +201,26 @@ def partially_labeled(
       batch_size: Examples per batch of this input pipeline.
     """
     if unlabeled == MASK_UNLABELED:
-        return dataset.map(
-            lambda features, label: _mask_unlabeled(features, label, fraction),
-            num_parallel_calls=tf.data.AUTOTUNE,
-        )
+
+        def mask(features, label):
+            known = labels.labeled_mask(features, fraction)
+            shape = tf.shape(label)
+            flat = tf.where(known, tf.reshape(label, [-1]), tf.cast(labels.UNLABELED, label.dtype))
+            return features, tf.reshape(flat, shape)
+
+        return dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE)
     if unlabeled != DROP_UNLABELED:
         raise ValueError(
             f"unlabeled: expected {DROP_UNLABELED!r} or {MASK_UNLABELED!r}, got {unlabeled!r}"
         )
-    # One vectorised fingerprint per batch, not one per example.
-    return _keep_labeled(
-        dataset, lambda features, _: labels.labeled_mask(features, fraction), batch_size
-    )
+
+    def labeled_only(features, label):
+        # One vectorised fingerprint per batch, not one per example.
+        known = labels.labeled_mask(features, fraction)
+        return tf.nest.map_structure(lambda t: tf.boolean_mask(t, known), (features, label))
+
+    kept = dataset.map(labeled_only, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    return kept.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
 # Stateless-seed stream of mixup, apart from the image views' streams (one per image feature).
@@ -259,7 +251,6 @@ def augmented(
     `Distiller` read.
     """
     settings = config.train.augmentation
-    shapes = {f.transformed_name: f.shape for f in config.data.features if f.shape}
     dense = sorted(f.transformed_name for f in config.data.features if not f.is_categorical)
     pipeline_id = input_context.input_pipeline_id if input_context is not None else 0
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
@@ -268,9 +259,7 @@ def augmented(
         features, label = batch
         seed = tf.stack([tf.constant(config.train.seed, tf.int64), index * pipelines + pipeline_id])
         if views and settings.image_views:
-            features = augment_lib.augment_images(
-                features, shapes, translate=settings.translate, flip=settings.flip, seed=seed
-            )
+            features = _image_views(features, config, seed)
         if settings.mixup:
             features, label = augment_lib.mixup(
                 features,

@@ -75,7 +75,7 @@ def _check_placements(config: PipelineConfig, pipeline) -> None:
 
     nodes = {node.id: node for node in pipeline.components}
     containers = sorted(i for i, n in nodes.items() if isinstance(n, base_component.BaseComponent))
-    service_pods = config.ingestion.service.dispatcher == KUBEFLOW_DISPATCHER
+    service_pods = backend.runs_tfdata_service(config.ingestion.service)
     for name, placement in config.kubeflow.placements.items():
         path = f"kubeflow.placements.{name}"
         if name in TFDATA_PLACEMENTS:

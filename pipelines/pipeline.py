@@ -12,9 +12,9 @@ import dataclasses
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
-from components.config import PipelineConfig
+from components.config import M_ON_M, PipelineConfig
 from components.data.sources import ResolvedInput
-from components.distiller.component import Distiller
+from components.distiller.component import Distiller, EnsembleStudent
 from components.example_gen import CsvExampleGen, ExampleRules, ImportExampleGen
 from components.pusher.component import Pusher
 from components.trainer.baseline import StudentBaseline
@@ -110,7 +110,9 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
 
     Returns:
       The components to add after `teacher`: the other teachers, the
-      `StudentBaseline` when `distillation.scratch_baseline` is set, and the
+      `StudentBaseline` when `distillation.scratch_baseline` is set, the
+      `EnsembleStudent` with `distillation.method: m_on_m` (one student of
+      all the teachers, the M-on-M ensemble's yardstick), and the
       Distiller, always last.
     """
     teachers = [teacher]
@@ -126,26 +128,18 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
                 schema=schema.outputs["schema"],
             ).with_id(teacher_id(i))
         )
-    distiller = Distiller(
-        config=config,
-        examples=transform.outputs["transformed_examples"],
-        transform_graph=transform.outputs["transform_graph"],
-        schema=schema.outputs["schema"],
-        teacher_models=[t.outputs["model"] for t in teachers],
-    )
-    baseline = (
-        [
-            StudentBaseline(
-                config=config,
-                examples=transform.outputs["transformed_examples"],
-                transform_graph=transform.outputs["transform_graph"],
-                schema=schema.outputs["schema"],
-            )
-        ]
-        if config.distillation.scratch_baseline
-        else []
-    )
-    return [*teachers[1:], *baseline, distiller]
+    common = {
+        "examples": transform.outputs["transformed_examples"],
+        "transform_graph": transform.outputs["transform_graph"],
+        "schema": schema.outputs["schema"],
+    }
+    models = [t.outputs["model"] for t in teachers]
+    baselines = []
+    if config.distillation.scratch_baseline:
+        baselines.append(StudentBaseline(config=config, **common))
+    if config.distillation.method == M_ON_M:
+        baselines.append(EnsembleStudent(config=config, teacher_models=models, **common))
+    return [*teachers[1:], *baselines, Distiller(config=config, teacher_models=models, **common)]
 
 
 def example_gen(config: PipelineConfig, data: ResolvedInput):

@@ -19,7 +19,7 @@ import tensorflow as tf
 from components.config import PipelineConfig
 from components.distillation import verdict as verdict_lib
 from components.distillation.model import count_params
-from components.distiller.executor import TEACHER_KEY_PREFIX
+from components.distiller.executor import MEMBERS_DIR, TEACHER_KEY_PREFIX
 from components.training.export import TRANSFORMED_LOGITS_SIGNATURE
 from pipelines import roles
 from pipelines.summary import artifacts_of, latest_run_executions, open_store
@@ -28,7 +28,14 @@ MAX_EVAL_EXAMPLES = 20000
 LATENCY_BATCHES = (1, 256)
 CHART_FILE = "distillation_report.png"
 _REPEATS = {1: 50, 256: 20}
-_COLORS = {roles.TEACHER: "tab:blue", roles.SCRATCH: "tab:gray", roles.STUDENT: "tab:orange"}
+_COLORS = {
+    roles.TEACHER: "tab:blue",
+    roles.TEACHER_ENSEMBLE: "tab:cyan",
+    roles.SCRATCH: "tab:gray",
+    roles.ENSEMBLE_STUDENT: "tab:green",
+    roles.MEMBER: "tab:olive",
+    roles.STUDENT: "tab:orange",
+}
 
 
 def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str, str, str]], str]:
@@ -41,8 +48,8 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
 
     Returns:
       `([(role, node, serving_dir), ...], eval_examples_glob)` with teachers
-      first, then the scratch baseline if the run has one, and the student
-      last.
+      first, then the scratch baseline and the `EnsembleStudent` if the run
+      has them, an M-on-M Distiller's students, and the student last.
 
     Raises:
       ValueError: if the run has no teacher or no student model.
@@ -58,6 +65,11 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
         if role is not None:
             for _, artifact in artifacts_of(store, execution.id, "Model"):
                 found.append((role, node, path_utils.serving_model_path(artifact.uri), artifact.id))
+                if role == roles.STUDENT:
+                    found.extend(
+                        (roles.MEMBER, f"{node}/student_{i}", d, artifact.id)
+                        for i, d in enumerate(m_on_m_members(artifact.uri))
+                    )
         if role == roles.STUDENT:
             for event, artifact in artifacts_of(
                 store, execution.id, "Model", (metadata_store_pb2.Event.INPUT,)
@@ -70,7 +82,13 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
                 store, execution.id, "Examples", (metadata_store_pb2.Event.INPUT,)
             ):
                 eval_glob = os.path.join(artifact.uri, "Split-eval", "*")
-    rank = {roles.TEACHER: 0, roles.SCRATCH: 1, roles.STUDENT: 2}
+    rank = {
+        roles.TEACHER: 0,
+        roles.SCRATCH: 1,
+        roles.ENSEMBLE_STUDENT: 2,
+        roles.MEMBER: 3,
+        roles.STUDENT: 4,
+    }
     found.sort(key=lambda m: (rank[m[0]], teacher_order.get(m[3], len(teacher_order)), m[1]))
     models = [(role, node, serving_dir) for role, node, serving_dir, _ in found]
     if not {roles.TEACHER, roles.STUDENT} <= {role for role, _, _ in models}:
@@ -78,6 +96,15 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
             f"report: the newest run of {pipeline_name!r} has no teacher and student models (found {models})"
         )
     return models, eval_glob
+
+
+def m_on_m_members(model_uri: str) -> list[str]:
+    """Serving directories of an M-on-M Distiller's students, in teacher order ([] for kd)."""
+    root = os.path.join(model_uri, MEMBERS_DIR)
+    if not tf.io.gfile.isdir(root):
+        return []
+    names = sorted((n.rstrip("/") for n in tf.io.gfile.listdir(root)), key=int)
+    return [os.path.join(root, n) for n in names]
 
 
 def _compression(path: str) -> str:
@@ -117,22 +144,33 @@ def _median_seconds(fn, batch, repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure_model(serving_dir: str, serialized: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Accuracy, log loss, size, parameters and latency of one serving model."""
-    loaded = tf.saved_model.load(serving_dir)
-    serve = loaded.signatures["serving_default"]
-    probs = np.concatenate(
+def probabilities(serve, serialized: np.ndarray) -> np.ndarray:
+    """`serving_default`'s class probabilities of every serialized example, 1,024 at a time."""
+    return np.concatenate(
         [
             serve(examples=tf.constant(serialized[i : i + 1024]))["probabilities"].numpy()
             for i in range(0, len(serialized), 1024)
         ]
     )
+
+
+def scores(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Accuracy and log loss of class probabilities on the labeled examples."""
     known = labels >= 0
     picked = probs[known, labels[known]]
-    result = {
+    return {
         "accuracy": float(np.mean(np.argmax(probs[known], axis=1) == labels[known])),
         "log_loss": float(-np.mean(np.log(np.clip(picked, 1e-7, 1.0)))),
         "eval_examples": int(known.sum()),
+    }
+
+
+def measure_model(serving_dir: str, serialized: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Accuracy, log loss, size, parameters and latency of one serving model."""
+    loaded = tf.saved_model.load(serving_dir)
+    serve = loaded.signatures["serving_default"]
+    result = {
+        **scores(probabilities(serve, serialized), labels),
         "params": count_params(loaded.trainable_variables),
         "saved_model_bytes": _dir_bytes(serving_dir),
     }
@@ -151,6 +189,31 @@ def measure_model(serving_dir: str, serialized: np.ndarray, labels: np.ndarray) 
             lambda f: model_only(**f), features, _REPEATS[size]
         )
     return result
+
+
+def teacher_ensemble_row(
+    teachers: list[dict[str, Any]], serialized: np.ndarray, labels: np.ndarray
+) -> dict[str, Any]:
+    """The teachers served together: their mean probabilities scored; parameters, size and
+    latencies the sums of theirs (one after the other, as a server running each would)."""
+    probs = np.mean(
+        [
+            probabilities(
+                tf.saved_model.load(t["serving_dir"]).signatures["serving_default"], serialized
+            )
+            for t in teachers
+        ],
+        axis=0,
+    )
+    summed = ["params", "saved_model_bytes"]
+    summed += [f"{p}latency_ms_b{b}" for p in ("", "model_") for b in LATENCY_BATCHES]
+    return {
+        "role": roles.TEACHER_ENSEMBLE,
+        "node": f"{len(teachers)} teachers",
+        "serving_dir": "",
+        **scores(probs, labels),
+        **{k: sum(t[k] for t in teachers) for k in summed},
+    }
 
 
 def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -172,11 +235,20 @@ def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
     Compares the student with the first teacher (the Evaluator's baseline)
     and, when the run has one, with the scratch baseline.
     """
-    teacher = next(r for r in rows if r["role"] == roles.TEACHER)["accuracy"]
-    student = next(r for r in rows if r["role"] == roles.STUDENT)["accuracy"]
-    scratch_row = next((r for r in rows if r["role"] == roles.SCRATCH), None)
+
+    def accuracy(role):
+        return next((r["accuracy"] for r in rows if r["role"] == role), None)
+
+    members = [r["accuracy"] for r in rows if r["role"] == roles.MEMBER]
+    if members:
+        return verdict_lib.m_on_m_verdict(
+            accuracy(roles.TEACHER_ENSEMBLE),
+            accuracy(roles.STUDENT),
+            members,
+            accuracy(roles.ENSEMBLE_STUDENT),
+        )
     return verdict_lib.verdict(
-        teacher, student, None if scratch_row is None else scratch_row["accuracy"]
+        accuracy(roles.TEACHER), accuracy(roles.STUDENT), accuracy(roles.SCRATCH)
     )
 
 
@@ -213,9 +285,12 @@ def write_chart(rows: list[dict[str, Any]], path: str) -> str:
         handles, labels = ax.get_legend_handles_labels()
         unique = dict(zip(labels, handles, strict=True))
         ax.legend(unique.values(), unique.keys(), loc="best")
+    present = {r["role"] for r in rows}
     fig.suptitle(
-        "Teacher, student trained alone and distilled student"
-        if any(r["role"] == roles.SCRATCH for r in rows)
+        "Teachers, their students and the students' ensemble (M-on-M)"
+        if roles.MEMBER in present
+        else "Teacher, student trained alone and distilled student"
+        if roles.SCRATCH in present
         else "Teacher vs distilled student"
     )
     fig.tight_layout()
@@ -241,6 +316,9 @@ def distillation_report(
         {"role": role, "node": node, "serving_dir": d, **measure_model(d, serialized, labels)}
         for role, node, d in models
     ]
+    if any(r["role"] == roles.MEMBER for r in rows):
+        teachers = [r for r in rows if r["role"] == roles.TEACHER]
+        rows.insert(len(teachers), teacher_ensemble_row(teachers, serialized, labels))
     chart = write_chart(rows, os.path.join(output_dir, CHART_FILE))
     return {
         "models": rows,
@@ -252,16 +330,16 @@ def distillation_report(
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as an aligned text table."""
-    header = f"  {'model':<8} {'node':<16} {'accuracy':>8} {'log_loss':>8} {'params':>10} {'size_KiB':>9} {'ms@b1':>7} {'ms@b256':>8}"
+    header = f"  {'model':<11} {'node':<20} {'accuracy':>8} {'log_loss':>8} {'params':>10} {'size_KiB':>9} {'ms@b1':>7} {'ms@b256':>8}"
     lines = ["Teacher vs student (raw eval split, served through serving_default):", header]
     for r in report["models"]:
         lines.append(
-            f"  {r['role']:<8} {r['node']:<16} {r['accuracy']:>8.4f} {r['log_loss']:>8.4f} {r['params']:>10,d} "
+            f"  {r['role']:<11} {r['node']:<20} {r['accuracy']:>8.4f} {r['log_loss']:>8.4f} {r['params']:>10,d} "
             f"{r['saved_model_bytes'] / 1024:>9.1f} {r['latency_ms_b1']:>7.2f} {r['latency_ms_b256']:>8.2f}"
         )
     q = report["student_vs_teacher"]
     lines.append(
-        f"  {'student/teacher':<25} {q['accuracy']:>8.3f} {'':>8} {q['params']:>10.4f} "
+        f"  {'student/teacher':<32} {q['accuracy']:>8.3f} {'':>8} {q['params']:>10.4f} "
         f"{q['saved_model_bytes']:>9.3f} {q['latency_ms_b1']:>7.3f} {q['latency_ms_b256']:>8.3f}"
     )
     lines.append(report["verdict"]["message"])

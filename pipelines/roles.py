@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tfx import v1 as tfx
 
-from components.distiller.component import Distiller
+from components.distiller.component import Distiller, EnsembleStudent
 from components.trainer import executor as trainer_executor
 from components.trainer.baseline import StudentBaseline
 from components.trainer.component import Trainer
@@ -19,6 +19,12 @@ TEACHER = "teacher"
 STUDENT = "student"
 # The student's shape trained alone (`distillation.scratch_baseline`).
 SCRATCH = "scratch"
+# One student of all the teachers (`EnsembleStudent`, beside an M-on-M Distiller).
+ENSEMBLE_STUDENT = "one_student"
+# Rows the report adds with `distillation.method: m_on_m`: each student of
+# the M-on-M ensemble, and the teachers' own ensemble.
+MEMBER = "member"
+TEACHER_ENSEMBLE = "teachers"
 
 GATE_ID = "DataGate"
 # Output key of the gate's validated schema (the next run's drift baseline).
@@ -27,6 +33,7 @@ GATE_SCHEMA_KEY = "validated_schema"
 _TRAINER_TYPE = Trainer.get_class_type()
 _DISTILLER_TYPE = Distiller.get_class_type()
 _BASELINE_TYPE = StudentBaseline.get_class_type()
+_ENSEMBLE_STUDENT_TYPE = EnsembleStudent.get_class_type()
 EVALUATOR_TYPE = tfx.components.Evaluator.get_class_type()
 PUSHER_TYPE = tfx.components.Pusher.get_class_type()
 GATE_TYPE = DataGate.get_class_type()
@@ -39,10 +46,13 @@ def teacher_id(index: int) -> str:
 
 def model_role(execution_type: str) -> str | None:
     """`TEACHER` for a Trainer, `STUDENT` for a Distiller, `SCRATCH` for a
-    `StudentBaseline`, None otherwise."""
-    return {_TRAINER_TYPE: TEACHER, _DISTILLER_TYPE: STUDENT, _BASELINE_TYPE: SCRATCH}.get(
-        execution_type
-    )
+    `StudentBaseline`, `ENSEMBLE_STUDENT` for an `EnsembleStudent`, None otherwise."""
+    return {
+        _TRAINER_TYPE: TEACHER,
+        _DISTILLER_TYPE: STUDENT,
+        _BASELINE_TYPE: SCRATCH,
+        _ENSEMBLE_STUDENT_TYPE: ENSEMBLE_STUDENT,
+    }.get(execution_type)
 
 
 def is_teacher(node) -> bool:

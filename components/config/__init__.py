@@ -20,6 +20,7 @@ _EXPORTS = {
     "LabelConfig": "components.config.data",
     "DistillationConfig": "components.config.distillation",
     "MAX_TEACHERS": "components.config.distillation",
+    "M_ON_M": "components.config.distillation",
     "DropInSettings": "components.config.dropin",
     "EvaluationConfig": "components.config.evaluation",
     "KubeflowConfig": "components.config.kubeflow",

@@ -55,6 +55,34 @@ def teacher_weights_problem(
 # Teacher inputs of the Distiller component (one named input each).
 MAX_TEACHERS = 8
 
+# `distillation.method`: one student from every teacher's averaged soft
+# targets, or one student per teacher served as their mean of logits.
+KD, M_ON_M = "kd", "m_on_m"
+
+
+def method_problem(method: str, num_teachers: int, weighted: bool) -> tuple[str, str] | None:
+    """Checks `method` against the teachers it is given.
+
+    Returns:
+      (field, message) when M-on-M has fewer than two teachers or teacher
+      weights (its students are averaged equally), else None.
+    """
+    if method != M_ON_M:
+        return None
+    if num_teachers < 2:
+        return (
+            "num_teachers",
+            f"method m_on_m trains one student per teacher and serves their ensemble: it needs at least 2 "
+            f"teachers, got {num_teachers}; set num_teachers: 2 or more, or method: kd",
+        )
+    if weighted:
+        return (
+            "teacher_weights",
+            "method m_on_m averages its students' logits equally and each student has one teacher, so "
+            "teacher weights have nothing to weigh; remove teacher_weights",
+        )
+    return None
+
 
 @section("distillation")
 class DistillationConfig:
@@ -96,6 +124,13 @@ class DistillationConfig:
       label_key: The transformed label feature when the Distiller trains a
         `student_fn` ("": the one transformed feature the teachers do not
         read). Examples with a negative label are an unlabeled transfer set.
+      method: "kd": one student learns from the teachers' averaged soft
+        targets. "m_on_m" (many-on-many): one student per teacher (student
+        i learns from teacher i alone, seed `train.seed + i`), served as one
+        SavedModel that returns the mean of the students' logits; the
+        pipeline also trains one student from all teachers
+        (`EnsembleStudent`), what a user would pick instead, so the report
+        compares them.
     """
 
     enabled: bool = False
@@ -109,6 +144,7 @@ class DistillationConfig:
     scratch_baseline: bool = False
     teacher_output: Literal["auto", "logits", "probabilities"] = "auto"
     label_key: str = ""
+    method: Literal["kd", "m_on_m"] = KD
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -125,7 +161,14 @@ class DistillationConfig:
                 "num_teachers",
                 f"expected an integer in [1, {MAX_TEACHERS}], got {self.num_teachers}",
             )
-        problem = teacher_weights_problem(self.teacher_weights, self.num_teachers)
+        problem = teacher_weights_problem(
+            self.teacher_weights, self.num_teachers
+        ) or method_problem(
+            self.method,
+            # A Distiller built in code counts the teacher models it is given.
+            self.num_teachers if self.enabled else 2,
+            bool(self.teacher_weights),
+        )
         if problem:
             fail(*problem)
         return self

@@ -14,7 +14,7 @@ from typing import Self
 from pydantic import model_validator
 
 from components.config.data import BUILTIN_DATASETS, DataConfig
-from components.config.distillation import DistillationConfig
+from components.config.distillation import M_ON_M, DistillationConfig
 from components.config.evaluation import EvaluationConfig
 from components.config.kubeflow import KubeflowConfig
 from components.config.runtime import (
@@ -126,12 +126,19 @@ class PipelineConfig:
         # least as wide, a student no smaller at the fewest ids is no smaller
         # for any data. Other cases depend on the vocabularies: the Distiller
         # checks them with the real sizes before training.
-        student = min_trainable_params(self.data, self.student)
+        # M-on-M serves one student per teacher: the served ensemble is what must be smaller.
+        served = self.distillation.num_teachers if self.distillation.method == M_ON_M else 1
+        student = served * min_trainable_params(self.data, self.student)
         teacher = min_trainable_params(self.data, self.teacher)
         if self.student.embedding_dim >= self.teacher.embedding_dim and student >= teacher:
+            what = (
+                f"the {served} students of method m_on_m (served together) have"
+                if served > 1
+                else "the student has"
+            )
             fail(
                 "student",
-                f"the student has at least {student} trainable parameters, not fewer than the teacher's {teacher} "
+                f"{what} at least {student} trainable parameters, not fewer than the teacher's {teacher} "
                 "(whatever the vocabulary sizes), and distillation.require_compression is true; shrink "
                 "student.hidden_units / student.embedding_dim or set distillation.require_compression: false",
             )

@@ -51,3 +51,39 @@ def verdict(teacher: float, student: float, alone: float | None) -> dict[str, An
             f"({teacher:.4f}). One run; benchmarks/distillation.py measures the seed spread."
         )
     return result
+
+
+def m_on_m_verdict(
+    teachers: float, ensemble: float, members: list[float], one_student: float | None
+) -> dict[str, Any]:
+    """M-on-M: the students' ensemble against its mean student, one student of all the
+    teachers (`EnsembleStudent`, when the run has it) and the teachers' ensemble.
+
+    `improved` is True when the ensemble beat both its mean student and the
+    one student. One run, as for `verdict`.
+    """
+    mean = sum(members) / len(members)
+    result: dict[str, Any] = {
+        "teacher_ensemble_acc": teachers,
+        "student_acc": ensemble,
+        "member_accs": list(members),
+        "mean_member_acc": mean,
+        "one_student_acc": one_student,
+        "gain_over_mean_member": ensemble - mean,
+    }
+    parts = [
+        f"The ensemble of {len(members)} students scored {ensemble:.4f}: {ensemble - mean:+.4f} over "
+        f"its mean student ({mean:.4f})"
+    ]
+    if one_student is not None:
+        result["gain_over_one_student"] = ensemble - one_student
+        parts.append(
+            f"{ensemble - one_student:+.4f} over one student of all the teachers ({one_student:.4f})"
+        )
+    result["improved"] = ensemble > mean and (one_student is None or ensemble > one_student)
+    result["message"] = (
+        ", ".join(parts)
+        + f"; the teachers' ensemble scored {teachers:.4f}. One run; benchmarks/distillation.py "
+        "measures the seed spread."
+    )
+    return result

@@ -7,6 +7,7 @@ serving signatures equal the teachers', so Evaluator and Pusher treat it like an
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from tfx.types.component_spec import ChannelParameter
 from tfx.utils import json_utils
 
 from components.config import (
+    M_ON_M,
     MAX_TEACHERS,
     ConfigError,
     PipelineConfig,
@@ -26,6 +28,7 @@ from components.config import (
     payload,
     stock_args,
 )
+from components.config.distillation import KD, method_problem
 from components.distillation.students import STUDENT_FN
 from components.distiller import executor
 
@@ -136,6 +139,7 @@ class Distiller(base_component.BaseComponent):
             raise ValueError(
                 f"distillation.num_teachers: at most {MAX_TEACHERS} teachers are supported, got {len(teacher_models)}"
             )
+        _check_method(config, len(teacher_models), module_file is not None)
         stock_args.check_steps(train_args, eval_args, None)
         spec = DistillerSpec(
             examples=examples,
@@ -157,6 +161,27 @@ class Distiller(base_component.BaseComponent):
         if module_file is not None:
             # As tfx.components.Trainer: the module travels as a wheel to where the step runs.
             udf_utils.add_user_module_dependency(self, "module_file", "module_path")
+
+
+def _check_method(config: PipelineConfig, num_teachers: int, student_fn: bool) -> None:
+    """Refuses an M-on-M Distiller it cannot serve, naming the field.
+
+    Raises:
+      ConfigError: fewer than two teacher models; or a `student_fn` with
+        `distillation.scratch_baseline` (its verdict compares one student
+        with one student trained alone, not an ensemble).
+    """
+    settings = config.distillation
+    problem = method_problem(settings.method, num_teachers, bool(settings.teacher_weights))
+    if problem:
+        field, message = problem
+        raise ConfigError(f"distillation.{field} (teacher_models): {message}")
+    if settings.method == M_ON_M and student_fn and settings.scratch_baseline:
+        raise ConfigError(
+            "distillation.scratch_baseline: with method m_on_m the Distiller serves an ensemble of "
+            f"{STUDENT_FN} students, and the verdict compares one student with the same student trained "
+            "alone; set scratch_baseline: false (the run's log reports each student and the ensemble)"
+        )
 
 
 def _resolve_config(config: Any, module_file: Any) -> PipelineConfig:
@@ -190,3 +215,37 @@ def _resolve_config(config: Any, module_file: Any) -> PipelineConfig:
             "clean examples anyway)"
         )
     return config
+
+
+def ensemble_student_config(config: PipelineConfig) -> PipelineConfig:
+    """The config of `EnsembleStudent`: the same student and settings, method `kd`."""
+    return dataclasses.replace(
+        config,
+        distillation=dataclasses.replace(config.distillation, method=KD, scratch_baseline=False),
+    )
+
+
+class EnsembleStudent(Distiller):
+    """One configured student distilled from all the teachers' averaged soft targets.
+
+    With `distillation.method: m_on_m` the pipeline trains it beside the
+    M-on-M Distiller: what a user would serve instead of the students'
+    ensemble, at one student's cost. A component type of its own, so the
+    report tells it from the candidate (`pipelines.roles`).
+    """
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        examples: BaseChannel,
+        transform_graph: BaseChannel,
+        teacher_models: Sequence[BaseChannel],
+        schema: BaseChannel | None = None,
+    ):
+        super().__init__(
+            config=ensemble_student_config(config),
+            examples=examples,
+            transform_graph=transform_graph,
+            teacher_models=teacher_models,
+            schema=schema,
+        )

@@ -22,6 +22,9 @@ from components.distillation import verdict as verdict_lib
 from components.trainer import executor as trainer_executor
 
 TEACHER_KEY_PREFIX = "teacher_model_"
+# M-on-M (`distillation.method: m_on_m`): each student's serving model, at
+# `<model artifact>/MEMBERS_DIR/<i>`, beside the ensemble's `Format-Serving`.
+MEMBERS_DIR = "m_on_m_students"
 
 
 def teacher_model_dirs(input_dict) -> list[str]:

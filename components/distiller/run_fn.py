@@ -4,6 +4,8 @@
 Trainer's `training.fit` and exports with its serving export (`train_student`, and
 `train_student_fn` for a user's `student_fn`, which with a scratch baseline also records
 the verdict against the same student trained alone); only the chief writes the model.
+With `distillation.method: m_on_m`, one student per teacher and their ensemble
+(`members_m_on_m`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import tf_keras as keras
 from absl import logging
 
 from components.compat import legacy_keras
-from components.config import payload
+from components.config import M_ON_M, payload
 from components.distillation import losses
 from components.distillation import model as distillation
 from components.distillation import students as student_lib
 from components.distillation import teachers as teachers_lib
 from components.distillation import verdict as verdict_lib
+from components.distiller.executor import MEMBERS_DIR
 from components.training import fit as training
 from components.training import task as task_lib
 from components.training.inputs import MASK_UNLABELED, make_datasets
@@ -75,6 +78,131 @@ def train_student(
         described,
         callbacks,
     )
+
+
+def train_m_on_m(
+    task: task_lib.Task,
+    inputs: training.TrainingInputs,
+    teacher_dirs: Sequence[str],
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+) -> dict[str, float]:
+    """M-on-M with the configured student: one per teacher, served as their ensemble.
+
+    Returns:
+      Eval accuracies (`members_m_on_m`).
+    """
+    config = task.config
+    tft_output = tft.TFTransformOutput(inputs.transform_output)
+    described = [teachers_lib.describe_teacher(d) for d in teacher_dirs]
+    probe = training.build_model(config, tft_output, config.student, "student")
+    teachers_lib.check_teachers(config, described, probe)
+    del probe
+    return members_m_on_m(
+        task,
+        inputs,
+        described,
+        lambda: training.build_model(config, tft_output, config.student, "student"),
+        save_like=None,
+        callbacks=callbacks,
+    )
+
+
+def member_inputs(inputs: training.TrainingInputs, index: int) -> training.TrainingInputs:
+    """Student `index` of M-on-M: its own backup, and its serving model beside the ensemble's
+    (`<model artifact>/MEMBERS_DIR/<index>`, not inside the directory a Pusher copies)."""
+    root = os.path.dirname(inputs.serving_model_dir.rstrip("/"))
+    return dataclasses.replace(
+        inputs,
+        serving_model_dir=os.path.join(root, MEMBERS_DIR, str(index)),
+        backup_dir=f"{inputs.backup_dir}-student{index}",
+    )
+
+
+def members_m_on_m(
+    task: task_lib.Task,
+    inputs: training.TrainingInputs,
+    teachers: Sequence[teachers_lib.TeacherInfo],
+    build_student,
+    *,
+    save_like: teachers_lib.TeacherInfo | None,
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+) -> dict[str, float]:
+    """Trains student i on teacher i alone (seed `train.seed + i`), exports each, then the ensemble.
+
+    The ensemble (`ensemble_model`: the mean of the students' logits) is the
+    Distiller's model, with tfxkit's signatures or, with `save_like`, that
+    teacher's. Every student's backup is kept until the ensemble is
+    exported, so a task restarted midway skips the students already trained.
+
+    Returns:
+      Eval accuracy of each student (`student_<i>`) and of the ensemble.
+    """
+    config = task.config
+    tft_output = tft.TFTransformOutput(inputs.transform_output)
+    width = teachers[0].width
+    members, accuracies = [], {}
+    for i, teacher in enumerate(teachers):
+        seeded = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, seed=config.train.seed + i)
+        )
+        member_task = dataclasses.replace(
+            task, payload=dataclasses.replace(task.payload, config=seeded)
+        )
+        own = member_inputs(inputs, i)
+        student, results = _distil(member_task, own, build_student, [teacher], callbacks)
+        accuracies[f"student_{i}"] = float(results["accuracy"])
+        logging.info(
+            "Distiller: M-on-M student %d of %d (teacher %s): eval accuracy %.4f",
+            i + 1,
+            len(teachers),
+            teacher.export_dir,
+            results["accuracy"],
+        )
+        task.export(student, own, save=_saver(student, tft_output, save_like), release=False)
+        members.append(student)
+    with task.scope():
+        ensemble = ensemble_model(members)
+    scored = student_lib.class_logits_model(ensemble, width)
+    accuracies["ensemble"] = _eval_accuracy(config, inputs, lambda f: scored(f, training=False))
+    logging.info(
+        "Distiller: M-on-M ensemble of %d students: eval accuracy %.4f (students %s)",
+        len(members),
+        accuracies["ensemble"],
+        ", ".join(f"{accuracies[f'student_{i}']:.4f}" for i in range(len(members))),
+    )
+    task.export(ensemble, inputs, save=_saver(ensemble, tft_output, save_like))
+    for i in range(len(members)):
+        task.release(member_inputs(inputs, i).backup_dir)
+    return accuracies
+
+
+def _saver(model, tft_output, teacher: teachers_lib.TeacherInfo | None):
+    if teacher is None:
+        return None
+    return lambda d: student_lib.export_like_teacher(model, tft_output, teacher, d)
+
+
+def ensemble_model(members: Sequence[keras.Model], name: str = "m_on_m") -> keras.Model:
+    """One Keras model whose output is the mean of `members`' logits (float32).
+
+    The members must read the same inputs (the first member's names and
+    specs); they keep their own weights, so the ensemble serves and saves as
+    one model. Members that share a name are renamed `<name>_<i>`.
+    """
+    if len({m.name for m in members}) < len(members):
+        # Layer names must be unique within a model; the members become its layers.
+        for i, m in enumerate(members):
+            m._name = f"{m.name}_{i}"
+    first = members[0]
+    inputs = {
+        key: keras.Input(type_spec=tensor.type_spec, name=key)
+        for key, tensor in zip(first.input_names, first.inputs, strict=True)
+    }
+    logits = [
+        keras.layers.Activation("linear", dtype="float32", name=f"student_{i}_logits")(m(inputs))
+        for i, m in enumerate(members)
+    ]
+    return keras.Model(inputs, keras.layers.Average(name="mean_logits")(logits), name=name)
 
 
 def _distil(
@@ -152,6 +280,19 @@ def train_student_fn(
       The trained student (as `build_student` made it) and its evaluation
       results on the eval split.
     """
+    train_student_fn_check(task, inputs, teachers, probe=probe, module=module)
+    return _distil(task, inputs, build_student, teachers, callbacks)
+
+
+def train_student_fn_check(
+    task: task_lib.Task,
+    inputs: training.TrainingInputs,
+    teachers: Sequence[teachers_lib.TeacherInfo],
+    *,
+    probe: keras.Model | None = None,
+    module: str = "?",
+) -> None:
+    """The checks `train_student_fn` makes on the first training batch, before training."""
     config = task.config
     tft_output = tft.TFTransformOutput(inputs.transform_output)
     # No cache: the check reads one batch, and a file cache begun must be finished.
@@ -167,7 +308,6 @@ def train_student_fn(
     if probe is not None:
         student_lib.check_logits(probe, features, module)
     del train, features, labels
-    return _distil(task, inputs, build_student, teachers, callbacks)
 
 
 def _run_student_module(task: task_lib.Task, fn_args) -> None:
@@ -199,6 +339,13 @@ def _run_student_module(task: task_lib.Task, fn_args) -> None:
         config.distillation.alpha,
         config.distillation.temperature,
     )
+    if config.distillation.method == M_ON_M:
+        # Each student is checked against its teacher before it trains.
+        for teacher in described:
+            train_student_fn_check(task, inputs, [teacher], probe=probe, module=module)
+        del probe
+        members_m_on_m(task, inputs, described, build_student, save_like=described[0])
+        return
     student, results = train_student_fn(
         task, inputs, described, build_student, probe=probe, module=module
     )
@@ -246,19 +393,29 @@ def _judge(task, inputs, teachers, build_student, distilled: dict, serving_model
 
 def _teacher_accuracy(config, inputs, teachers) -> float:
     """Accuracy of the teachers' weighted soft targets on the eval split (what the student learns)."""
+    exported = [teachers_lib.ExportedTeacher(t.export_dir, t) for t in teachers]
+    weights = config.distillation.teacher_weights or None
+    return _eval_accuracy(
+        config,
+        inputs,
+        lambda features: losses.soft_targets([t(features) for t in exported], 1.0, weights),
+    )
+
+
+def _eval_accuracy(config, inputs, scores) -> float:
+    """Accuracy of `scores(features)` (`[batch, classes]`, argmax = class) on the eval split's
+    labeled examples, read as training evaluates (`inputs.eval_steps` batches)."""
     tft_output = tft.TFTransformOutput(inputs.transform_output)
     uncached = dataclasses.replace(
         config, ingestion=dataclasses.replace(config.ingestion, cache="none")
     )
     _, eval_data = make_datasets(uncached, inputs, tft_output, unlabeled=MASK_UNLABELED)
-    exported = [teachers_lib.ExportedTeacher(t.export_dir, t) for t in teachers]
-    weights = config.distillation.teacher_weights or None
     hits = seen = 0
     for features, labels in eval_data.take(inputs.eval_steps):
-        targets = losses.soft_targets([t(features) for t in exported], 1.0, weights)
+        predicted = np.argmax(np.asarray(scores(features)), axis=-1)
         labels = np.reshape(labels.numpy(), [-1])
         known = labels >= 0
-        hits += int(np.sum(np.argmax(targets.numpy(), axis=-1)[known] == labels[known]))
+        hits += int(np.sum(predicted[known] == labels[known]))
         seen += int(np.sum(known))
     return hits / seen if seen else float("nan")
 
@@ -284,6 +441,9 @@ def run_fn(fn_args) -> None:
 
     def distil(task: task_lib.Task) -> None:
         inputs = training.TrainingInputs.from_fn_args(fn_args, task.config)
+        if task.config.distillation.method == M_ON_M:
+            train_m_on_m(task, inputs, task.payload.teacher_dirs)
+            return
         student, _ = train_student(task, inputs, task.payload.teacher_dirs)
         task.export(student, inputs)
 

@@ -76,7 +76,14 @@ class Task:
         """`training.fit` of this task's config under this task's strategy."""
         return training.fit(self.config, inputs, build_and_compile, choice=self.choice, **kwargs)
 
-    def export(self, model: keras.Model, inputs: training.TrainingInputs, save=None) -> str:
+    def export(
+        self,
+        model: keras.Model,
+        inputs: training.TrainingInputs,
+        save=None,
+        *,
+        release: bool = True,
+    ) -> str:
         """Exports the serving model (chief only), then removes the training backup.
 
         Only the chief writes the serving model; every other worker saves a
@@ -86,6 +93,8 @@ class Task:
         Args:
           save: Writes the serving model into a directory (see
             `components.training.export.export_from_task`); default: tfxkit's signatures.
+          release: Remove the training backup afterwards (False: the caller
+            releases it later, e.g. after a model built from this one).
 
         Returns:
           Where this task wrote (the serving dir on the chief, a task scratch
@@ -103,7 +112,8 @@ class Task:
             scratch_dir=inputs.model_run_dir,
             save=save,
         )
-        self.release(inputs.backup_dir)
+        if release:
+            self.release(inputs.backup_dir)
         return written
 
     def release(self, backup_dir: str) -> None:

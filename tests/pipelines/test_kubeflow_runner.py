@@ -433,6 +433,18 @@ def test_every_further_teacher_gets_the_trainers_placement(tmp_path):
         assert _env(_container(component, task_id))["TFXKIT_PLACEMENT_ID"] == "Trainer"
 
 
+def test_m_on_m_places_its_ensemble_student_as_the_trainer(tmp_path):
+    config = _digits()
+    config = dataclasses.replace(
+        config,
+        distillation=dataclasses.replace(config.distillation, num_teachers=2, method="m_on_m"),
+    )
+    component = _compiled(config, tmp_path / "m_on_m.yaml")
+    for task_id in ("Trainer_1", "EnsembleStudent", "Distiller"):
+        assert _container(component, task_id)["resources"] == DIGITS_TRAINER_RESOURCES, task_id
+        assert _env(_container(component, task_id))["TFXKIT_PLACEMENT_ID"] == "Trainer"
+
+
 def test_a_distiller_entry_overrides_the_trainers_placement(tmp_path):
     config = _digits(placements={"Distiller": T4_DISTILLER})
     component = _compiled(config, tmp_path / "t4.yaml")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from components.distillation import verdict as verdict_lib
 from pipelines.report import verdict
 
 
@@ -43,3 +44,17 @@ def test_without_a_scratch_baseline_the_report_says_it_cannot_judge():
     result = verdict(_rows(teacher=0.9, student=0.85))
     assert result["improved"] is None and "scratch_acc" not in result
     assert "distillation.scratch_baseline: false" in result["message"]
+
+
+def test_an_m_on_m_verdict_compares_the_ensemble_with_its_mean_student_and_one_student():
+    result = verdict_lib.m_on_m_verdict(0.93, 0.92, [0.90, 0.91, 0.92], 0.915)
+    assert result["mean_member_acc"] == pytest.approx(0.91)
+    assert result["gain_over_mean_member"] == pytest.approx(0.01)
+    assert result["gain_over_one_student"] == pytest.approx(0.005)
+    assert result["improved"] is True
+    assert result["message"].startswith(
+        "The ensemble of 3 students scored 0.9200: +0.0100 over its mean student (0.9100), "
+        "+0.0050 over one student of all the teachers (0.9150)"
+    )
+    worse = verdict_lib.m_on_m_verdict(0.93, 0.92, [0.90, 0.91], 0.925)
+    assert worse["improved"] is False

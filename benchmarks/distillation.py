@@ -101,8 +101,14 @@ def dataset_config(name: str) -> PipelineConfig:
     return mnist_config() if name == "mnist" else load_config(name)
 
 
-def run_transform(config: PipelineConfig, workdir: str) -> dict[str, str]:
-    """Runs ExampleGen -> Statistics -> Schema -> Transform; returns artifact paths."""
+def run_transform(config: PipelineConfig, workdir: str, data=None) -> dict[str, str]:
+    """Runs ExampleGen -> Statistics -> Schema -> Transform; returns artifact paths.
+
+    Args:
+      data: The ExampleGen input (`components.data.sources.ResolvedInput`;
+        default: the config's data). Splits beyond train / eval get
+        `<split>` and `raw_<split>` paths too.
+    """
     from tfx import v1 as tfx
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
@@ -111,7 +117,8 @@ def run_transform(config: PipelineConfig, workdir: str) -> dict[str, str]:
     from pipelines.pipeline import example_gen
 
     root = os.path.join(workdir, config.name)
-    data = resolve_input(config.data, os.path.join(root, "data"))
+    if data is None:
+        data = resolve_input(config.data, os.path.join(root, "data"))
     check_input(config.data, data)
     gen = example_gen(config, data)
     stats = tfx.components.StatisticsGen(examples=gen.outputs["examples"])
@@ -138,12 +145,12 @@ def run_transform(config: PipelineConfig, workdir: str) -> dict[str, str]:
         return max(matches, key=lambda p: int(p.rstrip("/").split("/")[-1]))
 
     examples = newest("Transform", "transformed_examples", "*")
-    return {
-        "train": os.path.join(examples, "Split-train", "*"),
-        "eval": os.path.join(examples, "Split-eval", "*"),
-        "transform_graph": newest("Transform", "transform_graph", "*"),
-        "raw_eval": os.path.join(newest(gen.id, "examples", "*"), "Split-eval", "*"),
-    }
+    raw = newest(gen.id, "examples", "*")
+    paths = {"transform_graph": newest("Transform", "transform_graph", "*")}
+    for split in [name for name, _ in data.splits] or ["train", "eval"]:
+        paths[split] = os.path.join(examples, f"Split-{split}", "*")
+        paths[f"raw_{split}"] = os.path.join(raw, f"Split-{split}", "*")
+    return paths
 
 
 class SteadyStateTimer(keras.callbacks.Callback):
@@ -522,7 +529,17 @@ def scaled_steps(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--scenario"] and argv[1:2] == ["m_on_m"]:
+        # The distillation methods' scenarios, with their own options.
+        from benchmarks import distillation_methods
+
+        distillation_methods.main(argv[2:])
+        return
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="'--scenario m_on_m [options]' (first) runs benchmarks/distillation_methods.py instead",
+    )
     parser.add_argument("--datasets", default="digits,mnist,taxi")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--sweep-dataset", default="digits")

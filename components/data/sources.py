@@ -118,7 +118,7 @@ def write_digits(directory: str) -> str:
     return path
 
 
-def _float_example(image, label: int) -> bytes:
+def image_example(image, label: int) -> bytes:
     return tf.train.Example(
         features=tf.train.Features(
             feature={
@@ -170,7 +170,7 @@ def write_fashion_mnist(directory: str, source_dir: str | None = None) -> str:
             pixels = images.reshape(len(images), -1).astype("float32") / 255.0
             with tf.io.TFRecordWriter(path + ".tmp") as writer:
                 for image, label in zip(pixels, labels, strict=True):
-                    writer.write(_float_example(image, int(label)))
+                    writer.write(image_example(image, int(label)))
             # Rename last so an interrupted write never leaves a truncated input file.
             tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
     except (OSError, ValueError) as e:

@@ -1,0 +1,366 @@
+"""Distillation methods on Fashion-MNIST, measured as a skeptic asks: M-on-M.
+
+`benchmarks/distillation.py --scenario m_on_m [options]` runs this (or run it alone).
+
+Data: the official 60,000 training images split once (a fixed permutation,
+seed 0) into 55,000 to train on (`train`) and 5,000 to choose settings on
+(`eval`, the validation split every training run evaluates on); the official
+10,000 test images (`test`) are read once per final model. One Transform
+(analysers on `train`) serves every run.
+
+M-on-M, per labeled fraction (`--fractions`, e.g. 1 and 0.1: the other
+training images are an unlabeled transfer set the students learn from the
+teachers alone), per trial (`--trials`, at least 5 for an interval that
+means something):
+
+1. three teachers (`TEACHER`, seeds differ), trained on the labels;
+2. the product's M-on-M (`components.distiller.run_fn.train_m_on_m`, what
+   the Distiller runs with `distillation.method: m_on_m`): student i
+   (`STUDENT`) from teacher i alone, served as one SavedModel of their
+   mean logits;
+3. what a user would pick instead at one student's cost: one student of
+   all three teachers (the `EnsembleStudent`, method `kd`);
+4. on the test set: each teacher, the teachers' ensemble (mean
+   probabilities), each student, the students' ensemble and the one student.
+
+The distillation settings (alpha, T) are chosen before the trials, on the
+validation split, per fraction: one teacher and one student per candidate
+(seeds outside the trials'). Step counts are fixed by this machine's budget,
+not chosen. Each finished trial is saved under `--workdir` (keyed by the
+settings) and reused, so the benchmark resumes across sessions.
+
+Output: one JSON line per fraction (trial rows, means, paired 95% t
+intervals over trials of ensemble - mean single student and ensemble - one
+student, the parameter ratio, seconds per stage), and last one JSON object
+`{"m_on_m": {fraction: {...}}}` with the issue's keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from benchmarks import distillation as bench_lib  # noqa: E402
+from components.config import PipelineConfig, from_dict, payload, to_dict  # noqa: E402
+from components.data.sources import ResolvedInput, image_example  # noqa: E402
+from components.distiller.run_fn import member_inputs, train_m_on_m  # noqa: E402
+from components.testing import results as results_lib  # noqa: E402
+from components.testing.stats import mean_std, t_interval  # noqa: E402
+from components.training import strategies  # noqa: E402
+from components.training import task as task_lib  # noqa: E402
+from pipelines import report  # noqa: E402
+from pipelines.configs import load_config  # noqa: E402
+
+VALIDATION_IMAGES = 5000
+SPLITS = (("train", "train/*.tfrecord"), ("eval", "eval/*.tfrecord"), ("test", "test/*.tfrecord"))
+# A conv teacher this machine trains in minutes (about 390k parameters), and
+# a student small enough that three of them weigh under a third of it.
+TEACHER = {
+    "hidden_units": [256],
+    "dropout": 0.5,
+    "conv": {"filters": [32, 64, 128], "convs_per_block": 1, "batch_norm": True, "dropout": 0.25},
+}
+STUDENT = {
+    "hidden_units": [32],
+    "conv": {"filters": [8, 16, 32], "convs_per_block": 1, "batch_norm": True},
+}
+# (alpha, T) candidates, chosen between on the validation split.
+CANDIDATES = ((0.5, 1.0), (0.9, 2.0), (0.9, 4.0))
+NUM_TEACHERS = 3
+# Seeds of the settings choice: outside every trial's (10 * trial + i).
+CHOICE_SEED = 900
+
+
+def write_splits(directory: str) -> ResolvedInput:
+    """Fashion-MNIST as train (55,000) / eval (5,000 validation) / test (official 10,000)."""
+    from components.data import fashion_mnist
+
+    marker = os.path.join(directory, "done")
+    if not os.path.exists(marker):
+        images, labels = fashion_mnist.load_split("train")
+        order = np.random.RandomState(0).permutation(len(images))
+        test_images, test_labels = fashion_mnist.load_split("eval")
+        parts = {
+            "train": (images[order[VALIDATION_IMAGES:]], labels[order[VALIDATION_IMAGES:]]),
+            "eval": (images[order[:VALIDATION_IMAGES]], labels[order[:VALIDATION_IMAGES]]),
+            "test": (test_images, test_labels),
+        }
+        for split, (x, y) in parts.items():
+            os.makedirs(os.path.join(directory, split), exist_ok=True)
+            pixels = x.reshape(len(x), -1).astype("float32") / 255.0
+            with tf.io.TFRecordWriter(os.path.join(directory, split, "data.tfrecord")) as w:
+                for image, label in zip(pixels, y, strict=True):
+                    w.write(image_example(image, int(label)))
+        open(marker, "w").close()
+    return ResolvedInput(directory, "*/*.tfrecord", "tfrecord", splits=SPLITS)
+
+
+def base_config(directory: str, teacher_steps: int, student_steps: int) -> PipelineConfig:
+    """The shipped fashion_mnist config on these splits, with `TEACHER` / `STUDENT`."""
+    data = to_dict(load_config("fashion_mnist"))
+    data.pop("kubeflow", None)
+    data["name"] = "fashion-mnist-methods"
+    data["data"].update(builtin="", path=directory)
+    data.update(teacher=TEACHER, student=STUDENT)
+    data["train"].update(train_steps=teacher_steps, eval_steps=20)
+    data["distillation"].update(student_train_steps=student_steps, scratch_baseline=False)
+    return from_dict(data)
+
+
+def with_fraction(config: PipelineConfig, fraction: float) -> PipelineConfig:
+    return dataclasses.replace(
+        config, data=dataclasses.replace(config.data, labeled_fraction=fraction)
+    )
+
+
+class Measured(bench_lib.Bench):
+    """`distillation.Bench` with the test split read apart from the validation split."""
+
+    def __init__(self, config, paths, workdir, choice):
+        super().__init__(config, paths, workdir, choice)
+        self.test = report.read_eval_examples(paths["raw_test"], config.data.label.name)
+
+    def test_probabilities(self, serving_dir: str) -> np.ndarray:
+        serve = tf.saved_model.load(serving_dir).signatures["serving_default"]
+        return report.probabilities(serve, self.test[0])
+
+    def test_accuracy(self, probs: np.ndarray) -> float:
+        return report.scores(probs, self.test[1])["accuracy"]
+
+    def params(self, serving_dir: str) -> int:
+        from components.distillation.model import count_params
+
+        return count_params(tf.saved_model.load(serving_dir).trainable_variables)
+
+
+def choose_settings(bench: Measured, config: PipelineConfig, seconds: dict) -> dict:
+    """(alpha, T) with the best validation accuracy of one distilled student."""
+    teacher = bench_lib._timed(
+        seconds,
+        "choice",
+        bench.train_classifier,
+        bench_lib.with_seed(config, CHOICE_SEED),
+        "teacher",
+        "choice/teacher",
+    )
+    scores = []
+    for alpha, temperature in CANDIDATES:
+        cfg = bench_lib.with_seed(config, CHOICE_SEED, alpha=alpha, temperature=temperature)
+        d = bench_lib._timed(
+            seconds, "choice", bench.distil, cfg, teacher, f"choice/a{alpha}_T{temperature}"
+        )
+        acc = bench.measure(d, latency=False)["accuracy"]
+        scores.append({"alpha": alpha, "temperature": temperature, "validation_acc": acc})
+        print(f"# choice alpha={alpha} T={temperature}: validation {acc:.4f}", file=sys.stderr)
+    best = max(scores, key=lambda r: r["validation_acc"])
+    return {"candidates": scores, "alpha": best["alpha"], "temperature": best["temperature"]}
+
+
+def m_on_m_trial(bench: Measured, config: PipelineConfig, trial: int) -> dict:
+    """Three teachers, the product's M-on-M, one student of all three; scored on test."""
+    seconds: dict[str, float] = {}
+    seeds = [10 * trial + i for i in range(NUM_TEACHERS)]
+    teachers = [
+        bench_lib._timed(
+            seconds,
+            "teachers",
+            bench.train_classifier,
+            bench_lib.with_seed(config, seed),
+            "teacher",
+            f"trial{trial}/teacher{i}",
+        )
+        for i, seed in enumerate(seeds)
+    ]
+    m_on_m = bench_lib.with_seed(
+        config, seeds[0], method="m_on_m", num_teachers=NUM_TEACHERS, cache_teacher_logits=True
+    )
+    inputs = bench.inputs(f"trial{trial}/m_on_m", config.student_train_steps())
+    task = task_lib.Task("Distiller", bench.choice, payload.Payload(config=m_on_m))
+    bench_lib._timed(seconds, "m_on_m_students", train_m_on_m, task, inputs, teachers)
+    members = [member_inputs(inputs, i).serving_model_dir for i in range(NUM_TEACHERS)]
+    one = bench_lib._timed(
+        seconds,
+        "one_student",
+        bench.distil,
+        bench_lib.with_seed(config, seeds[0], cache_teacher_logits=True),
+        teachers,
+        f"trial{trial}/one_student",
+    )
+    teacher_probs = [bench.test_probabilities(d) for d in teachers]
+    member_probs = [bench.test_probabilities(d) for d in members]
+    ensemble_probs = bench.test_probabilities(inputs.serving_model_dir)
+    # The served ensemble is the students' mean logits: check it is what was scored.
+    mean_logits = np.mean([np.log(np.clip(p, 1e-30, 1.0)) for p in member_probs], axis=0)
+    served = np.exp(mean_logits) / np.exp(mean_logits).sum(axis=1, keepdims=True)
+    assert np.allclose(served, ensemble_probs, atol=1e-4), "ensemble != mean of students' logits"
+    row = {
+        "trial": trial,
+        "teacher_accs": [bench.test_accuracy(p) for p in teacher_probs],
+        "teacher_ensemble_acc": bench.test_accuracy(np.mean(teacher_probs, axis=0)),
+        "single_accs": [bench.test_accuracy(p) for p in member_probs],
+        "student_ensemble_acc": bench.test_accuracy(ensemble_probs),
+        "student_of_teacher_ensemble_acc": bench.test_accuracy(bench.test_probabilities(one)),
+        "teacher_params": bench.params(teachers[0]),
+        "ensemble_params": bench.params(inputs.serving_model_dir),
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+    }
+    row["mean_single_acc"] = float(np.mean(row["single_accs"]))
+    return row
+
+
+def _interval(values: list[float]) -> list[float] | None:
+    if len(values) < 2:
+        return None
+    _, low, high = t_interval(values)
+    return [round(low, 4), round(high, 4)]
+
+
+def summarize_m_on_m(rows: list[dict], fraction: float, choice: dict) -> dict:
+    def mean(key):
+        return round(mean_std([r[key] for r in rows])[0], 4)
+
+    vs_single = [r["student_ensemble_acc"] - r["mean_single_acc"] for r in rows]
+    vs_one = [r["student_ensemble_acc"] - r["student_of_teacher_ensemble_acc"] for r in rows]
+    ratio = rows[0]["ensemble_params"] / rows[0]["teacher_params"]
+    out = {
+        "labeled_fraction": fraction,
+        "trials": len(rows),
+        "choice": choice,
+        "teacher_acc": round(float(np.mean([np.mean(r["teacher_accs"]) for r in rows])), 4),
+        "teacher_ensemble_acc": mean("teacher_ensemble_acc"),
+        "mean_single_acc": mean("mean_single_acc"),
+        "student_ensemble_acc": mean("student_ensemble_acc"),
+        "student_of_teacher_ensemble_acc": mean("student_of_teacher_ensemble_acc"),
+        "ensemble_minus_mean_single": round(float(np.mean(vs_single)), 4),
+        "ensemble_minus_mean_single_ci95": _interval(vs_single),
+        "ensemble_minus_student_of_teacher_ensemble": round(float(np.mean(vs_one)), 4),
+        "ensemble_minus_student_of_teacher_ensemble_ci95": _interval(vs_one),
+        "teacher_params": rows[0]["teacher_params"],
+        "ensemble_params": rows[0]["ensemble_params"],
+        "param_ratio_vs_one_teacher": round(ratio, 4),
+        "rows": rows,
+    }
+    ci = out["ensemble_minus_mean_single_ci95"]
+    out["targets"] = {
+        "ensemble_beats_mean_single_ci_excludes_0": ci is not None and ci[0] > 0,
+        "param_ratio_le_1/3": ratio <= 1 / 3,
+    }
+    return out
+
+
+def _trial_file(workdir: str, key: str, trial: int) -> str:
+    return os.path.join(workdir, "trials", key, f"trial{trial}.json")
+
+
+def _settings_key(config: PipelineConfig, scenario: str) -> str:
+    digest = hashlib.sha256(config.to_json().encode()).hexdigest()[:12]
+    return f"{scenario}-{config.data.labeled_fraction:g}-{digest}"
+
+
+def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: str) -> dict:
+    fraction = config.data.labeled_fraction
+    choice_path = os.path.join(workdir, "trials", _settings_key(config, "choice"), "choice.json")
+    if os.path.exists(choice_path):
+        with open(choice_path) as f:
+            choice = json.load(f)
+    else:
+        seconds: dict[str, float] = {}
+        choice = {**choose_settings(bench, config, seconds), "seconds": seconds}
+        os.makedirs(os.path.dirname(choice_path), exist_ok=True)
+        with open(choice_path, "w") as f:
+            json.dump(choice, f)
+    chosen = bench_lib.with_seed(
+        config, 0, alpha=choice["alpha"], temperature=choice["temperature"]
+    )
+    key = _settings_key(chosen, "m_on_m")
+    rows = []
+    for trial in range(trials):
+        path = _trial_file(workdir, key, trial)
+        if os.path.exists(path):
+            with open(path) as f:
+                rows.append(json.load(f))
+            continue
+        rows.append(m_on_m_trial(bench, chosen, trial))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(rows[-1], f)
+        os.replace(path + ".tmp", path)
+        r = rows[-1]
+        print(
+            f"# m_on_m {fraction:g} trial {trial}: singles {r['single_accs']}, ensemble "
+            f"{r['student_ensemble_acc']:.4f}, one student {r['student_of_teacher_ensemble_acc']:.4f}, "
+            f"teachers {r['teacher_ensemble_acc']:.4f}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return summarize_m_on_m(rows, fraction, choice)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--fractions", default="1,0.1")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--teacher-steps", type=int, default=3000)
+    parser.add_argument("--student-steps", type=int, default=4000)
+    parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "bench_methods"))
+    parser.add_argument(
+        "--shared-with",
+        default="",
+        help="what else ran on the cores (recorded; accuracy does not need an idle machine)",
+    )
+    parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
+    args = parser.parse_args(argv)
+
+    data = write_splits(os.path.join(args.workdir, "data"))
+    config = base_config(data.input_base, args.teacher_steps, args.student_steps)
+    paths = bench_lib.run_transform(config, args.workdir, data)
+    choice = strategies.create_strategy(config.strategy)
+    lines, headline = [], {"m_on_m": {}}
+    for fraction in (float(f) for f in args.fractions.split(",")):
+        started = time.perf_counter()
+        cfg = with_fraction(config, fraction)
+        bench = Measured(cfg, paths, args.workdir, choice)
+        line = run_m_on_m(bench, cfg, args.trials, args.workdir)
+        line["seconds"] = round(time.perf_counter() - started, 1)
+        bench_lib.emit({"scenario": "m_on_m", **line})
+        lines.append({"scenario": "m_on_m", **line})
+        headline["m_on_m"][f"{fraction:g}"] = {
+            k: line[k]
+            for k in (
+                "mean_single_acc",
+                "student_ensemble_acc",
+                "ensemble_minus_mean_single",
+                "ensemble_minus_mean_single_ci95",
+                "teacher_ensemble_acc",
+                "student_of_teacher_ensemble_acc",
+                "ensemble_minus_student_of_teacher_ensemble_ci95",
+                "param_ratio_vs_one_teacher",
+                "trials",
+            )
+        }
+    bench_lib.emit(headline)
+    if not args.no_results:
+        path = results_lib.write(
+            "distillation",
+            [*lines, headline],
+            shared_with=args.shared_with or None,
+            argv=sys.argv[1:] if argv is None else argv,
+            stem="distillation_m_on_m",
+        )
+        print(f"# wrote {os.path.relpath(path, REPO)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

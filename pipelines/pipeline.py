@@ -12,9 +12,9 @@ import dataclasses
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
-from components.config import M_ON_M, PipelineConfig
+from components.config import M_ON_M, NOISY_STUDENT, PipelineConfig
 from components.data.sources import ResolvedInput
-from components.distiller.component import Distiller, EnsembleStudent
+from components.distiller.component import Distiller, EnsembleStudent, StudentRound, round_id
 from components.example_gen import CsvExampleGen, ExampleRules, ImportExampleGen
 from components.pusher.component import Pusher
 from components.trainer.baseline import StudentBaseline
@@ -112,7 +112,8 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
       The components to add after `teacher`: the other teachers, the
       `StudentBaseline` when `distillation.scratch_baseline` is set, the
       `EnsembleStudent` with `distillation.method: m_on_m` (one student of
-      all the teachers, the M-on-M ensemble's yardstick), and the
+      all the teachers, the M-on-M ensemble's yardstick), with
+      `noisy_student` the `StudentRound`s before the last, and the
       Distiller, always last.
     """
     teachers = [teacher]
@@ -139,7 +140,27 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
         baselines.append(StudentBaseline(config=config, **common))
     if config.distillation.method == M_ON_M:
         baselines.append(EnsembleStudent(config=config, teacher_models=models, **common))
-    return [*teachers[1:], *baselines, Distiller(config=config, teacher_models=models, **common)]
+    if config.distillation.method != NOISY_STUDENT:
+        return [
+            *teachers[1:],
+            *baselines,
+            Distiller(config=config, teacher_models=models, **common),
+        ]
+    # Noisy Student: round k's student (seed train.seed + k) is round k + 1's teacher.
+    rounds = []
+    last = config.distillation.noisy_student.rounds
+    for k in range(1, last + 1):
+        seeded = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, seed=config.train.seed + k)
+        )
+        if k == last:
+            rounds.append(Distiller(config=seeded, teacher_models=models, **common))
+        else:
+            rounds.append(
+                StudentRound(config=seeded, teacher_models=models, **common).with_id(round_id(k))
+            )
+        models = [rounds[-1].outputs["model"]]
+    return [*teachers[1:], *baselines, *rounds]
 
 
 def example_gen(config: PipelineConfig, data: ResolvedInput):

@@ -34,6 +34,7 @@ _COLORS = {
     roles.SCRATCH: "tab:gray",
     roles.ENSEMBLE_STUDENT: "tab:green",
     roles.MEMBER: "tab:olive",
+    roles.ROUND: "tab:purple",
     roles.STUDENT: "tab:orange",
 }
 
@@ -49,7 +50,8 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
     Returns:
       `([(role, node, serving_dir), ...], eval_examples_glob)` with teachers
       first, then the scratch baseline and the `EnsembleStudent` if the run
-      has them, an M-on-M Distiller's students, and the student last.
+      has them, an M-on-M Distiller's students, Noisy Student's earlier
+      rounds in order, and the student last.
 
     Raises:
       ValueError: if the run has no teacher or no student model.
@@ -87,9 +89,18 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
         roles.SCRATCH: 1,
         roles.ENSEMBLE_STUDENT: 2,
         roles.MEMBER: 3,
-        roles.STUDENT: 4,
+        roles.ROUND: 4,
+        roles.STUDENT: 5,
     }
-    found.sort(key=lambda m: (rank[m[0]], teacher_order.get(m[3], len(teacher_order)), m[1]))
+
+    def order(model):
+        role, node, _, artifact_id = model
+        # Noisy Student rounds in round order (Round_2 before Round_10).
+        number = int(node.rsplit("_", 1)[-1]) if role == roles.ROUND else 0
+        consumed = teacher_order.get(artifact_id, len(teacher_order))
+        return rank[role], consumed if role == roles.TEACHER else 0, number, node
+
+    found.sort(key=order)
     models = [(role, node, serving_dir) for role, node, serving_dir, _ in found]
     if not {roles.TEACHER, roles.STUDENT} <= {role for role, _, _ in models}:
         raise ValueError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tfx import v1 as tfx
 
-from components.distiller.component import Distiller, EnsembleStudent
+from components.distiller.component import Distiller, EnsembleStudent, StudentRound
 from components.trainer import executor as trainer_executor
 from components.trainer.baseline import StudentBaseline
 from components.trainer.component import Trainer
@@ -25,6 +25,8 @@ ENSEMBLE_STUDENT = "one_student"
 # the M-on-M ensemble, and the teachers' own ensemble.
 MEMBER = "member"
 TEACHER_ENSEMBLE = "teachers"
+# A Noisy Student round before the last (`StudentRound`).
+ROUND = "round"
 
 GATE_ID = "DataGate"
 # Output key of the gate's validated schema (the next run's drift baseline).
@@ -34,6 +36,7 @@ _TRAINER_TYPE = Trainer.get_class_type()
 _DISTILLER_TYPE = Distiller.get_class_type()
 _BASELINE_TYPE = StudentBaseline.get_class_type()
 _ENSEMBLE_STUDENT_TYPE = EnsembleStudent.get_class_type()
+_ROUND_TYPE = StudentRound.get_class_type()
 EVALUATOR_TYPE = tfx.components.Evaluator.get_class_type()
 PUSHER_TYPE = tfx.components.Pusher.get_class_type()
 GATE_TYPE = DataGate.get_class_type()
@@ -46,12 +49,14 @@ def teacher_id(index: int) -> str:
 
 def model_role(execution_type: str) -> str | None:
     """`TEACHER` for a Trainer, `STUDENT` for a Distiller, `SCRATCH` for a
-    `StudentBaseline`, `ENSEMBLE_STUDENT` for an `EnsembleStudent`, None otherwise."""
+    `StudentBaseline`, `ENSEMBLE_STUDENT` for an `EnsembleStudent`, `ROUND` for a
+    `StudentRound`, None otherwise."""
     return {
         _TRAINER_TYPE: TEACHER,
         _DISTILLER_TYPE: STUDENT,
         _BASELINE_TYPE: SCRATCH,
         _ENSEMBLE_STUDENT_TYPE: ENSEMBLE_STUDENT,
+        _ROUND_TYPE: ROUND,
     }.get(execution_type)
 
 

@@ -21,6 +21,8 @@ _EXPORTS = {
     "DistillationConfig": "components.config.distillation",
     "MAX_TEACHERS": "components.config.distillation",
     "M_ON_M": "components.config.distillation",
+    "NOISY_STUDENT": "components.config.distillation",
+    "NoisyStudentConfig": "components.config.distillation",
     "DropInSettings": "components.config.dropin",
     "EvaluationConfig": "components.config.evaluation",
     "KubeflowConfig": "components.config.kubeflow",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import field
 from typing import Literal, Self
 
 from pydantic import model_validator
@@ -57,7 +58,7 @@ MAX_TEACHERS = 8
 
 # `distillation.method`: one student from every teacher's averaged soft
 # targets, or one student per teacher served as their mean of logits.
-KD, M_ON_M = "kd", "m_on_m"
+KD, M_ON_M, NOISY_STUDENT = "kd", "m_on_m", "noisy_student"
 
 
 def method_problem(method: str, num_teachers: int, weighted: bool) -> tuple[str, str] | None:
@@ -82,6 +83,51 @@ def method_problem(method: str, num_teachers: int, weighted: bool) -> tuple[str,
             "teacher weights have nothing to weigh; remove teacher_weights",
         )
     return None
+
+
+@section()
+class NoisyStudentConfig:
+    """Noisy Student self-training (`distillation.method: noisy_student`; Xie et al. 2020).
+
+    Round k's teacher (round 1: the teacher Trainers; later: round k - 1's
+    student) labels every unlabeled training example once, in inference
+    mode on the stored (clean) example; the round's student (the `student`
+    shape, which may be as large as the teacher or larger) trains on the
+    labeled examples plus the kept pseudo-labeled ones, noised by the
+    training settings: `student.dropout`, `student.conv.dropout` /
+    `stochastic_depth`, `train.augmentation` (views, mixup, `input_noise`).
+
+    Attributes:
+      rounds: Students trained one after another (each round's is the next
+        round's teacher); the last is the pipeline's candidate.
+      pseudo_labels: "hard": the teacher's most likely class; "soft": its
+        class probabilities (T = 1) as the target distribution.
+      confidence: Keep a pseudo-labeled example only when the teacher's
+        largest class probability is at least this.
+      balance: Give every class the same number of pseudo-labeled examples,
+        the mean kept per class: a class with more keeps its most confident,
+        a class with fewer repeats its examples (the most confident once
+        more when the count does not divide).
+    """
+
+    rounds: int = 2
+    pseudo_labels: Literal["hard", "soft"] = "hard"
+    confidence: float = 0.7
+    balance: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.rounds < 1:
+            fail(
+                "rounds", f"expected an integer >= 1 (students trained in turn), got {self.rounds}"
+            )
+        if not 0.0 < self.confidence < 1.0:
+            fail(
+                "confidence",
+                f"expected a number in (0, 1): the teacher's class probability a pseudo-label needs, "
+                f"got {self.confidence}",
+            )
+        return self
 
 
 @section("distillation")
@@ -130,7 +176,11 @@ class DistillationConfig:
         SavedModel that returns the mean of the students' logits; the
         pipeline also trains one student from all teachers
         (`EnsembleStudent`), what a user would pick instead, so the report
-        compares them.
+        compares them. "noisy_student": self-training on the unlabeled
+        examples (`noisy_student`); `alpha` and `temperature` are unused,
+        and the student may be as large as its teacher or larger
+        (`require_compression` does not apply).
+      noisy_student: The rounds and pseudo-labels of method noisy_student.
     """
 
     enabled: bool = False
@@ -144,7 +194,8 @@ class DistillationConfig:
     scratch_baseline: bool = False
     teacher_output: Literal["auto", "logits", "probabilities"] = "auto"
     label_key: str = ""
-    method: Literal["kd", "m_on_m"] = KD
+    method: Literal["kd", "m_on_m", "noisy_student"] = KD
+    noisy_student: NoisyStudentConfig = field(default_factory=NoisyStudentConfig)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -171,4 +222,10 @@ class DistillationConfig:
         )
         if problem:
             fail(*problem)
+        if self.method == NOISY_STUDENT and self.cache_teacher_logits:
+            fail(
+                "cache_teacher_logits",
+                "method noisy_student labels the unlabeled examples once per round, before the student "
+                "trains, so there is nothing to cache; set cache_teacher_logits: false",
+            )
         return self

@@ -14,7 +14,7 @@ from typing import Self
 from pydantic import model_validator
 
 from components.config.data import BUILTIN_DATASETS, DataConfig
-from components.config.distillation import M_ON_M, DistillationConfig
+from components.config.distillation import M_ON_M, NOISY_STUDENT, DistillationConfig
 from components.config.evaluation import EvaluationConfig
 from components.config.kubeflow import KubeflowConfig
 from components.config.runtime import (
@@ -102,8 +102,16 @@ class PipelineConfig:
                 "mixup mixes float (dense) features, and every feature is categorical "
                 "(integer ids, bucketized floats included); set mixup: 0",
             )
-        if has_data and self.distillation.enabled and self.distillation.require_compression:
+        noisy = self.distillation.method == NOISY_STUDENT
+        if (
+            has_data
+            and self.distillation.enabled
+            and self.distillation.require_compression
+            and not noisy
+        ):
             self._check_student_is_smaller()
+        if has_data and self.distillation.enabled and noisy:
+            self._check_noisy_student()
         check_service(self.ingestion, self.strategy, self.train.augmentation.image_views)
         if (
             has_data
@@ -119,6 +127,24 @@ class PipelineConfig:
             )
         reject_secrets(self)
         return self
+
+    def _check_noisy_student(self) -> None:
+        if self.data.labeled_fraction >= 1.0:
+            fail(
+                "data.labeled_fraction",
+                "method noisy_student learns from unlabeled examples, and with labeled_fraction 1 every "
+                "training example keeps its label; set labeled_fraction below 1 (the rest become the "
+                "unlabeled set) or method: kd",
+            )
+        if (
+            self.distillation.noisy_student.pseudo_labels == "soft"
+            and self.train.augmentation.mixup
+        ):
+            fail(
+                "distillation.noisy_student.pseudo_labels",
+                "soft pseudo-labels are class distributions, and mixup mixes integer labels; set "
+                "pseudo_labels: hard or train.augmentation.mixup: 0",
+            )
 
     def _check_student_is_smaller(self) -> None:
         # Both models embed the same categoricals; vocabularies only add

@@ -112,6 +112,22 @@ class MixedLabels(NamedTuple):
     lam: tf.Tensor
 
 
+class SoftLabels(NamedTuple):
+    """Target class distributions in place of a label tensor (Noisy Student's soft
+    pseudo-labels): the loss is the cross-entropy against `targets`.
+
+    Attributes:
+      label: Integer class ids, `[batch]` or `[batch, 1]`: the true label of
+        a labeled example, the most likely class of a pseudo-labeled one
+        (what training accuracy scores).
+      targets: float32 `[batch, classes]`, rows summing to 1 (one-hot for a
+        labeled example).
+    """
+
+    label: tf.Tensor
+    targets: tf.Tensor
+
+
 def sample_beta(alpha: float, shape: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     """Stateless draws from Beta(alpha, alpha), float32 in [0, 1].
 
@@ -172,7 +188,9 @@ def mixup(
     return out, MixedLabels(label=labels, partner=tf.gather(labels, perm), lam=lam)
 
 
-def label_terms(labels: tf.Tensor | MixedLabels) -> list[tuple[tf.Tensor, tf.Tensor]]:
+def label_terms(
+    labels: tf.Tensor | MixedLabels | SoftLabels,
+) -> list[tuple[tf.Tensor, tf.Tensor]]:
     """The hard-label loss as weighted terms: `loss_i = sum_t w_t[i] * CE(ids_t[i], logits_i)`.
 
     A plain label tensor is one term of weight 1 (0 for a negative,
@@ -180,15 +198,24 @@ def label_terms(labels: tf.Tensor | MixedLabels) -> list[tuple[tf.Tensor, tf.Ten
     weight `lam`, its partner's with `1 - lam`, each 0 where that label is
     missing. A missing label's share is dropped, not given to the other
     label: that label describes only its own share of the mixed input.
+    `SoftLabels` are one term per class c, of weight `targets[:, c]`: the
+    sum is the cross-entropy against the target distribution.
 
     Args:
-      labels: Integer class ids (`[batch]` or `[batch, 1]`) or `MixedLabels`.
+      labels: Integer class ids (`[batch]` or `[batch, 1]`), `MixedLabels` or
+        `SoftLabels`.
 
     Returns:
       `(class ids, weights)` pairs: int64 `[batch]` ids (missing labels as 0,
       a valid id, so the cross-entropy stays finite) and float32 `[batch]`
       weights.
     """
+    if isinstance(labels, SoftLabels):
+        batch = tf.shape(labels.targets)[0]
+        return [
+            (tf.fill([batch], tf.constant(c, tf.int64)), labels.targets[:, c])
+            for c in range(int(labels.targets.shape[-1]))
+        ]
     if isinstance(labels, MixedLabels):
         parts = ((labels.label, labels.lam), (labels.partner, 1.0 - labels.lam))
     else:
@@ -201,6 +228,6 @@ def label_terms(labels: tf.Tensor | MixedLabels) -> list[tuple[tf.Tensor, tf.Ten
     return terms
 
 
-def own_labels(labels: tf.Tensor | MixedLabels) -> tf.Tensor:
-    """The example's own labels (what training accuracy scores), mixed or not."""
-    return labels.label if isinstance(labels, MixedLabels) else labels
+def own_labels(labels: tf.Tensor | MixedLabels | SoftLabels) -> tf.Tensor:
+    """The example's own labels (what training accuracy scores), mixed or soft or not."""
+    return labels.label if isinstance(labels, (MixedLabels, SoftLabels)) else labels

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from components.config import PipelineConfig
+from components.config import NOISY_STUDENT, PipelineConfig
 from components.distillation.model import count_params
 from components.training.export import SERVING_OUTPUT_KEYS, TRANSFORMED_LOGITS_SIGNATURE
 
@@ -356,11 +356,15 @@ def check_teachers(
 def check_compression(
     config: PipelineConfig, student: keras.Model, teacher: TeacherInfo, where: str, fix: str
 ) -> None:
-    """Refuses a student not smaller than its teacher while `distillation.require_compression` holds.
+    """Refuses a student not smaller than its teacher while `distillation.require_compression` holds
+    (never for method noisy_student, whose students may be larger).
 
     Raises:
       ValueError: naming the field, with `fix` as the way to shrink the student.
     """
+    if config.distillation.method == NOISY_STUDENT:
+        # Noisy Student's students may be as large as their teachers or larger.
+        return
     student_params = count_params(student.trainable_weights)
     if config.distillation.require_compression and student_params >= teacher.num_params:
         raise ValueError(

@@ -249,3 +249,17 @@ class EnsembleStudent(Distiller):
             teacher_models=teacher_models,
             schema=schema,
         )
+
+
+def round_id(index: int) -> str:
+    """Node id of Noisy Student round `index` (1-based) before the last (the `Distiller`)."""
+    return f"Round_{index}"
+
+
+class StudentRound(Distiller):
+    """A Noisy Student round before the last: its student is the next round's teacher.
+
+    The same Distiller (`distillation.method: noisy_student`); a component
+    type of its own, so the report lists it as a round, not as the
+    candidate (`pipelines.roles`).
+    """

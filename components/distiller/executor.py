@@ -25,6 +25,9 @@ TEACHER_KEY_PREFIX = "teacher_model_"
 # M-on-M (`distillation.method: m_on_m`): each student's serving model, at
 # `<model artifact>/MEMBERS_DIR/<i>`, beside the ensemble's `Format-Serving`.
 MEMBERS_DIR = "m_on_m_students"
+# Noisy Student: what the round's teacher labeled and the student kept, at the
+# model artifact's root.
+ROUND_FILE = "noisy_student_round.json"
 
 
 def teacher_model_dirs(input_dict) -> list[str]:

@@ -22,14 +22,15 @@ import tf_keras as keras
 from absl import logging
 
 from components.compat import legacy_keras
-from components.config import M_ON_M, payload
-from components.distillation import losses
+from components.config import M_ON_M, NOISY_STUDENT, payload
+from components.distillation import losses, self_training
 from components.distillation import model as distillation
 from components.distillation import students as student_lib
 from components.distillation import teachers as teachers_lib
 from components.distillation import verdict as verdict_lib
-from components.distiller.executor import MEMBERS_DIR
+from components.distiller.executor import MEMBERS_DIR, ROUND_FILE
 from components.training import fit as training
+from components.training import models
 from components.training import task as task_lib
 from components.training.inputs import MASK_UNLABELED, make_datasets
 
@@ -105,6 +106,50 @@ def train_m_on_m(
         save_like=None,
         callbacks=callbacks,
     )
+
+
+def train_noisy_student(
+    task: task_lib.Task,
+    inputs: training.TrainingInputs,
+    teacher_dirs: Sequence[str],
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+) -> dict:
+    """One Noisy Student round with the configured student; exports it.
+
+    The teachers (the round's teacher: the first round's teacher Trainers or
+    the previous round's student) label the unlabeled examples
+    (`self_training.pseudo_label`); the student trains as a classifier on
+    the labeled and kept pseudo-labeled examples under the configured noise.
+
+    Returns:
+      The labeling summary with the student's eval results (`eval`).
+    """
+    config = task.config
+    tft_output = tft.TFTransformOutput(inputs.transform_output)
+    described = [teachers_lib.describe_teacher(d) for d in teacher_dirs]
+    probe = training.build_model(config, tft_output, config.student, "student")
+    teachers_lib.check_teachers(config, described, probe)
+    del probe
+    pseudo, summary = self_training.pseudo_label(config, inputs, described)
+
+    def build_and_compile() -> keras.Model:
+        model = training.build_model(config, tft_output, config.student, "student")
+        training.compile_classifier(model, config, inputs.train_steps)
+        return model
+
+    student, results = task.fit(inputs, build_and_compile, callbacks=callbacks, unlabeled=pseudo)
+    summary["eval"] = {k: float(v) for k, v in results.items()}
+    task.export(student, inputs)
+    _write_beside(task, inputs, ROUND_FILE, summary)
+    return summary
+
+
+def _write_beside(task: task_lib.Task, inputs: training.TrainingInputs, name: str, record) -> None:
+    """Writes `record` as JSON at the model artifact's root (chief only), beside its serving model."""
+    if task.is_chief:
+        path = os.path.join(os.path.dirname(inputs.serving_model_dir.rstrip("/")), name)
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(json.dumps(record, indent=2) + "\n")
 
 
 def member_inputs(inputs: training.TrainingInputs, index: int) -> training.TrainingInputs:
@@ -339,6 +384,32 @@ def _run_student_module(task: task_lib.Task, fn_args) -> None:
         config.distillation.alpha,
         config.distillation.temperature,
     )
+    if config.distillation.method == NOISY_STUDENT:
+        train_student_fn_check(task, inputs, described, probe=probe, module=module)
+        del probe
+        pseudo, summary = self_training.pseudo_label(config, inputs, described)
+        width = described[0].width
+
+        def build_and_compile() -> keras.Model:
+            # A Classifier over the student's layers: it trains on soft pseudo-labels too.
+            logits = student_lib.class_logits_model(build_student(), width)
+            model = models.Classifier(logits.inputs, logits.outputs, name="noisy_student")
+            model.student = logits
+            training.compile_classifier(model, config, inputs.train_steps)
+            return model
+
+        classifier, results = task.fit(inputs, build_and_compile, unlabeled=pseudo)
+        student = classifier.student
+        summary["eval"] = {k: float(v) for k, v in results.items()}
+        task.export(
+            student,
+            inputs,
+            save=lambda d: student_lib.export_like_teacher(student, tft_output, described[0], d),
+        )
+        _write_beside(task, inputs, ROUND_FILE, summary)
+        if config.distillation.scratch_baseline:
+            _judge(task, inputs, described, build_student, results, fn_args.serving_model_dir)
+        return
     if config.distillation.method == M_ON_M:
         # Each student is checked against its teacher before it trains.
         for teacher in described:
@@ -443,6 +514,9 @@ def run_fn(fn_args) -> None:
         inputs = training.TrainingInputs.from_fn_args(fn_args, task.config)
         if task.config.distillation.method == M_ON_M:
             train_m_on_m(task, inputs, task.payload.teacher_dirs)
+            return
+        if task.config.distillation.method == NOISY_STUDENT:
+            train_noisy_student(task, inputs, task.payload.teacher_dirs)
             return
         student, _ = train_student(task, inputs, task.payload.teacher_dirs)
         task.export(student, inputs)

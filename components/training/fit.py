@@ -18,6 +18,7 @@ from absl import logging
 
 from components.config import ConfigError, ModelConfig, PipelineConfig
 from components.data.preprocessing import num_ids
+from components.data.pseudo_labels import PseudoLabels
 from components.training import backup, cluster, models, strategies
 from components.training.inputs import DROP_UNLABELED, TrainingInputs, distributed_datasets
 
@@ -76,7 +77,7 @@ def fit(
     *,
     choice: strategies.StrategyChoice,
     callbacks: Sequence[keras.callbacks.Callback] = (),
-    unlabeled: str = DROP_UNLABELED,
+    unlabeled: str | PseudoLabels = DROP_UNLABELED,
 ) -> tuple[keras.Model, dict[str, float]]:
     """Builds, trains and evaluates a model under the configured strategy.
 

@@ -17,6 +17,7 @@ from absl import logging
 from components.config import PipelineConfig
 from components.data import augment as augment_lib
 from components.data import ingestion, labels, layout, service, stored_input
+from components.data.pseudo_labels import PseudoLabels
 from components.training import backup, strategies
 
 
@@ -83,7 +84,7 @@ def make_datasets(
     inputs: TrainingInputs,
     tft_output: tft.TFTransformOutput,
     input_context: tf.distribute.InputContext | None = None,
-    unlabeled: str = DROP_UNLABELED,
+    unlabeled: str | PseudoLabels = DROP_UNLABELED,
 ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
     """Train (repeated, shuffled) and eval datasets of `(features, label)`.
 
@@ -156,13 +157,15 @@ def make_datasets(
         )
 
     train = dataset(inputs.train_files, True, config.ingestion.batch_size)
-    if labeled_fraction < 1.0:
+    if labeled_fraction < 1.0 or isinstance(unlabeled, PseudoLabels):
         # Before augmentation: the labeled subset is decided on the stored example.
         batch_size = config.ingestion.batch_size
         if input_context is not None:
             # As `ingestion.make_dataset` batches for a distributed input pipeline.
             batch_size = input_context.get_per_replica_batch_size(batch_size)
-        train = partially_labeled(train, labeled_fraction, unlabeled, batch_size)
+        train = partially_labeled(
+            train, labeled_fraction, unlabeled, batch_size, seed=config.train.seed
+        )
     settings = config.train.augmentation
     if settings.mixup or (settings.image_views and not remote_views):
         train = augmented(train, config, input_context, views=not remote_views)
@@ -187,7 +190,11 @@ def _remote_views(features, config: PipelineConfig):
 
 
 def partially_labeled(
-    dataset: tf.data.Dataset, fraction: float, unlabeled: str, batch_size: int
+    dataset: tf.data.Dataset,
+    fraction: float,
+    unlabeled: str | PseudoLabels,
+    batch_size: int,
+    seed: int | None = None,
 ) -> tf.data.Dataset:
     """Applies `data.labeled_fraction` to repeated training batches of `(features, label)`.
 
@@ -197,9 +204,27 @@ def partially_labeled(
       unlabeled: `DROP_UNLABELED`: train on the labeled examples only (a
         teacher, or a student from scratch); `MASK_UNLABELED`: keep every
         example and give the others the label `UNLABELED`, so the Distiller
-        learns soft targets on them and hard labels on the rest.
+        learns soft targets on them and hard labels on the rest;
+        `PseudoLabels` (Noisy Student): the kept unlabeled examples get
+        their pseudo-label and are repeated as balancing asked, the others
+        are dropped. An example is unlabeled when `fraction` withholds its
+        label or its stored label is negative.
       batch_size: Examples per batch of this input pipeline.
+      seed: Of the shuffle that separates repeated pseudo-labeled examples.
     """
+    if isinstance(unlabeled, PseudoLabels):
+
+        def relabel(features, label):
+            known = labels.labeled_mask(features, fraction) & (tf.reshape(label, [-1]) >= 0)
+            return unlabeled.apply(features, label, known)
+
+        # Repeated examples of one batch would share a batch: mix them first.
+        relabeled = dataset.map(relabel, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+        return (
+            relabeled.shuffle(16 * batch_size, seed=seed)
+            .batch(batch_size, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE)
+        )
     if unlabeled == MASK_UNLABELED:
 
         def mask(features, label):
@@ -282,7 +307,7 @@ def distributed_datasets(
     inputs: TrainingInputs,
     tft_output: tft.TFTransformOutput,
     choice: strategies.StrategyChoice,
-    unlabeled: str = DROP_UNLABELED,
+    unlabeled: str | PseudoLabels = DROP_UNLABELED,
 ):
     """Per-input-pipeline train and eval datasets, distributed by the strategy.
 

@@ -345,11 +345,13 @@ class Classifier(GradientAccumulationMixin, keras.Model):
     label is `augment.MixedLabels` (`train.augmentation.mixup`). Their loss
     is `lam * CE(y) + (1 - lam) * CE(y[perm])` per example (missing labels
     dropped, see `augment.label_terms`), through the compiled loss; training
-    accuracy scores the example's own label.
+    accuracy scores the example's own label. `augment.SoftLabels` (Noisy
+    Student's soft pseudo-labels) train on the cross-entropy against their
+    target distribution, the same way.
     """
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
-        if not isinstance(y, augment.MixedLabels):
+        if not isinstance(y, (augment.MixedLabels, augment.SoftLabels)):
             return super().compute_loss(x, y, y_pred, sample_weight)
         # The compiled cross-entropy (a mean over its rows) over the batch
         # written once per label term, each row weighted by its term's weight

@@ -530,15 +530,16 @@ def scaled_steps(
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["--scenario"] and argv[1:2] == ["m_on_m"]:
-        # The distillation methods' scenarios, with their own options.
+    if argv[:1] == ["--scenario"]:
+        # The distillation methods' scenarios (m_on_m, noisy_student), with their own options.
         from benchmarks import distillation_methods
 
-        distillation_methods.main(argv[2:])
+        distillation_methods.main(argv)
         return
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
-        epilog="'--scenario m_on_m [options]' (first) runs benchmarks/distillation_methods.py instead",
+        epilog="'--scenario m_on_m|noisy_student [options]' (first) runs "
+        "benchmarks/distillation_methods.py instead",
     )
     parser.add_argument("--datasets", default="digits,mnist,taxi")
     parser.add_argument("--seeds", type=int, default=5)

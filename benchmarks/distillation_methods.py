@@ -260,6 +260,150 @@ def summarize_m_on_m(rows: list[dict], fraction: float, choice: dict) -> dict:
     return out
 
 
+# Noisy Student: one conv net for teacher, students and the architecture alone
+# (equal sizes, as the reference study's 1% recipe), and its recipe, taken from
+# that study (none of it chosen on this test set): hard pseudo-labels at
+# confidence 0.7, balanced; noise = dropout, translate / flip views, mixup 0.2.
+NS_MODEL = {
+    "hidden_units": [64],
+    "dropout": 0.3,
+    "conv": {"filters": [16, 32, 64], "convs_per_block": 1, "batch_norm": True, "dropout": 0.25},
+}
+NS_NOISE = {"translate": 2, "flip": True, "mixup": 0.2}
+
+
+def noisy_config(config: PipelineConfig, noise: bool, rounds: int = 2) -> PipelineConfig:
+    """The Noisy Student config: `NS_MODEL` for every role, with or without its noise."""
+    data = to_dict(config)
+    model = json.loads(json.dumps(NS_MODEL))
+    if not noise:
+        model["dropout"] = 0.0
+        model["conv"]["dropout"] = 0.0
+    data.update(teacher=NS_MODEL, student=model)
+    data["train"]["augmentation"] = dict(NS_NOISE)
+    data["distillation"].update(
+        method="noisy_student",
+        cache_teacher_logits=False,
+        require_compression=False,
+        noisy_student={
+            "rounds": rounds,
+            "pseudo_labels": "hard",
+            "confidence": 0.7,
+            "balance": True,
+        },
+    )
+    if not noise:
+        # The students' noise off; the teacher (trained by the noised config) keeps its own.
+        data["train"]["augmentation"] = {"translate": 0, "flip": False, "mixup": 0.0}
+    return from_dict(data)
+
+
+def noisy_trial(bench: Measured, config: PipelineConfig, seed: int, rounds: int) -> dict:
+    """Teacher, rounds with and without noise, the architecture alone; scored on test."""
+    from components.distiller.run_fn import train_noisy_student
+
+    seconds: dict[str, float] = {}
+    noised, quiet = noisy_config(config, True, rounds), noisy_config(config, False, rounds)
+    teacher = bench_lib._timed(
+        seconds,
+        "teacher",
+        bench.train_classifier,
+        bench_lib.with_seed(noised, seed),
+        "teacher",
+        f"seed{seed}/teacher",
+    )
+    alone = bench_lib._timed(
+        seconds,
+        "arch_alone",
+        bench.train_classifier,
+        bench_lib.with_seed(noised, seed),
+        "student",
+        f"seed{seed}/alone",
+    )
+    row = {
+        "seed": seed,
+        "teacher_acc": bench.test_accuracy(bench.test_probabilities(teacher)),
+        "student_arch_alone_acc": bench.test_accuracy(bench.test_probabilities(alone)),
+    }
+    for name, cfg in (("round", noised), ("no_noise_round", quiet)):
+        previous, accs, kept = teacher, [], []
+        for k in range(1, rounds + 1):
+            inputs = bench.inputs(f"seed{seed}/{name}{k}", cfg.student_train_steps())
+            seeded = bench_lib.with_seed(cfg, seed + k)
+            task = task_lib.Task("Distiller", bench.choice, payload.Payload(config=seeded))
+            summary = bench_lib._timed(
+                seconds, f"{name}s", train_noisy_student, task, inputs, [previous]
+            )
+            previous = inputs.serving_model_dir
+            accs.append(bench.test_accuracy(bench.test_probabilities(previous)))
+            kept.append({k2: summary[k2] for k2 in ("unlabeled", "confident", "kept", "per_class")})
+        row[f"{name}_accs"], row[f"{name}_kept"] = accs, kept
+    row["params"] = bench.params(teacher)
+    row["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
+    return row
+
+
+def summarize_noisy(rows: list[dict], fraction: float) -> dict:
+    final = [r["round_accs"][-1] for r in rows]
+    vs_alone = [f - r["student_arch_alone_acc"] for f, r in zip(final, rows, strict=True)]
+    vs_teacher = [f - r["teacher_acc"] for f, r in zip(final, rows, strict=True)]
+    rounds = len(rows[0]["round_accs"])
+
+    def mean(values):
+        return round(float(np.mean(values)), 4)
+
+    out = {
+        "labeled_fraction": fraction,
+        "seeds": len(rows),
+        "model": NS_MODEL,
+        "noise": NS_NOISE,
+        "params": rows[0]["params"],
+        "teacher_acc": mean([r["teacher_acc"] for r in rows]),
+        "round_accs": [mean([r["round_accs"][k] for r in rows]) for k in range(rounds)],
+        "no_noise_round_accs": [
+            mean([r["no_noise_round_accs"][k] for r in rows]) for k in range(rounds)
+        ],
+        "student_arch_alone_acc": mean([r["student_arch_alone_acc"] for r in rows]),
+        "final_minus_arch_alone": mean(vs_alone),
+        "final_minus_arch_alone_ci95": _interval(vs_alone),
+        "final_minus_teacher": mean(vs_teacher),
+        "final_minus_teacher_ci95": _interval(vs_teacher),
+        "rows": rows,
+    }
+    ci = out["final_minus_arch_alone_ci95"]
+    out["targets"] = {"final_beats_arch_alone_ci_excludes_0": ci is not None and ci[0] > 0}
+    return out
+
+
+def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, workdir: str):
+    key = _settings_key(noisy_config(config, True, rounds), "noisy_student")
+    rows = []
+    for seed in range(seeds):
+        path = _trial_file(workdir, key, seed)
+        if os.path.exists(path):
+            with open(path) as f:
+                rows.append(json.load(f))
+            continue
+        rows.append(noisy_trial(bench, config, seed, rounds))
+        _save(path, rows[-1])
+        r = rows[-1]
+        print(
+            f"# noisy_student {config.data.labeled_fraction:g} seed {seed}: teacher "
+            f"{r['teacher_acc']:.4f}, rounds {r['round_accs']}, no noise {r['no_noise_round_accs']}, "
+            f"alone {r['student_arch_alone_acc']:.4f}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return summarize_noisy(rows, config.data.labeled_fraction)
+
+
+def _save(path: str, record: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
 def _trial_file(workdir: str, key: str, trial: int) -> str:
     return os.path.join(workdir, "trials", key, f"trial{trial}.json")
 
@@ -293,10 +437,7 @@ def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: st
                 rows.append(json.load(f))
             continue
         rows.append(m_on_m_trial(bench, chosen, trial))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            json.dump(rows[-1], f)
-        os.replace(path + ".tmp", path)
+        _save(path, rows[-1])
         r = rows[-1]
         print(
             f"# m_on_m {fraction:g} trial {trial}: singles {r['single_accs']}, ensemble "
@@ -308,10 +449,36 @@ def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: st
     return summarize_m_on_m(rows, fraction, choice)
 
 
+M_ON_M_KEYS = (
+    "mean_single_acc",
+    "student_ensemble_acc",
+    "ensemble_minus_mean_single",
+    "ensemble_minus_mean_single_ci95",
+    "teacher_ensemble_acc",
+    "student_of_teacher_ensemble_acc",
+    "ensemble_minus_student_of_teacher_ensemble_ci95",
+    "param_ratio_vs_one_teacher",
+    "trials",
+)
+NOISY_KEYS = (
+    "teacher_acc",
+    "round_accs",
+    "no_noise_round_accs",
+    "student_arch_alone_acc",
+    "final_minus_arch_alone",
+    "final_minus_arch_alone_ci95",
+    "final_minus_teacher",
+    "final_minus_teacher_ci95",
+    "seeds",
+)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--fractions", default="1,0.1")
-    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--scenario", choices=("m_on_m", "noisy_student"), default="m_on_m")
+    parser.add_argument("--fractions", default="", help="default: 1,0.1 (m_on_m), 0.01,0.1")
+    parser.add_argument("--trials", type=int, default=5, help="trials (m_on_m) or seeds")
+    parser.add_argument("--rounds", type=int, default=2, help="Noisy Student rounds")
     parser.add_argument("--teacher-steps", type=int, default=3000)
     parser.add_argument("--student-steps", type=int, default=4000)
     parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "bench_methods"))
@@ -322,34 +489,32 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
     args = parser.parse_args(argv)
+    noisy = args.scenario == "noisy_student"
+    fractions = args.fractions or ("0.01,0.1" if noisy else "1,0.1")
 
     data = write_splits(os.path.join(args.workdir, "data"))
     config = base_config(data.input_base, args.teacher_steps, args.student_steps)
-    paths = bench_lib.run_transform(config, args.workdir, data)
+    # Transform's output does not depend on step counts: fixed ones keep its cached run.
+    paths = bench_lib.run_transform(base_config(data.input_base, 2000, 3000), args.workdir, data)
     choice = strategies.create_strategy(config.strategy)
-    lines, headline = [], {"m_on_m": {}}
-    for fraction in (float(f) for f in args.fractions.split(",")):
+    lines, headline = [], {args.scenario: {}}
+    for fraction in (float(f) for f in fractions.split(",")):
         started = time.perf_counter()
         cfg = with_fraction(config, fraction)
         bench = Measured(cfg, paths, args.workdir, choice)
-        line = run_m_on_m(bench, cfg, args.trials, args.workdir)
-        line["seconds"] = round(time.perf_counter() - started, 1)
-        bench_lib.emit({"scenario": "m_on_m", **line})
-        lines.append({"scenario": "m_on_m", **line})
-        headline["m_on_m"][f"{fraction:g}"] = {
-            k: line[k]
-            for k in (
-                "mean_single_acc",
-                "student_ensemble_acc",
-                "ensemble_minus_mean_single",
-                "ensemble_minus_mean_single_ci95",
-                "teacher_ensemble_acc",
-                "student_of_teacher_ensemble_acc",
-                "ensemble_minus_student_of_teacher_ensemble_ci95",
-                "param_ratio_vs_one_teacher",
-                "trials",
-            )
+        if noisy:
+            line = run_noisy(bench, cfg, args.trials, args.rounds, args.workdir)
+        else:
+            line = run_m_on_m(bench, cfg, args.trials, args.workdir)
+        line = {
+            "scenario": args.scenario,
+            **line,
+            "seconds": round(time.perf_counter() - started, 1),
         }
+        bench_lib.emit(line)
+        lines.append(line)
+        keys = NOISY_KEYS if noisy else M_ON_M_KEYS
+        headline[args.scenario][f"{fraction:g}"] = {k: line[k] for k in keys}
     bench_lib.emit(headline)
     if not args.no_results:
         path = results_lib.write(
@@ -357,7 +522,7 @@ def main(argv: list[str] | None = None) -> None:
             [*lines, headline],
             shared_with=args.shared_with or None,
             argv=sys.argv[1:] if argv is None else argv,
-            stem="distillation_m_on_m",
+            stem=f"distillation_{args.scenario}",
         )
         print(f"# wrote {os.path.relpath(path, REPO)}", file=sys.stderr)
 

@@ -75,6 +75,14 @@ class PipelineConfig:
                     f"{role}.conv",
                     "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
                 )
+        for role in ("teacher", "student"):
+            conv = getattr(self, role).conv
+            if conv is not None and conv.residual and self.train.gradient_checkpointing:
+                fail(
+                    f"{role}.conv.residual",
+                    "train.gradient_checkpointing recomputes whole conv blocks, which have no residual "
+                    "branches; turn one of them off",
+                )
         student_steps = self.student_train_steps()
         if self.distillation.enabled and self.train.warmup_steps >= student_steps:
             fail(
@@ -91,6 +99,16 @@ class PipelineConfig:
             fail(
                 "train.augmentation",
                 "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape",
+            )
+        if (
+            has_data
+            and self.train.augmentation.input_noise
+            and not any(not f.is_categorical and not f.shape for f in self.data.features)
+        ):
+            fail(
+                "train.augmentation.input_noise",
+                "input noise perturbs tabular float features (float, no image shape), and there is "
+                "none; set input_noise: 0 (images get translate / flip)",
             )
         if (
             has_data

@@ -37,11 +37,16 @@ class AugmentationConfig:
         example lacks (`data.labeled_fraction`) contributes nothing (its
         share is not moved to the other label); labels stay integer class
         ids. Needs at least one float feature.
+      input_noise: Standard deviation of Gaussian noise added to every
+        tabular float feature (float, no image shape) of each training
+        example, in the transformed (z-scored) units (0: off): the input
+        noise of a Noisy Student on tabular data. Needs such a feature.
     """
 
     translate: int = 0
     flip: bool = False
     mixup: float = 0.0
+    input_noise: float = 0.0
 
     @property
     def image_views(self) -> bool:
@@ -50,7 +55,7 @@ class AugmentationConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.image_views or bool(self.mixup)
+        return self.image_views or bool(self.mixup) or bool(self.input_noise)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -63,6 +68,11 @@ class AugmentationConfig:
                 "mixup",
                 f"expected a number >= 0, the alpha of Beta(alpha, alpha) (0 turns mixup off; "
                 f"0.2 to 0.4 is usual), got {self.mixup}",
+            )
+        if not self.input_noise >= 0:
+            fail(
+                "input_noise",
+                f"expected a standard deviation >= 0 (0 turns it off), got {self.input_noise}",
             )
         return self
 
@@ -155,6 +165,9 @@ class ConvTowerConfig:
       convs_per_block: Convolutions per block before its pooling.
       batch_norm: Batch normalisation after each convolution.
       dropout: Dropout rate after each block's pooling.
+      residual: The second and later convolutions of each block add their
+        input to their output (`x + f(x)`, He et al. 2016): branches that
+        the model's `stochastic_depth` can skip. Needs `convs_per_block >= 2`.
     """
 
     filters: tuple[int, ...] = (32, 64)
@@ -162,6 +175,7 @@ class ConvTowerConfig:
     convs_per_block: int = 1
     batch_norm: bool = True
     dropout: float = 0.0
+    residual: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -176,6 +190,12 @@ class ConvTowerConfig:
             fail("convs_per_block", f"expected an integer >= 1, got {self.convs_per_block}")
         if not 0.0 <= self.dropout < 1.0:
             fail("dropout", f"expected a number in [0, 1), got {self.dropout}")
+        if self.residual and self.convs_per_block < 2:
+            fail(
+                "residual",
+                "residual branches are a block's second and later convolutions, and "
+                f"convs_per_block is {self.convs_per_block}; set convs_per_block: 2 or more, or residual: false",
+            )
         return self
 
 
@@ -189,12 +209,18 @@ class ModelConfig:
       dropout: Dropout rate after each hidden layer.
       conv: A convolutional tower for image-shaped features (null: they
         enter the hidden layers as flat vectors, an MLP).
+      stochastic_depth: Stochastic depth (Huang et al. 2016), the noise of a
+        Noisy Student's conv tower: in training each residual branch
+        (`conv.residual`) is skipped for an example with this probability
+        (and scaled by 1 / (1 - rate) when kept); never at evaluation or
+        serving. Needs a conv tower with `residual: true`.
     """
 
     hidden_units: tuple[int, ...] = (64, 32)
     embedding_dim: int = 8
     dropout: float = 0.0
     conv: ConvTowerConfig | None = None
+    stochastic_depth: float = 0.0
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -207,6 +233,15 @@ class ModelConfig:
             fail("embedding_dim", f"expected an integer >= 1, got {self.embedding_dim}")
         if not 0.0 <= self.dropout < 1.0:
             fail("dropout", f"expected a number in [0, 1), got {self.dropout}")
+        if not 0.0 <= self.stochastic_depth < 1.0:
+            fail("stochastic_depth", f"expected a number in [0, 1), got {self.stochastic_depth}")
+        if self.stochastic_depth and (self.conv is None or not self.conv.residual):
+            fail(
+                "stochastic_depth",
+                "stochastic depth skips the residual branches of a conv tower, and this model has "
+                + ("no conv tower" if self.conv is None else "conv.residual: false")
+                + "; give it conv with convs_per_block >= 2 and residual: true, or set stochastic_depth: 0",
+            )
         return self
 
 

@@ -97,6 +97,27 @@ def augment_images(
     return out
 
 
+def input_noise(
+    features: Mapping[str, tf.Tensor], keys: Sequence[str], stddev: float, seed: tf.Tensor
+) -> dict[str, tf.Tensor]:
+    """Adds Gaussian noise of `stddev` to the float features `keys` of one batch.
+
+    Args:
+      features: Transformed features of a batch.
+      keys: The tabular float features to perturb (others pass through).
+      stddev: Standard deviation, in the features' transformed units.
+      seed: Stateless seed `[2]` for this batch.
+    """
+    out = dict(features)
+    for i, key in enumerate(sorted(keys)):
+        x = features[key]
+        noise = tf.random.stateless_normal(
+            tf.shape(x), tf.random.experimental.stateless_fold_in(seed, i), stddev=stddev
+        )
+        out[key] = x + tf.cast(noise, x.dtype)
+    return out
+
+
 class MixedLabels(NamedTuple):
     """The labels of a mixed batch (see `mixup`), in place of its label tensor.
 

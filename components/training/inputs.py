@@ -167,7 +167,7 @@ def make_datasets(
             train, labeled_fraction, unlabeled, batch_size, seed=config.train.seed
         )
     settings = config.train.augmentation
-    if settings.mixup or (settings.image_views and not remote_views):
+    if settings.mixup or settings.input_noise or (settings.image_views and not remote_views):
         train = augmented(train, config, input_context, views=not remote_views)
     return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)
 
@@ -250,6 +250,8 @@ def partially_labeled(
 
 # Stateless-seed stream of mixup, apart from the image views' streams (one per image feature).
 MIXUP_STREAM = 0x6D6978
+# ... and of the tabular input noise.
+NOISE_STREAM = 0x6E6F69
 
 
 def augmented(
@@ -258,7 +260,7 @@ def augmented(
     input_context: tf.distribute.InputContext | None = None,
     views: bool = True,
 ) -> tf.data.Dataset:
-    """Training batches with `train.augmentation` applied: image views, then mixup.
+    """Training batches with `train.augmentation` applied: image views, input noise, then mixup.
 
     `views=False` leaves the image views out: the service's workers made them
     (`ingestion.service.remote: augment`).
@@ -277,6 +279,9 @@ def augmented(
     """
     settings = config.train.augmentation
     dense = sorted(f.transformed_name for f in config.data.features if not f.is_categorical)
+    tabular = sorted(
+        f.transformed_name for f in config.data.features if not f.is_categorical and not f.shape
+    )
     pipeline_id = input_context.input_pipeline_id if input_context is not None else 0
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
 
@@ -285,6 +290,13 @@ def augmented(
         seed = tf.stack([tf.constant(config.train.seed, tf.int64), index * pipelines + pipeline_id])
         if views and settings.image_views:
             features = _image_views(features, config, seed)
+        if settings.input_noise:
+            features = augment_lib.input_noise(
+                features,
+                tabular,
+                settings.input_noise,
+                tf.random.experimental.stateless_fold_in(seed, NOISE_STREAM),
+            )
         if settings.mixup:
             features, label = augment_lib.mixup(
                 features,

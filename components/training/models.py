@@ -58,7 +58,7 @@ def build_classifier(
         else:
             inp = keras.Input(shape=(feature.size,), dtype="float32", name=key)
             parts.append(
-                conv_tower(inp, feature.shape, model.conv, key, recompute)
+                conv_tower(inp, feature.shape, model.conv, key, recompute, model.stochastic_depth)
                 if feature.shape and model.conv
                 else inp
             )
@@ -78,6 +78,7 @@ def conv_tower(
     conv: ConvTowerConfig,
     key: str,
     recompute: bool = False,
+    stochastic_depth: float = 0.0,
 ) -> keras.KerasTensor:
     """Conv blocks over one image-shaped feature, flattened (see `ConvTowerConfig`).
 
@@ -89,6 +90,8 @@ def conv_tower(
       recompute: Each block (convolutions, batch norm, ReLU, pooling) becomes
         one `CheckpointedConvBlock` whose activations are recomputed in the
         backward pass; the block's dropout stays outside it.
+      stochastic_depth: Rate of skipping each residual branch in training
+        (`StochasticDepth`; `conv.residual` makes the branches).
 
     Returns:
       `[batch, features]`: the last block's output, flattened.
@@ -103,6 +106,7 @@ def conv_tower(
             continue
         for c in range(conv.convs_per_block):
             name = f"{key}_block{b}_conv{c}"
+            shortcut = x
             # Batch norm has its own shift, so the convolution needs no bias.
             x = keras.layers.Conv2D(
                 filters, conv.kernel_size, padding="same", use_bias=not conv.batch_norm, name=name
@@ -110,11 +114,39 @@ def conv_tower(
             if conv.batch_norm:
                 x = keras.layers.BatchNormalization(name=f"{name}_bn")(x)
             x = keras.layers.ReLU(name=f"{name}_relu")(x)
+            if conv.residual and c > 0:
+                if stochastic_depth:
+                    x = StochasticDepth(stochastic_depth, name=f"{name}_drop_path")(x)
+                x = keras.layers.Add(name=f"{name}_residual")([shortcut, x])
         if min(x.shape[1], x.shape[2]) >= 2:
             x = keras.layers.MaxPooling2D(2, name=f"{key}_block{b}_pool")(x)
         if conv.dropout:
             x = keras.layers.Dropout(conv.dropout, name=f"{key}_block{b}_dropout")(x)
     return keras.layers.Flatten(name=f"{key}_conv_flat")(x)
+
+
+class StochasticDepth(keras.layers.Layer):
+    """Skips a residual branch per example in training (Huang et al. 2016).
+
+    In training each example's branch output is zeroed with probability
+    `rate` and otherwise scaled by `1 / (1 - rate)`, so its expectation is
+    unchanged; at evaluation and serving it passes through.
+    """
+
+    def __init__(self, rate: float, **kwargs):
+        super().__init__(**kwargs)
+        self.rate = float(rate)
+
+    def call(self, x, training=None):
+        if not training or not self.rate:
+            return x
+        keep = 1.0 - self.rate
+        shape = tf.concat([tf.shape(x)[:1], tf.ones([tf.rank(x) - 1], tf.int32)], axis=0)
+        mask = tf.floor(keep + tf.random.uniform(shape, dtype=x.dtype))
+        return x * mask / tf.cast(keep, x.dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "rate": self.rate}
 
 
 class _RecomputableBatchNorm(keras.layers.BatchNormalization):

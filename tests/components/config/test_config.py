@@ -596,6 +596,34 @@ def test_mixup_errors_name_the_field(edit, match):
     _assert_edit_rejected(_taxi_dict(), edit, match)
 
 
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (
+            lambda d: d["train"].update(augmentation={"input_noise": -0.1}),
+            r"^train\.augmentation\.input_noise: expected a standard deviation >= 0",
+        ),
+        # Only categorical features: nothing tabular and float to perturb.
+        (
+            lambda d: (
+                d["data"].update(features=[f for f in d["data"]["features"] if "num_buckets" in f]),
+                d["train"].update(augmentation={"input_noise": 0.1}),
+            ),
+            r"^train\.augmentation\.input_noise: input noise perturbs tabular float features",
+        ),
+    ],
+)
+def test_input_noise_errors_name_the_field(edit, match):
+    _assert_edit_rejected(_taxi_dict(), edit, match)
+
+
+def test_input_noise_counts_as_augmentation():
+    data = _taxi_dict()
+    data["train"]["augmentation"] = {"input_noise": 0.1}
+    augmentation = from_dict(data).train.augmentation
+    assert augmentation.enabled and not augmentation.image_views
+
+
 def test_mixup_needs_no_image_and_counts_as_augmentation():
     data = _taxi_dict()
     data["train"]["augmentation"] = {"mixup": 0.2}

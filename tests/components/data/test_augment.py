@@ -133,3 +133,22 @@ def test_label_terms_weigh_each_label_by_its_share_and_drop_missing_labels():
     np.testing.assert_allclose(own_w.numpy(), [0.7, 0.0, 0.25])
     np.testing.assert_allclose(partner_w.numpy(), [0.0, 0.6, 0.75])
     np.testing.assert_array_equal(augment.own_labels(mixed).numpy(), [[2], [unlabeled], [1]])
+
+
+def test_input_noise_perturbs_the_tabular_floats_with_the_asked_spread_and_nothing_else():
+    features = {
+        "fare_xf": tf.zeros([4000, 1]),
+        "image_xf": tf.ones([4000, 4]),
+        "company_xf": tf.range(4000, dtype=tf.int64),
+    }
+    seed = tf.constant([7, 0], tf.int64)
+    noised = augment.input_noise(features, ["fare_xf"], 0.5, seed)
+    assert 0.48 < float(tf.math.reduce_std(noised["fare_xf"])) < 0.52
+    assert abs(float(tf.reduce_mean(noised["fare_xf"]))) < 0.03
+    np.testing.assert_array_equal(noised["image_xf"].numpy(), features["image_xf"].numpy())
+    np.testing.assert_array_equal(noised["company_xf"].numpy(), features["company_xf"].numpy())
+    # Stateless: the same seed, the same noise; another batch's seed, other noise.
+    again = augment.input_noise(features, ["fare_xf"], 0.5, seed)
+    np.testing.assert_array_equal(again["fare_xf"].numpy(), noised["fare_xf"].numpy())
+    other = augment.input_noise(features, ["fare_xf"], 0.5, tf.constant([7, 1], tf.int64))
+    assert not np.array_equal(other["fare_xf"].numpy(), noised["fare_xf"].numpy())

@@ -127,3 +127,92 @@ def test_models_without_a_conv_tower_ignore_checkpointing(recompute):
     shape = config.student
     model = models.build_classifier(config.data, shape, {}, "s", recompute=recompute)
     assert not any(isinstance(layer, models.CheckpointedConvBlock) for layer in model.layers)
+
+
+def _residual(stochastic_depth: float = 0.0, **conv):
+    data = {
+        "name": "models-test",
+        "data": {
+            "path": "unused.tfrecord",
+            "format": "tfrecord",
+            "label": {"name": "y", "num_classes": 3},
+            "features": [
+                {"name": "img", "kind": "float", "size": 64, "shape": [8, 8, 1]},
+                {"name": "x", "kind": "float"},
+            ],
+        },
+        "teacher": {
+            "hidden_units": [8],
+            "conv": {"filters": [4, 6], "convs_per_block": 2, "residual": True, **conv},
+            "stochastic_depth": stochastic_depth,
+        },
+    }
+    return from_dict(data)
+
+
+def test_residual_branches_add_their_input_and_stochastic_depth_is_noise_in_training_only():
+    config = _residual(stochastic_depth=0.5)
+    model = models.build_classifier(config.data, config.teacher, {}, "student")
+    names = [layer.name for layer in model.layers]
+    # One branch per block (its second convolution), each skippable.
+    assert [n for n in names if n.endswith("_residual")] == [
+        "img_xf_block0_conv1_residual",
+        "img_xf_block1_conv1_residual",
+    ]
+    assert sum(isinstance(layer, models.StochasticDepth) for layer in model.layers) == 2
+    features, _ = _batch(64)
+    assert not np.array_equal(
+        model(features, training=True).numpy(), model(features, training=True).numpy()
+    )
+    np.testing.assert_array_equal(
+        model(features, training=False).numpy(), model(features, training=False).numpy()
+    )
+    # Without stochastic depth the same residual model has the same weights, and no noise.
+    plain = models.build_classifier(config.data, _residual().teacher, {}, "plain")
+    assert [v.shape for v in plain.trainable_variables] == [
+        v.shape for v in model.trainable_variables
+    ]
+
+
+def test_stochastic_depth_drops_whole_examples_and_keeps_the_expectation():
+    layer = models.StochasticDepth(0.25)
+    x = tf.ones([20000, 3, 3, 2])
+    out = layer(x, training=True).numpy()
+    per_example = out.reshape(len(out), -1)
+    # Each example's branch is all kept (scaled by 4 / 3) or all dropped.
+    np.testing.assert_allclose(np.unique(per_example), [0.0, 1 / 0.75], rtol=1e-6)
+    assert (per_example == per_example[:, :1]).all()
+    assert 0.72 < (per_example[:, 0] > 0).mean() < 0.78
+    assert abs(out.mean() - 1.0) < 0.03
+    np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (
+            lambda d: d["teacher"].pop("conv"),
+            r"^teacher\.stochastic_depth: stochastic depth skips the residual branches of a conv "
+            r"tower, and this model has no conv tower",
+        ),
+        (
+            lambda d: d["teacher"]["conv"].update(residual=False),
+            r"^teacher\.stochastic_depth: .*conv\.residual: false",
+        ),
+        (
+            lambda d: d["teacher"]["conv"].update(convs_per_block=1),
+            r"^teacher\.conv\.residual: residual branches are a block's second",
+        ),
+        (
+            lambda d: d.setdefault("train", {}).update(gradient_checkpointing=True),
+            r"^teacher\.conv\.residual: train\.gradient_checkpointing recomputes whole conv blocks",
+        ),
+    ],
+)
+def test_stochastic_depth_a_model_cannot_take_is_refused_naming_the_field(edit, match):
+    from components.config import ConfigError, to_dict
+
+    data = to_dict(_residual(stochastic_depth=0.2))
+    edit(data)
+    with pytest.raises(ConfigError, match=match):
+        from_dict(data)

@@ -28,7 +28,10 @@ def _taxi_dict():
     return yaml.safe_load((SHIPPED_CONFIG_DIR / "taxi.yaml").read_text())
 
 
-@pytest.mark.parametrize("name", ["taxi", "digits", "fashion_mnist"])
+@pytest.mark.parametrize(
+    "name",
+    ["taxi", "digits", "fashion_mnist", "fashion_mnist_m_on_m", "fashion_mnist_noisy_student"],
+)
 def test_shipped_configs_load(name):
     config = load_config(name)
     # Kubeflow pipeline names take "-" where file names take "_".
@@ -203,7 +206,8 @@ def test_missing_required_feature_key():
 def test_unknown_config_name_lists_shipped_ones():
     with pytest.raises(
         ConfigError,
-        match=r"'nope' is neither a YAML file nor a shipped config \(digits, fashion_mnist, taxi\)",
+        match=r"'nope' is neither a YAML file nor a shipped config \(digits, fashion_mnist, "
+        r"fashion_mnist_m_on_m, fashion_mnist_noisy_student, taxi\)",
     ):
         load_config("nope")
 

@@ -376,25 +376,35 @@ def summarize_noisy(rows: list[dict], fraction: float) -> dict:
 
 
 def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, workdir: str):
-    key = _settings_key(noisy_config(config, True, rounds), "noisy_student")
+    fraction = config.data.labeled_fraction
+    rows = _resumable(
+        workdir,
+        _settings_key(noisy_config(config, True, rounds), "noisy_student"),
+        seeds,
+        lambda seed: noisy_trial(bench, config, seed, rounds),
+        lambda seed, r: (
+            f"noisy_student {fraction:g} seed {seed}: teacher {r['teacher_acc']:.4f}, rounds "
+            f"{r['round_accs']}, no noise {r['no_noise_round_accs']}, alone "
+            f"{r['student_arch_alone_acc']:.4f}"
+        ),
+    )
+    return summarize_noisy(rows, fraction)
+
+
+def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[dict]:
+    """Rows 0 .. count - 1 of one setting: read back where a run saved them, else
+    `run_one(i)`, saved at once (and `describe(i, row)` printed)."""
     rows = []
-    for seed in range(seeds):
-        path = _trial_file(workdir, key, seed)
+    for i in range(count):
+        path = _trial_file(workdir, key, i)
         if os.path.exists(path):
             with open(path) as f:
                 rows.append(json.load(f))
             continue
-        rows.append(noisy_trial(bench, config, seed, rounds))
+        rows.append(run_one(i))
         _save(path, rows[-1])
-        r = rows[-1]
-        print(
-            f"# noisy_student {config.data.labeled_fraction:g} seed {seed}: teacher "
-            f"{r['teacher_acc']:.4f}, rounds {r['round_accs']}, no noise {r['no_noise_round_accs']}, "
-            f"alone {r['student_arch_alone_acc']:.4f}",
-            file=sys.stderr,
-            flush=True,
-        )
-    return summarize_noisy(rows, config.data.labeled_fraction)
+        print(f"# {describe(i, rows[-1])}", file=sys.stderr, flush=True)
+    return rows
 
 
 def _save(path: str, record: dict) -> None:
@@ -422,30 +432,21 @@ def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: st
     else:
         seconds: dict[str, float] = {}
         choice = {**choose_settings(bench, config, seconds), "seconds": seconds}
-        os.makedirs(os.path.dirname(choice_path), exist_ok=True)
-        with open(choice_path, "w") as f:
-            json.dump(choice, f)
+        _save(choice_path, choice)
     chosen = bench_lib.with_seed(
         config, 0, alpha=choice["alpha"], temperature=choice["temperature"]
     )
-    key = _settings_key(chosen, "m_on_m")
-    rows = []
-    for trial in range(trials):
-        path = _trial_file(workdir, key, trial)
-        if os.path.exists(path):
-            with open(path) as f:
-                rows.append(json.load(f))
-            continue
-        rows.append(m_on_m_trial(bench, chosen, trial))
-        _save(path, rows[-1])
-        r = rows[-1]
-        print(
-            f"# m_on_m {fraction:g} trial {trial}: singles {r['single_accs']}, ensemble "
+    rows = _resumable(
+        workdir,
+        _settings_key(chosen, "m_on_m"),
+        trials,
+        lambda trial: m_on_m_trial(bench, chosen, trial),
+        lambda trial, r: (
+            f"m_on_m {fraction:g} trial {trial}: singles {r['single_accs']}, ensemble "
             f"{r['student_ensemble_acc']:.4f}, one student {r['student_of_teacher_ensemble_acc']:.4f}, "
-            f"teachers {r['teacher_ensemble_acc']:.4f}",
-            file=sys.stderr,
-            flush=True,
-        )
+            f"teachers {r['teacher_ensemble_acc']:.4f}"
+        ),
+    )
     return summarize_m_on_m(rows, fraction, choice)
 
 

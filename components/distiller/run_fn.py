@@ -57,28 +57,8 @@ def train_student(
     Raises:
       ValueError: before training, if the teachers cannot teach this student.
     """
-    config = task.config
-    settings = config.distillation
-    tft_output = tft.TFTransformOutput(inputs.transform_output)
-    described = [teachers_lib.describe_teacher(d) for d in teacher_dirs]
-    probe = training.build_model(config, tft_output, config.student, "student")
-    teachers_lib.check_teachers(config, described, probe)
-    logging.info(
-        "Distiller: student %d parameters, teachers %s; alpha=%s T=%s",
-        distillation.count_params(probe.trainable_weights),
-        [t.num_params for t in described],
-        settings.alpha,
-        settings.temperature,
-    )
-    del probe
-
-    return _distil(
-        task,
-        inputs,
-        lambda: training.build_model(config, tft_output, config.student, "student"),
-        described,
-        callbacks,
-    )
+    described, build_student = _configured_student(task.config, inputs, teacher_dirs)
+    return _distil(task, inputs, build_student, described, callbacks)
 
 
 def train_m_on_m(
@@ -92,20 +72,33 @@ def train_m_on_m(
     Returns:
       Eval accuracies (`members_m_on_m`).
     """
-    config = task.config
+    described, build_student = _configured_student(task.config, inputs, teacher_dirs)
+    return members_m_on_m(
+        task, inputs, described, build_student, save_like=None, callbacks=callbacks
+    )
+
+
+def _configured_student(config, inputs: training.TrainingInputs, teacher_dirs: Sequence[str]):
+    """The teachers, described and checked against the configured student (before any
+    training), and the function that builds that student."""
     tft_output = tft.TFTransformOutput(inputs.transform_output)
     described = [teachers_lib.describe_teacher(d) for d in teacher_dirs]
-    probe = training.build_model(config, tft_output, config.student, "student")
+
+    def build_student() -> keras.Model:
+        return training.build_model(config, tft_output, config.student, "student")
+
+    probe = build_student()
     teachers_lib.check_teachers(config, described, probe)
-    del probe
-    return members_m_on_m(
-        task,
-        inputs,
-        described,
-        lambda: training.build_model(config, tft_output, config.student, "student"),
-        save_like=None,
-        callbacks=callbacks,
+    settings = config.distillation
+    logging.info(
+        "Distiller (%s): student %d parameters, teachers %s; alpha=%s T=%s",
+        settings.method,
+        distillation.count_params(probe.trainable_weights),
+        [t.num_params for t in described],
+        settings.alpha,
+        settings.temperature,
     )
+    return described, build_student
 
 
 def train_noisy_student(
@@ -125,15 +118,11 @@ def train_noisy_student(
       The labeling summary with the student's eval results (`eval`).
     """
     config = task.config
-    tft_output = tft.TFTransformOutput(inputs.transform_output)
-    described = [teachers_lib.describe_teacher(d) for d in teacher_dirs]
-    probe = training.build_model(config, tft_output, config.student, "student")
-    teachers_lib.check_teachers(config, described, probe)
-    del probe
+    described, build_student = _configured_student(config, inputs, teacher_dirs)
     pseudo, summary = self_training.pseudo_label(config, inputs, described)
 
     def build_and_compile() -> keras.Model:
-        model = training.build_model(config, tft_output, config.student, "student")
+        model = build_student()
         training.compile_classifier(model, config, inputs.train_steps)
         return model
 

@@ -25,6 +25,7 @@ from components.training import fit as training
 from components.training import models
 from components.training import task as task_lib
 from components.training.export import TRANSFORMED_LOGITS_SIGNATURE
+from tests.components.distiller.user_runs import raw_digits_examples
 
 # --------------------------------------------------------------------------- #
 # Construction
@@ -382,15 +383,8 @@ def test_student_artifact_serves_like_its_teachers(digits_distillation_run):
             ), name
             assert student.signatures[name].structured_outputs == fn.structured_outputs, name
     # Raw serialized tf.Examples in (no label), as serving sends them.
-    records = tf.data.TFRecordDataset(
-        os.path.join(output, "data", "digits", "digits.tfrecord")
-    ).take(8)
-    examples = []
-    for record in records:
-        example = tf.train.Example.FromString(record.numpy())
-        del example.features.feature[config.data.label.name]
-        examples.append(example.SerializeToString())
-    outputs = student.signatures["serving_default"](examples=tf.constant(examples))
+    examples = raw_digits_examples(output, config.data.label.name, 8)
+    outputs = student.signatures["serving_default"](examples=examples)
     assert outputs["probabilities"].shape == (8, 10)
     np.testing.assert_allclose(outputs["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
 

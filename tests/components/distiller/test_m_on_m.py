@@ -12,11 +12,9 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_transform as tft
 import tf_keras as keras
-from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components.config import ConfigError, PipelineConfig, module_config_from_dict, payload
+from components.config import ConfigError, PipelineConfig
 from components.config.payload import CONFIG_KEY
 from components.distillation.model import count_params
 from components.distiller import run_fn as distiller_run_fn
@@ -24,7 +22,12 @@ from components.distiller.component import Distiller, EnsembleStudent
 from components.distiller.executor import MEMBERS_DIR
 from components.testing.tiny import tiny
 from tests.components.distiller.test_component import _channels
-from tests.components.distiller.test_student_strategies import STUDENT_MODULE, _save_teacher
+from tests.components.distiller.test_student_strategies import STUDENT_MODULE
+from tests.components.distiller.user_runs import (
+    penguin_teachers,
+    raw_digits_examples,
+    run_student_fn,
+)
 from tests.components.training import penguins
 
 
@@ -131,29 +134,13 @@ def test_the_ensemble_student_is_a_kd_distiller_of_its_own_type(digits_config):
 def test_a_student_fn_m_on_m_serves_the_mean_of_its_students_with_the_teachers_signature(
     tmp_path,
 ):
-    data = penguins.materialize(penguins.penguins_config(), str(tmp_path / "data"))
-    tft_output = tft.TFTransformOutput(data.transform_output)
-    features = sorted(
-        k for k, s in tft_output.transformed_feature_spec().items() if s.dtype == tf.float32
-    )
-    teachers = [str(tmp_path / f"teacher{i}") for i in range(2)]
-    for t in teachers:
-        _save_teacher(t, tft_output, features)
-    module = tmp_path / "student_module.py"
-    module.write_text(STUDENT_MODULE.format(features=features))
-    config = module_config_from_dict(
-        {
-            "strategy": {"kind": "one_device"},
-            "ingestion": {"batch_size": 32, "eval_batch_size": 32, "shuffle_buffer": 0},
-            "train": {"train_steps": 6, "eval_steps": 2},
-            "distillation": {"label_key": penguins.LABEL, "method": "m_on_m"},
-        }
-    )
-    custom_config = payload.encode(None, config=config)
-    custom_config[payload.TEACHER_DIRS_KEY] = teachers
-    custom_config[payload.STUDENT_MODULE_KEY] = {"module_file": str(module)}
-    inputs = penguins.inputs_for(data, str(tmp_path), "run", config)
-    distiller_run_fn.run_fn(FnArgs(**inputs, custom_config=custom_config))
+    data, teachers, module = penguin_teachers(str(tmp_path), 2)
+    sections = {
+        "ingestion": {"batch_size": 32, "eval_batch_size": 32, "shuffle_buffer": 0},
+        "train": {"train_steps": 6, "eval_steps": 2},
+        "distillation": {"label_key": penguins.LABEL, "method": "m_on_m"},
+    }
+    inputs = run_student_fn(data, teachers, module, str(tmp_path), sections)
 
     serving = inputs["serving_model_dir"]
     root = os.path.join(os.path.dirname(serving.rstrip("/")), MEMBERS_DIR)
@@ -196,18 +183,6 @@ def m_on_m_run(tmp_path_factory, digits_config):
     return output, config, local_runner.run(config, output, runner="beam")
 
 
-def _raw_examples(output, config, n=16):
-    records = tf.data.TFRecordDataset(
-        os.path.join(output, "data", "digits", "digits.tfrecord")
-    ).take(n)
-    examples = []
-    for record in records:
-        example = tf.train.Example.FromString(record.numpy())
-        del example.features.feature[config.data.label.name]
-        examples.append(example.SerializeToString())
-    return tf.constant(examples)
-
-
 @pytest.mark.e2e
 def test_the_m_on_m_pipeline_serves_the_students_mean_and_reports_every_model(m_on_m_run):
     from pipelines import roles
@@ -236,7 +211,7 @@ def test_the_m_on_m_pipeline_serves_the_students_mean_and_reports_every_model(m_
     assert verdict["one_student_acc"] == by_role[roles.ENSEMBLE_STUDENT][0]["accuracy"]
     assert verdict["message"].startswith("The ensemble of 2 students scored")
 
-    examples = _raw_examples(output, config)
+    examples = raw_digits_examples(output, config.data.label.name)
     served = tf.saved_model.load(ensemble_row["serving_dir"])
     teacher = tf.saved_model.load(by_role[roles.TEACHER][0]["serving_dir"])
     assert set(served.signatures) == set(teacher.signatures)

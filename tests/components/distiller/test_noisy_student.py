@@ -12,25 +12,24 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_transform as tft
-from tfx.components.trainer.fn_args_utils import FnArgs
 
 from components.config import (
     ConfigError,
     PipelineConfig,
     from_dict,
-    module_config_from_dict,
-    payload,
     to_dict,
 )
 from components.distillation import self_training
 from components.distillation import teachers as teachers_lib
-from components.distiller import run_fn as distiller_run_fn
 from components.distiller.executor import ROUND_FILE
 from components.testing.tiny import tiny
 from components.training import fit as training
 from components.training import models
-from tests.components.distiller.test_student_strategies import STUDENT_MODULE, _save_teacher
+from tests.components.distiller.user_runs import (
+    penguin_teachers,
+    raw_digits_examples,
+    run_student_fn,
+)
 from tests.components.training import penguins
 
 
@@ -124,36 +123,17 @@ def test_a_student_fn_round_trains_on_the_kept_pseudo_labels_and_serves_like_its
 ):
     data = penguins.materialize(penguins.penguins_config(), str(tmp_path / "data"))
     data = _half_unlabeled(data, str(tmp_path / "half"))
-    tft_output = tft.TFTransformOutput(data.transform_output)
-    features = sorted(
-        k for k, s in tft_output.transformed_feature_spec().items() if s.dtype == tf.float32
-    )
-    teacher = str(tmp_path / "teacher")
-    _save_teacher(teacher, tft_output, features)
-    module = tmp_path / "student_module.py"
-    module.write_text(STUDENT_MODULE.format(features=features))
-    config = module_config_from_dict(
-        {
-            "strategy": {"kind": "one_device"},
-            "ingestion": {"batch_size": 32, "eval_batch_size": 32, "shuffle_buffer": 0},
-            "train": {"train_steps": 6, "eval_steps": 2},
-            "distillation": {
-                "label_key": penguins.LABEL,
-                "method": "noisy_student",
-                # The untrained teacher is unsure: keep what it says.
-                "noisy_student": {
-                    "confidence": 0.01,
-                    "pseudo_labels": pseudo_labels,
-                    "balance": False,
-                },
-            },
-        }
-    )
-    custom_config = payload.encode(None, config=config)
-    custom_config[payload.TEACHER_DIRS_KEY] = [teacher]
-    custom_config[payload.STUDENT_MODULE_KEY] = {"module_file": str(module)}
-    inputs = penguins.inputs_for(data, str(tmp_path), "run", config)
-    distiller_run_fn.run_fn(FnArgs(**inputs, custom_config=custom_config))
+    data, (teacher,), module = penguin_teachers(str(tmp_path), 1, data)
+    noisy = {
+        # The untrained teacher is unsure: keep all it says, once.
+        "noisy_student": {"confidence": 0.01, "pseudo_labels": pseudo_labels, "balance": False}
+    }
+    sections = {
+        "ingestion": {"batch_size": 32, "eval_batch_size": 32, "shuffle_buffer": 0},
+        "train": {"train_steps": 6, "eval_steps": 2},
+        "distillation": {"label_key": penguins.LABEL, "method": "noisy_student", **noisy},
+    }
+    inputs = run_student_fn(data, [teacher], module, str(tmp_path), sections)
 
     root = os.path.dirname(inputs["serving_model_dir"].rstrip("/"))
     with open(os.path.join(root, ROUND_FILE)) as f:
@@ -171,31 +151,16 @@ def test_a_student_fn_round_trains_on_the_kept_pseudo_labels_and_serves_like_its
 
 
 def test_a_student_fn_round_without_unlabeled_examples_is_refused_before_training(tmp_path):
-    data = penguins.materialize(penguins.penguins_config(), str(tmp_path / "data"))
-    tft_output = tft.TFTransformOutput(data.transform_output)
-    features = sorted(
-        k for k, s in tft_output.transformed_feature_spec().items() if s.dtype == tf.float32
-    )
-    teacher = str(tmp_path / "teacher")
-    _save_teacher(teacher, tft_output, features)
-    module = tmp_path / "student_module.py"
-    module.write_text(STUDENT_MODULE.format(features=features))
-    config = module_config_from_dict(
-        {
-            "strategy": {"kind": "one_device"},
-            "train": {"train_steps": 6, "eval_steps": 2},
-            "distillation": {"label_key": penguins.LABEL, "method": "noisy_student"},
-        }
-    )
-    custom_config = payload.encode(None, config=config)
-    custom_config[payload.TEACHER_DIRS_KEY] = [teacher]
-    custom_config[payload.STUDENT_MODULE_KEY] = {"module_file": str(module)}
-    inputs = penguins.inputs_for(data, str(tmp_path), "run", config)
+    data, teachers, module = penguin_teachers(str(tmp_path), 1)
+    sections = {
+        "train": {"train_steps": 6, "eval_steps": 2},
+        "distillation": {"label_key": penguins.LABEL, "method": "noisy_student"},
+    }
     with pytest.raises(
         ValueError, match=r"^data\.labeled_fraction: no training example is unlabeled"
     ):
-        distiller_run_fn.run_fn(FnArgs(**inputs, custom_config=custom_config))
-    assert not os.path.exists(inputs["serving_model_dir"])
+        run_student_fn(data, teachers, module, str(tmp_path), sections)
+    assert not os.path.exists(tmp_path / "run" / "serving_model_dir")
 
 
 # --------------------------------------------------------------------------- #
@@ -272,15 +237,7 @@ def test_the_teacher_labels_in_inference_mode_and_the_student_serves_without_noi
     )
 
     served = tf.saved_model.load(os.path.join(_uri(output, "Distiller"), "Format-Serving"))
-    records = tf.data.TFRecordDataset(
-        os.path.join(output, "data", "digits", "digits.tfrecord")
-    ).take(16)
-    examples = []
-    for record in records:
-        example = tf.train.Example.FromString(record.numpy())
-        del example.features.feature[config.data.label.name]
-        examples.append(example.SerializeToString())
-    batch = tf.constant(examples)
+    batch = raw_digits_examples(output, config.data.label.name)
     once = served.signatures["serving_default"](examples=batch)["probabilities"].numpy()
     twice = served.signatures["serving_default"](examples=batch)["probabilities"].numpy()
     np.testing.assert_array_equal(once, twice)

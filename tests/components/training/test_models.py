@@ -11,7 +11,9 @@ from components.config import from_dict
 from components.training import models
 
 
-def _config(convs_per_block: int = 2, dropout: float = 0.0):
+def _config(
+    convs_per_block: int = 2, dropout: float = 0.0, residual: bool = False, stochastic_depth=0.0
+):
     return from_dict(
         {
             "name": "models-test",
@@ -31,7 +33,9 @@ def _config(convs_per_block: int = 2, dropout: float = 0.0):
                     "convs_per_block": convs_per_block,
                     "batch_norm": True,
                     "dropout": dropout,
+                    "residual": residual,
                 },
+                "stochastic_depth": stochastic_depth,
             },
         }
     )
@@ -129,25 +133,8 @@ def test_models_without_a_conv_tower_ignore_checkpointing(recompute):
     assert not any(isinstance(layer, models.CheckpointedConvBlock) for layer in model.layers)
 
 
-def _residual(stochastic_depth: float = 0.0, **conv):
-    data = {
-        "name": "models-test",
-        "data": {
-            "path": "unused.tfrecord",
-            "format": "tfrecord",
-            "label": {"name": "y", "num_classes": 3},
-            "features": [
-                {"name": "img", "kind": "float", "size": 64, "shape": [8, 8, 1]},
-                {"name": "x", "kind": "float"},
-            ],
-        },
-        "teacher": {
-            "hidden_units": [8],
-            "conv": {"filters": [4, 6], "convs_per_block": 2, "residual": True, **conv},
-            "stochastic_depth": stochastic_depth,
-        },
-    }
-    return from_dict(data)
+def _residual(stochastic_depth: float = 0.0):
+    return _config(residual=True, stochastic_depth=stochastic_depth)
 
 
 def test_residual_branches_add_their_input_and_stochastic_depth_is_noise_in_training_only():

@@ -70,6 +70,36 @@ def test_distillation_pipeline_wiring(tmp_path, digits_config):
     assert pusher.inputs["model_blessing"] is evaluator.outputs["blessing"]
 
 
+def test_noisy_student_chains_its_rounds_and_gates_the_last_against_the_first_teacher(
+    tmp_path, digits_config
+):
+    config = dataclasses.replace(
+        digits_config,
+        data=dataclasses.replace(digits_config.data, labeled_fraction=0.1),
+        distillation=dataclasses.replace(
+            digits_config.distillation,
+            enabled=True,
+            method="noisy_student",
+            cache_teacher_logits=False,
+            scratch_baseline=False,
+            noisy_student=dataclasses.replace(digits_config.distillation.noisy_student, rounds=3),
+        ),
+    )
+    components = _build(config, tmp_path)
+    chain = [components[n] for n in ("Trainer", "Round_1", "Round_2", "Distiller")]
+    for teacher, student in zip(chain, chain[1:], strict=False):
+        assert student.inputs[teacher_key(0)] is teacher.outputs["model"]
+        assert teacher_key(1) not in student.inputs
+    seeds = [
+        json.loads(json.loads(c.exec_properties["custom_config"])["tfxkit_config"])["train"]["seed"]
+        for c in chain[1:]
+    ]
+    assert seeds == [digits_config.train.seed + k for k in (1, 2, 3)]
+    evaluator = components["Evaluator"]
+    assert evaluator.inputs["model"] is components["Distiller"].outputs["model"]
+    assert evaluator.inputs["baseline_model"] is components["Trainer"].outputs["model"]
+
+
 def test_pipeline_without_distillation_is_unchanged(tmp_path, digits_config):
     plain = dataclasses.replace(
         digits_config, distillation=dataclasses.replace(digits_config.distillation, enabled=False)

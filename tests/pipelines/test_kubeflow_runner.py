@@ -445,6 +445,21 @@ def test_m_on_m_places_its_ensemble_student_as_the_trainer(tmp_path):
         assert _env(_container(component, task_id))["TFXKIT_PLACEMENT_ID"] == "Trainer"
 
 
+def test_noisy_student_rounds_are_chained_and_placed_as_the_trainer(tmp_path):
+    digits = yaml.safe_load((SHIPPED_CONFIG_DIR / "digits.yaml").read_text())
+    distillation = {
+        **digits["distillation"],
+        "method": "noisy_student",
+        "cache_teacher_logits": False,
+        "noisy_student": {"rounds": 3},
+    }
+    config = _digits(data={**digits["data"], "labeled_fraction": 0.1}, distillation=distillation)
+    component = _compiled(config, tmp_path / "noisy.yaml")
+    for task_id in ("Round_1", "Round_2", "Distiller"):
+        assert _container(component, task_id)["resources"] == DIGITS_TRAINER_RESOURCES, task_id
+        assert _env(_container(component, task_id))["TFXKIT_PLACEMENT_ID"] == "Trainer"
+
+
 def test_a_distiller_entry_overrides_the_trainers_placement(tmp_path):
     config = _digits(placements={"Distiller": T4_DISTILLER})
     component = _compiled(config, tmp_path / "t4.yaml")

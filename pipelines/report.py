@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.config import PipelineConfig
+from components.config.distillation import KD, NOISY_STUDENT
 from components.distillation import verdict as verdict_lib
 from components.distillation.model import count_params
 from components.distiller.executor import MEMBERS_DIR, TEACHER_KEY_PREFIX
@@ -240,17 +241,24 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {k: student[k] / teacher[k] if teacher[k] else float("nan") for k in keys}
 
 
-def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Whether distillation paid on this run (`components.distillation.verdict`).
+def verdict(rows: list[dict[str, Any]], method: str = KD) -> dict[str, Any]:
+    """Whether the run's method paid (`components.distillation.verdict`).
 
-    Compares the student with the first teacher (the Evaluator's baseline)
-    and, when the run has one, with the scratch baseline.
+    kd: the student against the first teacher (the Evaluator's baseline)
+    and, when the run has one, the scratch baseline; M-on-M: the ensemble
+    against its students and the one student; Noisy Student: each round,
+    the last against the network alone and the first teacher.
     """
 
     def accuracy(role):
         return next((r["accuracy"] for r in rows if r["role"] == role), None)
 
     members = [r["accuracy"] for r in rows if r["role"] == roles.MEMBER]
+    if method == NOISY_STUDENT:
+        rounds = [r["accuracy"] for r in rows if r["role"] in (roles.ROUND, roles.STUDENT)]
+        return verdict_lib.noisy_student_verdict(
+            accuracy(roles.TEACHER), rounds, accuracy(roles.SCRATCH)
+        )
     if members:
         return verdict_lib.m_on_m_verdict(
             accuracy(roles.TEACHER_ENSEMBLE),
@@ -334,7 +342,7 @@ def distillation_report(
     return {
         "models": rows,
         "student_vs_teacher": _ratios(rows),
-        "verdict": verdict(rows),
+        "verdict": verdict(rows, config.distillation.method),
         "chart": chart,
     }
 

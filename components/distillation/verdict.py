@@ -87,3 +87,42 @@ def m_on_m_verdict(
         "measures the seed spread."
     )
     return result
+
+
+def noisy_student_verdict(
+    teacher: float, rounds: list[float], alone: float | None
+) -> dict[str, Any]:
+    """Noisy Student: the last round against the same network trained `alone` on the labels
+    (the scratch baseline, when the run has one) and the first `teacher`.
+
+    `improved` is True when the last round beat the network alone (None
+    without it). One run, as for `verdict`.
+    """
+    last = rounds[-1]
+    result: dict[str, Any] = {
+        "teacher_acc": teacher,
+        "round_accs": list(rounds),
+        "student_acc": last,
+        "scratch_acc": alone,
+        "gain_over_teacher": last - teacher,
+        "improved": None if alone is None else last > alone,
+    }
+    steps = " -> ".join(f"{a:.4f}" for a in [teacher, *rounds])
+    if alone is None:
+        against = (
+            "this run has no scratch baseline (distillation.scratch_baseline: false), so it cannot "
+            "say whether the unlabeled data beat training the network on the labels alone"
+        )
+    else:
+        result["gain_over_scratch"] = last - alone
+        against = (
+            f"{last - alone:+.4f} over the same network trained alone on the labels ({alone:.4f})"
+            if last > alone
+            else f"and it did NOT beat the same network trained alone on the labels: "
+            f"{last - alone:+.4f} ({alone:.4f})"
+        )
+    result["message"] = (
+        f"Noisy Student, teacher then rounds: {steps}; the last round {last - teacher:+.4f} over its "
+        f"first teacher, {against}. One run; benchmarks/distillation.py measures the seed spread."
+    )
+    return result

@@ -58,3 +58,18 @@ def test_an_m_on_m_verdict_compares_the_ensemble_with_its_mean_student_and_one_s
     )
     worse = verdict_lib.m_on_m_verdict(0.93, 0.92, [0.90, 0.91], 0.925)
     assert worse["improved"] is False
+
+
+def test_a_noisy_student_verdict_judges_the_last_round_against_the_network_alone():
+    result = verdict_lib.noisy_student_verdict(0.80, [0.83, 0.85], 0.82)
+    assert result["improved"] is True
+    assert result["gain_over_scratch"] == pytest.approx(0.03)
+    assert result["gain_over_teacher"] == pytest.approx(0.05)
+    assert result["message"].startswith(
+        "Noisy Student, teacher then rounds: 0.8000 -> 0.8300 -> 0.8500; the last round +0.0500 "
+        "over its first teacher, +0.0300 over the same network trained alone on the labels (0.8200)"
+    )
+    worse = verdict_lib.noisy_student_verdict(0.80, [0.81], 0.82)
+    assert worse["improved"] is False
+    assert "did NOT beat the same network trained alone on the labels: -0.0100" in worse["message"]
+    assert verdict_lib.noisy_student_verdict(0.8, [0.81], None)["improved"] is None

@@ -202,6 +202,9 @@ def test_a_two_round_chain_reports_each_round_and_gates_the_last_against_the_tea
     ]
     # The students are larger than the teacher: the size check is relaxed for this method.
     assert rows[1]["params"] == rows[2]["params"] > rows[0]["params"]
+    verdict = summary["distillation"]["verdict"]
+    assert verdict["round_accs"] == [rows[1]["accuracy"], rows[2]["accuracy"]]
+    assert verdict["message"].startswith("Noisy Student, teacher then rounds: ")
     for node in ("Round_1", "Distiller"):
         with open(os.path.join(_uri(output, node), ROUND_FILE)) as f:
             record = json.load(f)

@@ -388,12 +388,17 @@ def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, 
             f"{r['student_arch_alone_acc']:.4f}"
         ),
     )
-    return summarize_noisy(rows, fraction)
+    return summarize_noisy(rows, fraction) if rows else None
+
+
+# `--saved-only`: summarise the rows earlier runs saved, train nothing.
+SAVED_ONLY = False
 
 
 def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[dict]:
     """Rows 0 .. count - 1 of one setting: read back where a run saved them, else
-    `run_one(i)`, saved at once (and `describe(i, row)` printed)."""
+    `run_one(i)`, saved at once (and `describe(i, row)` printed); with
+    `SAVED_ONLY`, the saved rows before the first missing one."""
     rows = []
     for i in range(count):
         path = _trial_file(workdir, key, i)
@@ -401,6 +406,8 @@ def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[di
             with open(path) as f:
                 rows.append(json.load(f))
             continue
+        if SAVED_ONLY:
+            break
         rows.append(run_one(i))
         _save(path, rows[-1])
         print(f"# {describe(i, rows[-1])}", file=sys.stderr, flush=True)
@@ -429,6 +436,8 @@ def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: st
     if os.path.exists(choice_path):
         with open(choice_path) as f:
             choice = json.load(f)
+    elif SAVED_ONLY:
+        return None
     else:
         seconds: dict[str, float] = {}
         choice = {**choose_settings(bench, config, seconds), "seconds": seconds}
@@ -447,7 +456,7 @@ def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: st
             f"teachers {r['teacher_ensemble_acc']:.4f}"
         ),
     )
-    return summarize_m_on_m(rows, fraction, choice)
+    return summarize_m_on_m(rows, fraction, choice) if rows else None
 
 
 M_ON_M_KEYS = (
@@ -489,7 +498,14 @@ def main(argv: list[str] | None = None) -> None:
         help="what else ran on the cores (recorded; accuracy does not need an idle machine)",
     )
     parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
+    parser.add_argument(
+        "--saved-only",
+        action="store_true",
+        help="summarise the trials earlier runs saved (resumed sessions); train nothing new",
+    )
     args = parser.parse_args(argv)
+    global SAVED_ONLY
+    SAVED_ONLY = args.saved_only
     noisy = args.scenario == "noisy_student"
     fractions = args.fractions or ("0.01,0.1" if noisy else "1,0.1")
 
@@ -507,6 +523,9 @@ def main(argv: list[str] | None = None) -> None:
             line = run_noisy(bench, cfg, args.trials, args.rounds, args.workdir)
         else:
             line = run_m_on_m(bench, cfg, args.trials, args.workdir)
+        if line is None:
+            print(f"# {args.scenario} {fraction:g}: no saved trial", file=sys.stderr)
+            continue
         line = {
             "scenario": args.scenario,
             **line,

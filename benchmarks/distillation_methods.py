@@ -379,7 +379,16 @@ def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, 
     fraction = config.data.labeled_fraction
     rows = _resumable(
         workdir,
-        _settings_key(noisy_config(config, True, rounds), "noisy_student"),
+        _settings_key(
+            "noisy_student",
+            fraction,
+            model=NS_MODEL,
+            noise=NS_NOISE,
+            steps=_steps(config),
+            noisy_student=to_dict(noisy_config(config, True, rounds))["distillation"][
+                "noisy_student"
+            ],
+        ),
         seeds,
         lambda seed: noisy_trial(bench, config, seed, rounds),
         lambda seed, r: (
@@ -425,14 +434,22 @@ def _trial_file(workdir: str, key: str, trial: int) -> str:
     return os.path.join(workdir, "trials", key, f"trial{trial}.json")
 
 
-def _settings_key(config: PipelineConfig, scenario: str) -> str:
-    digest = hashlib.sha256(config.to_json().encode()).hexdigest()[:12]
-    return f"{scenario}-{config.data.labeled_fraction:g}-{digest}"
+def _settings_key(scenario: str, fraction: float, **settings) -> str:
+    """Names one experiment's saved trials by the settings it fixes, written out (a digest of
+    the whole config would change with every config field added since the trials ran)."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{scenario}-{fraction:g}-{digest}"
+
+
+def _steps(config: PipelineConfig) -> list[int]:
+    return [config.train.train_steps, config.student_train_steps()]
 
 
 def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: str) -> dict:
     fraction = config.data.labeled_fraction
-    choice_path = os.path.join(workdir, "trials", _settings_key(config, "choice"), "choice.json")
+    models = {"teacher": TEACHER, "student": STUDENT, "steps": _steps(config)}
+    choice_key = _settings_key("choice", fraction, candidates=CANDIDATES, **models)
+    choice_path = os.path.join(workdir, "trials", choice_key, "choice.json")
     if os.path.exists(choice_path):
         with open(choice_path) as f:
             choice = json.load(f)
@@ -447,7 +464,7 @@ def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: st
     )
     rows = _resumable(
         workdir,
-        _settings_key(chosen, "m_on_m"),
+        _settings_key("m_on_m", fraction, kd=[choice["alpha"], choice["temperature"]], **models),
         trials,
         lambda trial: m_on_m_trial(bench, chosen, trial),
         lambda trial, r: (

@@ -28,7 +28,7 @@ from components.config import (
     payload,
     stock_args,
 )
-from components.config.distillation import KD, method_problem
+from components.config.distillation import KD, NOISY_STUDENT, method_problem
 from components.distillation.students import STUDENT_FN
 from components.distiller import executor
 
@@ -207,6 +207,14 @@ def _resolve_config(config: Any, module_file: Any) -> PipelineConfig:
     elif not isinstance(config, PipelineConfig):
         raise ConfigError(
             f"config: expected a PipelineConfig, a mapping of its sections or None, got {type(config).__name__}"
+        )
+    student = config.student
+    noise = student.dropout or student.stochastic_depth or (student.conv and student.conv.dropout)
+    if config.distillation.method == NOISY_STUDENT and noise:
+        raise ConfigError(
+            f"student: a {STUDENT_FN} student is your own model, and the student section's noise "
+            "(dropout, stochastic_depth) applies to the configured student only; put the dropout or "
+            f"stochastic depth in the model {STUDENT_FN} returns and leave the student section out"
         )
     if config.train.augmentation.enabled:
         raise ConfigError(

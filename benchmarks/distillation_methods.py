@@ -1,4 +1,4 @@
-"""Distillation methods on Fashion-MNIST, measured as a skeptic asks: M-on-M.
+"""Distillation methods on Fashion-MNIST, measured as a skeptic asks: M-on-M, Noisy Student, kd.
 
 `benchmarks/distillation.py --scenario m_on_m [options]` runs this (or run it alone).
 
@@ -29,10 +29,22 @@ validation split, per fraction: one teacher and one student per candidate
 not chosen. Each finished trial is saved under `--workdir` (keyed by the
 settings) and reused, so the benchmark resumes across sessions.
 
+Noisy Student (`--scenario noisy_student`, fractions 0.01 and 0.1): per
+seed, a teacher on the labels, the rounds with the student's noise and
+without it (the no-noise ablation), and the student's network trained on the
+labels alone with the same steps, augmentation and mixup (`noisy_trial`); the
+recipe is `NS_MODEL` / `NS_NOISE`, fixed before any run.
+
+kd (`--scenario kd`): plain distillation with `KD_TEACHERS` teachers and
+one student seed per trial (seed s learns from teacher s mod 2): the student
+alone (with or without image views, whichever validation prefers), the
+distilled student (alpha, T chosen on validation) and an alpha = 0 control
+trained through the Distiller's own input pipeline (`kd_trial`).
+
 Output: one JSON line per fraction (trial rows, means, paired 95% t
-intervals over trials of ensemble - mean single student and ensemble - one
-student, the parameter ratio, seconds per stage), and last one JSON object
-`{"m_on_m": {fraction: {...}}}` with the issue's keys.
+intervals over trials or seeds, seconds per stage), and last one JSON object
+`{scenario: {fraction: {...}}}` with the issues' keys. `--saved-only`
+summarises what earlier runs saved without training.
 """
 
 from __future__ import annotations
@@ -404,6 +416,166 @@ def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, 
 SAVED_ONLY = False
 
 
+# kd: a small conv student (about 57k parameters) of the M-on-M teacher; what a
+# user would train alone instead is the same network, with or without
+# augmentation, whichever the validation split prefers.
+KD_STUDENT = {
+    "hidden_units": [56],
+    "conv": {"filters": [16, 32, 64], "convs_per_block": 1, "batch_norm": True},
+}
+VIEWS = {"translate": 2, "flip": True, "mixup": 0.0}
+NO_VIEWS = {"translate": 0, "flip": False, "mixup": 0.0}
+KD_TEACHERS = 2
+
+
+def kd_config(config: PipelineConfig, views: bool = False, **distillation) -> PipelineConfig:
+    """`TEACHER` and `KD_STUDENT` with or without image views (cache on only without)."""
+    data = to_dict(config)
+    data.update(teacher=TEACHER, student=KD_STUDENT)
+    data["train"]["augmentation"] = dict(VIEWS if views else NO_VIEWS)
+    data["distillation"].update(cache_teacher_logits=not views, **distillation)
+    return from_dict(data)
+
+
+def _teacher(bench: Measured, config: PipelineConfig, seed: int, workdir: str, key: str) -> str:
+    """The teacher of `seed`, trained once per setting and reused by every trial (resumable)."""
+    marker = os.path.join(workdir, "trials", key, f"teacher{seed}.json")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            return json.load(f)["serving_dir"]
+    serving = bench.train_classifier(
+        bench_lib.with_seed(config, seed), "teacher", f"{key}/teacher{seed}"
+    )
+    _save(marker, {"serving_dir": serving, **results_lib.commit()})
+    return serving
+
+
+def choose_kd(bench: Measured, config: PipelineConfig, teacher: str) -> dict:
+    """On the validation split: (alpha, T) of the distilled student, and the student alone
+    with or without views."""
+    scores = []
+    for alpha, temperature in CANDIDATES:
+        cfg = kd_config(config, alpha=alpha, temperature=temperature)
+        d = bench.distil(
+            bench_lib.with_seed(cfg, CHOICE_SEED), teacher, f"kdchoice/a{alpha}_T{temperature}"
+        )
+        scores.append(
+            {
+                "alpha": alpha,
+                "temperature": temperature,
+                "validation_acc": bench.measure(d, latency=False)["accuracy"],
+            }
+        )
+    alone = {}
+    for views in (False, True):
+        d = bench.train_classifier(
+            bench_lib.with_seed(kd_config(config, views), CHOICE_SEED),
+            "student",
+            f"kdchoice/alone_views{views}",
+        )
+        alone[str(views)] = bench.measure(d, latency=False)["accuracy"]
+    best = max(scores, key=lambda r: r["validation_acc"])
+    return {
+        "candidates": scores,
+        "alpha": best["alpha"],
+        "temperature": best["temperature"],
+        "alone_validation_acc": alone,
+        "alone_views": alone["True"] > alone["False"],
+    }
+
+
+def kd_trial(
+    bench: Measured, config: PipelineConfig, seed: int, teacher: str, choice: dict
+) -> dict:
+    """At one student seed: the student alone (the chosen variant), distilled, and the
+    alpha = 0 control through the Distiller's own input pipeline; scored on test."""
+    seconds: dict[str, float] = {}
+    chosen = kd_config(config, alpha=choice["alpha"], temperature=choice["temperature"])
+    runs = {
+        "alone": lambda: bench.train_classifier(
+            bench_lib.with_seed(kd_config(config, choice["alone_views"]), seed),
+            "student",
+            f"kd/seed{seed}/alone",
+        ),
+        "distilled": lambda: bench.distil(
+            bench_lib.with_seed(chosen, seed), teacher, f"kd/seed{seed}/distilled"
+        ),
+        "control": lambda: bench.distil(
+            bench_lib.with_seed(chosen, seed, alpha=0.0), teacher, f"kd/seed{seed}/control"
+        ),
+    }
+    row = {"seed": seed, "teacher": teacher, **results_lib.commit()}
+    for name, run in runs.items():
+        d = bench_lib._timed(seconds, name, run)
+        row[f"{name}_acc"] = bench.test_accuracy(bench.test_probabilities(d))
+    row["params"] = bench.params(d)
+    row["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
+    return row
+
+
+def run_kd(bench: Measured, config: PipelineConfig, seeds: int, workdir: str):
+    """Issue-37 statistics for plain distillation: `KD_TEACHERS` teachers, `seeds` student
+    seeds (seed s learns from teacher s mod `KD_TEACHERS`), choices on validation."""
+    fraction = config.data.labeled_fraction
+    key = _settings_key(
+        "kd",
+        fraction,
+        teacher=TEACHER,
+        student=KD_STUDENT,
+        steps=_steps(config),
+        candidates=CANDIDATES,
+    )
+    choice_path = os.path.join(workdir, "trials", key, "choice.json")
+    if not os.path.exists(choice_path) and SAVED_ONLY:
+        return None
+    teachers = [
+        _teacher(bench, kd_config(config), 100 + t, workdir, key) for t in range(KD_TEACHERS)
+    ]
+    if os.path.exists(choice_path):
+        with open(choice_path) as f:
+            choice = json.load(f)
+    else:
+        choice = choose_kd(
+            bench, config, _teacher(bench, kd_config(config), CHOICE_SEED, workdir, key)
+        )
+        _save(choice_path, choice)
+    rows = _resumable(
+        workdir,
+        f"{key}-a{choice['alpha']:g}-T{choice['temperature']:g}",
+        seeds,
+        lambda seed: kd_trial(bench, config, seed, teachers[seed % KD_TEACHERS], choice),
+        lambda seed, r: (
+            f"kd {fraction:g} seed {seed}: alone {r['alone_acc']:.4f}, distilled "
+            f"{r['distilled_acc']:.4f}, alpha=0 control {r['control_acc']:.4f}"
+        ),
+    )
+    if not rows:
+        return None
+    teacher_accs = [bench.test_accuracy(bench.test_probabilities(t)) for t in teachers]
+    vs_alone = [r["distilled_acc"] - r["alone_acc"] for r in rows]
+    vs_control = [r["distilled_acc"] - r["control_acc"] for r in rows]
+    alone = float(np.mean([r["alone_acc"] for r in rows]))
+    lead = float(np.mean(teacher_accs)) - alone
+    out = {
+        "labeled_fraction": fraction,
+        "seeds": len(rows),
+        "teachers": KD_TEACHERS,
+        "choice": choice,
+        "teacher_accs": [round(a, 4) for a in teacher_accs],
+        "alone_acc": round(alone, 4),
+        "distilled_acc": round(float(np.mean([r["distilled_acc"] for r in rows])), 4),
+        "control_acc": round(float(np.mean([r["control_acc"] for r in rows])), 4),
+        "distilled_minus_alone": round(float(np.mean(vs_alone)), 4),
+        "distilled_minus_alone_ci95": _interval(vs_alone),
+        "distilled_minus_control": round(float(np.mean(vs_control)), 4),
+        "distilled_minus_control_ci95": _interval(vs_control),
+        "gap_recovered": round(float(np.mean(vs_alone)) / lead, 3) if lead > 0 else None,
+        "student_params": rows[0]["params"],
+        "rows": rows,
+    }
+    return out
+
+
 def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[dict]:
     """Rows 0 .. count - 1 of one setting: read back where a run saved them, else
     `run_one(i)`, saved at once (and `describe(i, row)` printed); with
@@ -487,6 +659,18 @@ M_ON_M_KEYS = (
     "param_ratio_vs_one_teacher",
     "trials",
 )
+KD_KEYS = (
+    "teacher_accs",
+    "alone_acc",
+    "distilled_acc",
+    "control_acc",
+    "distilled_minus_alone",
+    "distilled_minus_alone_ci95",
+    "distilled_minus_control",
+    "distilled_minus_control_ci95",
+    "gap_recovered",
+    "seeds",
+)
 NOISY_KEYS = (
     "teacher_acc",
     "round_accs",
@@ -502,8 +686,10 @@ NOISY_KEYS = (
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scenario", choices=("m_on_m", "noisy_student"), default="m_on_m")
-    parser.add_argument("--fractions", default="", help="default: 1,0.1 (m_on_m), 0.01,0.1")
+    parser.add_argument("--scenario", choices=("m_on_m", "noisy_student", "kd"), default="m_on_m")
+    parser.add_argument(
+        "--fractions", default="", help="default: 1,0.1 (m_on_m, kd), 0.01,0.1 (noisy_student)"
+    )
     parser.add_argument("--trials", type=int, default=5, help="trials (m_on_m) or seeds")
     parser.add_argument("--rounds", type=int, default=2, help="Noisy Student rounds")
     parser.add_argument("--teacher-steps", type=int, default=3000)
@@ -538,6 +724,8 @@ def main(argv: list[str] | None = None) -> None:
         bench = Measured(cfg, paths, args.workdir, choice)
         if noisy:
             line = run_noisy(bench, cfg, args.trials, args.rounds, args.workdir)
+        elif args.scenario == "kd":
+            line = run_kd(bench, cfg, args.trials, args.workdir)
         else:
             line = run_m_on_m(bench, cfg, args.trials, args.workdir)
         if line is None:
@@ -550,7 +738,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         bench_lib.emit(line)
         lines.append(line)
-        keys = NOISY_KEYS if noisy else M_ON_M_KEYS
+        keys = {"noisy_student": NOISY_KEYS, "kd": KD_KEYS}.get(args.scenario, M_ON_M_KEYS)
         headline[args.scenario][f"{fraction:g}"] = {k: line[k] for k in keys}
     bench_lib.emit(headline)
     if not args.no_results:

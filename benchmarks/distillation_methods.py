@@ -359,6 +359,7 @@ def summarize_noisy(rows: list[dict], fraction: float) -> dict:
     final = [r["round_accs"][-1] for r in rows]
     vs_alone = [f - r["student_arch_alone_acc"] for f, r in zip(final, rows, strict=True)]
     vs_teacher = [f - r["teacher_acc"] for f, r in zip(final, rows, strict=True)]
+    quiet_vs_alone = [r["no_noise_round_accs"][-1] - r["student_arch_alone_acc"] for r in rows]
     rounds = len(rows[0]["round_accs"])
 
     def mean(values):
@@ -380,10 +381,16 @@ def summarize_noisy(rows: list[dict], fraction: float) -> dict:
         "final_minus_arch_alone_ci95": _interval(vs_alone),
         "final_minus_teacher": mean(vs_teacher),
         "final_minus_teacher_ci95": _interval(vs_teacher),
+        "no_noise_final_minus_arch_alone": mean(quiet_vs_alone),
+        "no_noise_final_minus_arch_alone_ci95": _interval(quiet_vs_alone),
         "rows": rows,
     }
     ci = out["final_minus_arch_alone_ci95"]
-    out["targets"] = {"final_beats_arch_alone_ci_excludes_0": ci is not None and ci[0] > 0}
+    quiet = out["no_noise_final_minus_arch_alone_ci95"]
+    out["targets"] = {
+        "final_beats_arch_alone_ci_excludes_0": ci is not None and ci[0] > 0,
+        "no_noise_final_beats_arch_alone_ci_excludes_0": quiet is not None and quiet[0] > 0,
+    }
     return out
 
 
@@ -680,6 +687,8 @@ NOISY_KEYS = (
     "final_minus_arch_alone_ci95",
     "final_minus_teacher",
     "final_minus_teacher_ci95",
+    "no_noise_final_minus_arch_alone",
+    "no_noise_final_minus_arch_alone_ci95",
     "seeds",
 )
 

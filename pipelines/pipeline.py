@@ -12,7 +12,7 @@ import dataclasses
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
-from components.config import M_ON_M, NOISY_STUDENT, PipelineConfig
+from components.config import M_ON_M, NOISY_STUDENT, AugmentationConfig, PipelineConfig
 from components.data.sources import ResolvedInput
 from components.distiller.component import Distiller, EnsembleStudent, StudentRound, round_id
 from components.example_gen import CsvExampleGen, ExampleRules, ImportExampleGen
@@ -148,12 +148,13 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
         ]
     # Noisy Student: round k's student (seed train.seed + k) is round k + 1's teacher.
     rounds = []
-    last = config.distillation.noisy_student.rounds
-    for k in range(1, last + 1):
-        seeded = dataclasses.replace(
-            config, train=dataclasses.replace(config.train, seed=config.train.seed + k)
-        )
-        if k == last:
+    settings = config.distillation.noisy_student
+    train = config.train
+    if not settings.augment_students:
+        train = dataclasses.replace(train, augmentation=AugmentationConfig())
+    for k in range(1, settings.rounds + 1):
+        seeded = dataclasses.replace(config, train=dataclasses.replace(train, seed=train.seed + k))
+        if k == settings.rounds:
             rounds.append(Distiller(config=seeded, teacher_models=models, **common))
         else:
             rounds.append(

@@ -20,6 +20,7 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 from ml_metadata.proto import metadata_store_pb2
 
+from components.config import from_dict, to_dict
 from components.distillation.model import count_params
 from components.distiller.component import teacher_key
 from components.trainer.component import Trainer
@@ -98,6 +99,31 @@ def test_noisy_student_chains_its_rounds_and_gates_the_last_against_the_first_te
     evaluator = components["Evaluator"]
     assert evaluator.inputs["model"] is components["Distiller"].outputs["model"]
     assert evaluator.inputs["baseline_model"] is components["Trainer"].outputs["model"]
+
+
+@pytest.mark.parametrize("augment_students", [True, False])
+def test_noisy_students_train_with_or_without_the_augmentation_the_teacher_keeps(
+    tmp_path, digits_config, augment_students
+):
+    data = to_dict(digits_config)
+    data["data"]["labeled_fraction"] = 0.1
+    data["train"]["augmentation"] = {"mixup": 0.2}
+    data["distillation"].update(
+        method="noisy_student",
+        cache_teacher_logits=False,
+        scratch_baseline=False,
+        noisy_student={"augment_students": augment_students},
+    )
+    components = _build(from_dict(data), tmp_path)
+
+    def mixup(node):
+        carried = json.loads(
+            json.loads(components[node].exec_properties["custom_config"])["tfxkit_config"]
+        )
+        return carried["train"]["augmentation"]["mixup"]
+
+    assert mixup("Trainer") == 0.2
+    assert [mixup(n) for n in ("Round_1", "Distiller")] == [0.2 if augment_students else 0.0] * 2
 
 
 def test_pipeline_without_distillation_is_unchanged(tmp_path, digits_config):

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 from tfx.proto import trainer_pb2
-from tfx.types import channel, standard_artifacts
+from tfx.types import standard_artifacts
 
 from components.config import MAX_TEACHERS, ConfigError, PipelineConfig
 from components.config.payload import CONFIG_KEY
@@ -25,18 +25,12 @@ from components.training import fit as training
 from components.training import models
 from components.training import task as task_lib
 from components.training.export import TRANSFORMED_LOGITS_SIGNATURE
+from tests.components.distiller.user_runs import channels as _channels
 from tests.components.distiller.user_runs import raw_digits_examples
 
 # --------------------------------------------------------------------------- #
 # Construction
 # --------------------------------------------------------------------------- #
-
-
-def _channels(n):
-    examples = channel.Channel(type=standard_artifacts.Examples)
-    graph = channel.Channel(type=standard_artifacts.TransformGraph)
-    models_ = [channel.Channel(type=standard_artifacts.Model) for _ in range(n)]
-    return examples, graph, models_
 
 
 def test_component_has_one_model_input_per_teacher(digits_config):

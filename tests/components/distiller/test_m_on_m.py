@@ -21,12 +21,12 @@ from components.distiller import run_fn as distiller_run_fn
 from components.distiller.component import Distiller, EnsembleStudent
 from components.distiller.executor import MEMBERS_DIR
 from components.testing.tiny import tiny
-from tests.components.distiller.test_component import _channels
-from tests.components.distiller.test_student_strategies import STUDENT_MODULE
 from tests.components.distiller.user_runs import (
+    channels,
     penguin_teachers,
     raw_digits_examples,
     run_student_fn,
+    student_fn_distiller,
 )
 from tests.components.training import penguins
 
@@ -93,28 +93,19 @@ def test_m_on_m_students_that_together_outweigh_a_teacher_are_refused(digits_con
 
 def test_a_distiller_built_in_code_counts_its_teacher_models(digits_config):
     config = _m_on_m(digits_config)
-    examples, graph, models = _channels(1)
+    examples, graph, models = channels(1)
     with pytest.raises(ConfigError, match=r"^distillation\.num_teachers \(teacher_models\): "):
         Distiller(config=config, examples=examples, transform_graph=graph, teacher_models=models)
 
 
 def test_a_student_fn_m_on_m_with_a_scratch_baseline_is_refused(tmp_path):
-    module = tmp_path / "student.py"
-    module.write_text(STUDENT_MODULE.format(features=["x"]))
-    examples, graph, models = _channels(2)
     config = {"distillation": {"method": "m_on_m", "scratch_baseline": True}}
     with pytest.raises(ConfigError, match=r"^distillation\.scratch_baseline: with method m_on_m"):
-        Distiller(
-            config=config,
-            examples=examples,
-            transform_graph=graph,
-            teacher_models=models,
-            module_file=str(module),
-        )
+        student_fn_distiller(str(tmp_path), config, teachers=2)
 
 
 def test_the_ensemble_student_is_a_kd_distiller_of_its_own_type(digits_config):
-    examples, graph, models = _channels(2)
+    examples, graph, models = channels(2)
     one = EnsembleStudent(
         config=_m_on_m(digits_config),
         examples=examples,

@@ -29,6 +29,7 @@ from tests.components.distiller.user_runs import (
     penguin_teachers,
     raw_digits_examples,
     run_student_fn,
+    student_fn_distiller,
 )
 from tests.components.training import penguins
 
@@ -151,21 +152,9 @@ def test_a_student_fn_round_trains_on_the_kept_pseudo_labels_and_serves_like_its
 
 
 def test_student_section_noise_for_a_student_fn_is_refused_naming_the_section(tmp_path):
-    from components.distiller.component import Distiller
-    from tests.components.distiller.test_component import _channels
-
-    module = tmp_path / "student.py"
-    module.write_text("def student_fn(fn_args):\n    return None\n")
-    examples, graph, models = _channels(1)
     config = {"distillation": {"method": "noisy_student"}, "student": {"dropout": 0.3}}
     with pytest.raises(ConfigError, match=r"^student: a student_fn student is your own model"):
-        Distiller(
-            config=config,
-            examples=examples,
-            transform_graph=graph,
-            teacher_models=models,
-            module_file=str(module),
-        )
+        student_fn_distiller(str(tmp_path), config, teachers=1)
 
 
 def test_a_student_fn_round_without_unlabeled_examples_is_refused_before_training(tmp_path):

@@ -8,9 +8,11 @@ import os
 import tensorflow as tf
 import tensorflow_transform as tft
 from tfx.components.trainer.fn_args_utils import FnArgs
+from tfx.types import channel, standard_artifacts
 
 from components.config import module_config_from_dict, payload
 from components.distiller import run_fn as distiller_run_fn
+from components.distiller.component import Distiller
 from tests.components.distiller.test_student_strategies import STUDENT_MODULE, _save_teacher
 from tests.components.training import penguins
 
@@ -55,3 +57,25 @@ def raw_digits_examples(output: str, label: str, n: int = 16) -> tf.Tensor:
         del example.features.feature[label]
         examples.append(example.SerializeToString())
     return tf.constant(examples)
+
+
+def channels(n: int):
+    """Unconnected Examples, TransformGraph and `n` Model channels, for building a Distiller."""
+    examples = channel.Channel(type=standard_artifacts.Examples)
+    graph = channel.Channel(type=standard_artifacts.TransformGraph)
+    return examples, graph, [channel.Channel(type=standard_artifacts.Model) for _ in range(n)]
+
+
+def student_fn_distiller(root: str, config: dict, teachers: int) -> Distiller:
+    """A Distiller built in code with a (trivial) student_fn module and `config`."""
+    module = os.path.join(root, "student.py")
+    with open(module, "w") as f:
+        f.write("def student_fn(fn_args):\n    return None\n")
+    examples, graph, models = channels(teachers)
+    return Distiller(
+        config=config,
+        examples=examples,
+        transform_graph=graph,
+        teacher_models=models,
+        module_file=module,
+    )

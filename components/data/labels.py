@@ -24,10 +24,13 @@ def labeled_mask(features: Features, fraction: float) -> tf.Tensor:
     pipeline, run and component (teacher Trainer, Distiller, benchmark)
     agrees on the same labeled subset without an index.
     """
+    return labeled_by_fingerprint(feature_fingerprints(features), fraction)
+
+
+def labeled_by_fingerprint(fingerprints: tf.Tensor, fraction: float) -> tf.Tensor:
+    """`labeled_mask` of already computed `feature_fingerprints`."""
     buckets = 10000
-    return tf.math.floormod(feature_fingerprints(features), buckets) < int(
-        round(fraction * buckets)
-    )
+    return tf.math.floormod(fingerprints, buckets) < int(round(fraction * buckets))
 
 
 def feature_fingerprints(features: Features) -> tf.Tensor:

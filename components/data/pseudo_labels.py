@@ -46,13 +46,14 @@ class PseudoLabels:
             np.int64
         )
 
-    def apply(self, features, label, known: tf.Tensor):
+    def apply(self, features, label, known: tf.Tensor, fingerprints: tf.Tensor | None = None):
         """One batch relabeled: `(features, label)` with examples repeated or dropped.
 
         Args:
           features: A batch of stored (not yet augmented) features.
           label: Its labels, `[batch]` or `[batch, 1]`.
           known: bool `[batch]`, which examples keep their own label.
+          fingerprints: The batch's `feature_fingerprints`, when already computed.
 
         Returns:
           The labeled examples once, the kept unlabeled ones `counts` times
@@ -61,7 +62,8 @@ class PseudoLabels:
         """
         flat = tf.reshape(label, [-1])
         keys = tf.constant(self.keys, tf.int64)
-        fingerprints = feature_fingerprints(features)
+        if fingerprints is None:
+            fingerprints = feature_fingerprints(features)
         index = tf.minimum(tf.searchsorted(keys, fingerprints), len(self.keys) - 1)
         found = tf.equal(tf.gather(keys, index), fingerprints) & ~known
         counts = tf.where(

@@ -52,12 +52,15 @@ def teacher_probabilities(
     weights = config.distillation.teacher_weights or None
     keys, probs = [], []
     for features, label in transfer:
-        known = labels_lib.labeled_mask(features, fraction) & (tf.reshape(label, [-1]) >= 0)
-        unknown = {k: tf.boolean_mask(v, ~known) for k, v in features.items()}
-        if not int(tf.size(next(iter(unknown.values())))):
+        fingerprints = labels_lib.feature_fingerprints(features)
+        known = labels_lib.labeled_by_fingerprint(fingerprints, fraction) & (
+            tf.reshape(label, [-1]) >= 0
+        )
+        if bool(tf.reduce_all(known)):
             continue
+        unknown = {k: tf.boolean_mask(v, ~known) for k, v in features.items()}
         probs.append(losses.soft_targets([t(unknown) for t in exported], 1.0, weights).numpy())
-        keys.append(labels_lib.feature_fingerprints(unknown).numpy())
+        keys.append(tf.boolean_mask(fingerprints, ~known).numpy())
     if not keys:
         raise ValueError(
             "data.labeled_fraction: no training example is unlabeled, so Noisy Student has nothing to "

@@ -215,8 +215,12 @@ def partially_labeled(
     if isinstance(unlabeled, PseudoLabels):
 
         def relabel(features, label):
-            known = labels.labeled_mask(features, fraction) & (tf.reshape(label, [-1]) >= 0)
-            return unlabeled.apply(features, label, known)
+            # One fingerprint per batch serves the labeled mask and the lookup.
+            fingerprints = labels.feature_fingerprints(features)
+            known = labels.labeled_by_fingerprint(fingerprints, fraction) & (
+                tf.reshape(label, [-1]) >= 0
+            )
+            return unlabeled.apply(features, label, known, fingerprints)
 
         # Repeated examples of one batch would share a batch: mix them first.
         relabeled = dataset.map(relabel, num_parallel_calls=tf.data.AUTOTUNE).unbatch()

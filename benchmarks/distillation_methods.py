@@ -282,6 +282,7 @@ NS_MODEL = {
     "conv": {"filters": [16, 32, 64], "convs_per_block": 1, "batch_norm": True, "dropout": 0.25},
 }
 NS_NOISE = {"translate": 2, "flip": True, "mixup": 0.2}
+NS_RECIPE = {"pseudo_labels": "hard", "confidence": 0.7, "balance": True}
 
 
 def noisy_config(config: PipelineConfig, noise: bool, rounds: int = 2) -> PipelineConfig:
@@ -297,12 +298,7 @@ def noisy_config(config: PipelineConfig, noise: bool, rounds: int = 2) -> Pipeli
         method="noisy_student",
         cache_teacher_logits=False,
         require_compression=False,
-        noisy_student={
-            "rounds": rounds,
-            "pseudo_labels": "hard",
-            "confidence": 0.7,
-            "balance": True,
-        },
+        noisy_student={"rounds": rounds, **NS_RECIPE},
     )
     if not noise:
         # The students' noise off; the teacher (trained by the noised config) keeps its own.
@@ -404,9 +400,7 @@ def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, 
             model=NS_MODEL,
             noise=NS_NOISE,
             steps=_steps(config),
-            noisy_student=to_dict(noisy_config(config, True, rounds))["distillation"][
-                "noisy_student"
-            ],
+            noisy_student={"rounds": rounds, **NS_RECIPE},
         ),
         seeds,
         lambda seed: noisy_trial(bench, config, seed, rounds),

@@ -531,14 +531,15 @@ def scaled_steps(
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--scenario"]:
-        # The distillation methods' scenarios (m_on_m, noisy_student), with their own options.
+        # The distillation methods' scenarios (methods = noisy_student then m_on_m, or one
+        # of them, or kd), with their own options.
         from benchmarks import distillation_methods
 
         distillation_methods.main(argv)
         return
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
-        epilog="'--scenario m_on_m|noisy_student [options]' (first) runs "
+        epilog="'--scenario methods|m_on_m|noisy_student|kd [options]' (first) runs "
         "benchmarks/distillation_methods.py instead",
     )
     parser.add_argument("--datasets", default="digits,mnist,taxi")

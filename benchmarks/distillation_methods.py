@@ -41,9 +41,12 @@ alone (with or without image views, whichever validation prefers), the
 distilled student (alpha, T chosen on validation) and an alpha = 0 control
 trained through the Distiller's own input pipeline (`kd_trial`).
 
-Output: one JSON line per fraction (trial rows, means, paired 95% t
-intervals over trials or seeds, seconds per stage), and last one JSON object
-`{scenario: {fraction: {...}}}` with the issues' keys. `--saved-only`
+`--scenario methods` (the default) runs Noisy Student, then M-on-M, each at
+its own fractions and step counts (`STEPS`), into one results file.
+
+Output: one JSON line per scenario and fraction (trial rows, means, paired
+95% t intervals over trials or seeds, seconds per stage), and last one JSON
+object `{scenario: {fraction: {...}}}` with the issues' keys. `--saved-only`
 summarises what earlier runs saved without training.
 """
 
@@ -684,16 +687,58 @@ NOISY_KEYS = (
 )
 
 
+# Step counts (teacher, student) this machine trains in minutes per trial,
+# fixed per scenario by the budget, not chosen.
+STEPS = {"m_on_m": (2000, 3000), "noisy_student": (3000, 4000), "kd": (3000, 4000)}
+FRACTIONS = {"m_on_m": "1,0.1", "noisy_student": "0.01,0.1", "kd": "1,0.1"}
+HEADLINE_KEYS = {"m_on_m": M_ON_M_KEYS, "noisy_student": NOISY_KEYS, "kd": KD_KEYS}
+# `--scenario methods`: both methods the issue measures, one headline.
+METHODS = ("noisy_student", "m_on_m")
+
+
+def run_scenario(scenario: str, args, data: ResolvedInput, paths: dict, choice) -> tuple:
+    """One scenario over its fractions: its JSON lines and its headline part."""
+    default_teacher, default_student = STEPS[scenario]
+    config = base_config(
+        data.input_base,
+        args.teacher_steps or default_teacher,
+        args.student_steps or default_student,
+    )
+    lines, headline = [], {}
+    for fraction in (float(f) for f in (args.fractions or FRACTIONS[scenario]).split(",")):
+        started = time.perf_counter()
+        cfg = with_fraction(config, fraction)
+        bench = Measured(cfg, paths, args.workdir, choice)
+        if scenario == "noisy_student":
+            line = run_noisy(bench, cfg, args.trials, args.rounds, args.workdir)
+        elif scenario == "kd":
+            line = run_kd(bench, cfg, args.trials, args.workdir)
+        else:
+            line = run_m_on_m(bench, cfg, args.trials, args.workdir)
+        if line is None:
+            print(f"# {scenario} {fraction:g}: no saved trial", file=sys.stderr)
+            continue
+        line = {"scenario": scenario, **line, "seconds": round(time.perf_counter() - started, 1)}
+        bench_lib.emit(line)
+        lines.append(line)
+        headline[f"{fraction:g}"] = {k: line[k] for k in HEADLINE_KEYS[scenario]}
+    return lines, headline
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scenario", choices=("m_on_m", "noisy_student", "kd"), default="m_on_m")
     parser.add_argument(
-        "--fractions", default="", help="default: 1,0.1 (m_on_m, kd), 0.01,0.1 (noisy_student)"
+        "--scenario", choices=("m_on_m", "noisy_student", "kd", "methods"), default="methods"
+    )
+    parser.add_argument(
+        "--fractions",
+        default="",
+        help="default: 1,0.1 (m_on_m, kd), 0.01,0.1 (noisy_student); each its own with methods",
     )
     parser.add_argument("--trials", type=int, default=5, help="trials (m_on_m) or seeds")
     parser.add_argument("--rounds", type=int, default=2, help="Noisy Student rounds")
-    parser.add_argument("--teacher-steps", type=int, default=3000)
-    parser.add_argument("--student-steps", type=int, default=4000)
+    parser.add_argument("--teacher-steps", type=int, default=0, help="default: STEPS[scenario]")
+    parser.add_argument("--student-steps", type=int, default=0, help="default: STEPS[scenario]")
     parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "bench_methods"))
     parser.add_argument(
         "--shared-with",
@@ -709,37 +754,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     global SAVED_ONLY
     SAVED_ONLY = args.saved_only
-    noisy = args.scenario == "noisy_student"
-    fractions = args.fractions or ("0.01,0.1" if noisy else "1,0.1")
 
     data = write_splits(os.path.join(args.workdir, "data"))
-    config = base_config(data.input_base, args.teacher_steps, args.student_steps)
     # Transform's output does not depend on step counts: fixed ones keep its cached run.
     paths = bench_lib.run_transform(base_config(data.input_base, 2000, 3000), args.workdir, data)
-    choice = strategies.create_strategy(config.strategy)
-    lines, headline = [], {args.scenario: {}}
-    for fraction in (float(f) for f in fractions.split(",")):
-        started = time.perf_counter()
-        cfg = with_fraction(config, fraction)
-        bench = Measured(cfg, paths, args.workdir, choice)
-        if noisy:
-            line = run_noisy(bench, cfg, args.trials, args.rounds, args.workdir)
-        elif args.scenario == "kd":
-            line = run_kd(bench, cfg, args.trials, args.workdir)
-        else:
-            line = run_m_on_m(bench, cfg, args.trials, args.workdir)
-        if line is None:
-            print(f"# {args.scenario} {fraction:g}: no saved trial", file=sys.stderr)
-            continue
-        line = {
-            "scenario": args.scenario,
-            **line,
-            "seconds": round(time.perf_counter() - started, 1),
-        }
-        bench_lib.emit(line)
-        lines.append(line)
-        keys = {"noisy_student": NOISY_KEYS, "kd": KD_KEYS}.get(args.scenario, M_ON_M_KEYS)
-        headline[args.scenario][f"{fraction:g}"] = {k: line[k] for k in keys}
+    choice = strategies.create_strategy(base_config(data.input_base, 2000, 3000).strategy)
+    scenarios = METHODS if args.scenario == "methods" else (args.scenario,)
+    lines, headline = [], {}
+    for scenario in scenarios:
+        scenario_lines, headline[scenario] = run_scenario(scenario, args, data, paths, choice)
+        lines += scenario_lines
     bench_lib.emit(headline)
     if not args.no_results:
         path = results_lib.write(

@@ -5,26 +5,42 @@ One run, one machine, the same examples for every case:
 - data: `--examples` (default 2^20) examples with the taxi config's
   transformed schema (the feature names, dtypes and shapes the tfxkit
   Transform produces for `pipelines/configs/taxi.yaml`, value ranges as the
-  config implies). They are encoded twice, by the stock TFX Transform
-  encoder (`TransformProcessor._RecordBatchToExamplesFn`, written as GZIP
-  TFRecords) and by the tfxkit Transform encoder (`writer.EncodeExamplesFn`:
-  packed, written uncompressed, plus its layout record), both in the default
-  shard count. Generated once into `--data-dir` and reused by later runs.
-- cases, in examples/s, all consumed by the same Python loop:
-  (a) `stock`: TFX's `data_accessor.tf_dataset_factory` on the stock files;
-  (b) `ours_same_files`: `ingestion.make_dataset` on the stock files;
-  (c) `ours_end_to_end`: `ingestion.make_dataset` on the tfxkit files, first
-      epoch (its memory is measured in child processes reading a quarter and
-      all of the files: with cache off, RSS from the first batch to the end of
-      the epoch must not grow with the data);
-  (d) `ours_cached`: the same with `ingestion.cache: memory`, later epochs;
-  (e) `limit`: iterating already parsed batches cached in memory;
-  and the taxi teacher's training steps/s fed by (c)'s pipeline vs fed by
-  synthetic in-memory tensors of the same shapes.
+  config implies). They are encoded by the stock TFX Transform encoder
+  (`TransformProcessor._RecordBatchToExamplesFn`), written twice (GZIP
+  TFRecords, as stock TFX writes them, and uncompressed), and by the tfxkit
+  Transform encoder (`writer.EncodeExamplesFn`: packed, uncompressed, plus
+  its layout record), all in the default shard count. Generated once into
+  `--data-dir` and reused by later runs.
+- cases, in examples/s, all consumed by the same Python loop, each timing
+  the same `--timed-examples` after `--warm-examples` pulled untimed from the
+  same iterator, on a fresh dataset:
+  (a) `stock`: TFX's `data_accessor.tf_dataset_factory` on the stock files,
+      as a stock run_fn calls it (tfx_bsl's defaults);
+  (a') `stock_tuned`: the same with the best settings tfx_bsl offers
+      (`sloppy_ordering`, the readers, parsers and prefetch autotuned: its
+      defaults already autotune them), what a user tuning stock would pick;
+  (b) `ours_same_files`: `ingestion.make_dataset` on the stock files (the
+      reader alone changes);
+  (b') `ours_uncompressed`: on the stock encoding, uncompressed (the
+      compression alone changes);
+  (c) `ours_end_to_end`: on the tfxkit files (packing too), first epoch
+      (its memory is measured in child processes reading a quarter and all of
+      the files: with cache off, RSS from the first batch to the end of the
+      epoch must not grow with the data);
+  (d) `ours_cached`: the same with `ingestion.cache: memory`, after one
+      untimed epoch filled the cache;
+  (e) `limit`: iterating already parsed batches cached in memory (as they
+      are and behind a prefetch: the faster).
+  The cases run interleaved: every repeat runs each case once, the order
+  reversed every other repeat (ABBA), so drift cannot favour a case. Each
+  case reports its median and range; each ratio is a geometric mean of the
+  per-repeat ratios with a 95% t interval.
+- the taxi teacher's training steps/s fed by (c)'s pipeline vs fed by
+  synthetic in-memory tensors of the same shapes, turn by turn.
 
 Every figure is one JSON line; the last line holds the headline figures.
-Timings are noisy on a shared machine: each case is run `--repeats` times and
-the best is kept; compare ratios within one run.
+The machine should be otherwise idle (`--shared-with` says what was not).
+The output goes to `benchmarks/results/ingestion.json`.
 """
 
 from __future__ import annotations
@@ -50,13 +66,15 @@ import tf_keras as keras  # noqa: E402
 from components.config import PipelineConfig  # noqa: E402
 from components.data import ingestion
 from components.data import layout as transform_layout
+from components.testing import results as results_lib
+from components.testing import stats
 from components.training import models
 from pipelines.configs import load_config  # noqa: E402
 
 # Distinct ids of a `vocabulary` feature in the synthetic data (the real taxi
 # vocabularies are of this order).
 VOCABULARY_SIZE = 100
-DATA_VERSION = 1
+DATA_VERSION = 2
 RECORD_BATCH_ROWS = 8192
 
 
@@ -168,13 +186,23 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
     packing = writer.plan_packing(schema, settings)
 
     stock_encoder = tfx_transform_executor.TransformProcessor._RecordBatchToExamplesFn(schema)
-    stock_records = (example for b in batches for _, example in stock_encoder.process((b, {})))
+
+    def stock_records():
+        return (example for b in batches for _, example in stock_encoder.process((b, {})))
+
     stock_files = _write_shards(
         os.path.join(data_dir, "stock", "Split-train", "transformed_examples"),
         ".gz",
         settings.num_shards,
-        stock_records,
+        stock_records(),
         True,
+    )
+    uncompressed_files = _write_shards(
+        os.path.join(data_dir, "stock_uncompressed", "Split-train", "transformed_examples"),
+        "",
+        settings.num_shards,
+        stock_records(),
+        False,
     )
     ours_encoder = writer.EncodeExamplesFn(schema, packing)
     ours_records = (example for b in batches for example in ours_encoder.encode(b))
@@ -195,6 +223,7 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
         "version": DATA_VERSION,
         "examples": n,
         "stock_files": stock_files,
+        "uncompressed_files": uncompressed_files,
         "ours_files": layout.split_files("train"),
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -203,20 +232,12 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
     return description
 
 
-def drain(
-    ds: tf.data.Dataset, examples: int, warm: int = 0, fill: bool = False
-) -> tuple[int, float]:
-    """Pulls batches until `examples` are seen and returns (examples, seconds).
+def drain(ds: tf.data.Dataset, examples: int, warm: int = 0) -> tuple[int, float]:
+    """Pulls `warm` examples untimed, then times batches until `examples` are seen.
 
-    Args:
-      ds: The dataset.
-      examples: Examples to time.
-      warm: Examples pulled untimed first from the same iterator.
-      fill: Iterate a (finite) dataset once untimed first, e.g. to fill a cache.
+    Returns:
+      (examples timed, seconds).
     """
-    if fill:
-        for _ in ds:
-            pass
     iterator = iter(ds)
     seen = 0
     while seen < warm:
@@ -230,29 +251,56 @@ def drain(
     return seen, time.perf_counter() - started
 
 
-def measure(
-    name: str, make, examples: int, repeats: int, warm: int = 0, fill: bool = False
-) -> float:
-    """Best examples/s of `repeats` runs on fresh datasets; emits one JSON line."""
-    best, cpu = 0.0, []
-    for _ in range(repeats):
-        cpu_started = time.process_time()
-        seen, seconds = drain(make(), examples, warm, fill)
-        best = max(best, seen / seconds)
-        cpu.append(time.process_time() - cpu_started)
-    emit(
-        {
-            "case": name,
-            "examples": seen,
-            "examples_per_s": round(best),
-            "cpu_seconds": [round(c, 1) for c in cpu],
-        }
-    )
-    return best
+def schedule(cases: list[str], repeats: int) -> list[list[str]]:
+    """The order of the cases in each repeat: as given, then reversed, and so on (ABBA)."""
+    return [list(cases) if r % 2 == 0 else list(reversed(cases)) for r in range(repeats)]
 
 
-def stock_dataset(files: list[str], config: PipelineConfig) -> tf.data.Dataset:
-    """What a stock TFX run_fn builds: `fn_args.data_accessor.tf_dataset_factory`."""
+@dataclasses.dataclass
+class Case:
+    """One way of reading: a fresh dataset per run, and what it pulls untimed first."""
+
+    make: object
+    warm: int
+
+
+def run_cases(cases: dict[str, Case], examples: int, repeats: int) -> dict[str, list[float]]:
+    """Examples/s of every case in every repeat, the cases interleaved (`schedule`)."""
+    rates: dict[str, list[float]] = {name: [] for name in cases}
+    for r, order in enumerate(schedule(list(cases), repeats)):
+        for name in order:
+            seen, seconds = drain(cases[name].make(), examples, cases[name].warm)
+            rates[name].append(seen / seconds)
+        print(
+            f"# repeat {r}: " + ", ".join(f"{n} {rates[n][-1]:.0f}" for n in order), file=sys.stderr
+        )
+    return rates
+
+
+def spread(values: list[float], digits: int = 0) -> dict:
+    """Median, range and every run of one case."""
+    return {
+        "median": round(float(np.median(values)), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+        "runs": [round(v, digits) for v in values],
+    }
+
+
+def ratio(top: list[float], bottom: list[float]) -> list[float]:
+    """Geometric mean of the per-repeat ratios and its 95% t interval."""
+    return [
+        round(x, 3) for x in stats.ratio_interval([a / b for a, b in zip(top, bottom, strict=True)])
+    ]
+
+
+def stock_dataset(files: list[str], config: PipelineConfig, tuned: bool = False) -> tf.data.Dataset:
+    """What a stock TFX run_fn builds: `fn_args.data_accessor.tf_dataset_factory`.
+
+    `tuned`: tfx_bsl's best settings: `sloppy_ordering` (order not kept, as
+    the product's reader with `ingestion.deterministic: false`); readers,
+    parsers and prefetch are autotuned by its defaults already.
+    """
     from tensorflow_transform.tf_metadata import schema_utils
     from tfx.components.util import tfxio_utils
     from tfx.types import artifact_utils, standard_artifacts
@@ -264,12 +312,17 @@ def stock_dataset(files: list[str], config: PipelineConfig) -> tf.data.Dataset:
     factory = tfxio_utils.get_tf_dataset_factory_from_artifact([examples], [])
     schema = schema_utils.schema_from_feature_spec(transformed_spec(config))
     options = tfxio.TensorFlowDatasetOptions(
-        batch_size=config.ingestion.batch_size, label_key=config.data.label.name
+        batch_size=config.ingestion.batch_size,
+        label_key=config.data.label.name,
+        sloppy_ordering=tuned,
+        shuffle_buffer_size=config.ingestion.shuffle_buffer,
     )
     return factory(files, options, schema)
 
 
-def ours(config: PipelineConfig, files, layout=None, training=True, **overrides) -> tf.data.Dataset:
+def ours(
+    config: PipelineConfig, files, layout=None, training=True, compression="gzip", **overrides
+) -> tf.data.Dataset:
     ingestion_config = dataclasses.replace(config.ingestion, **overrides)
     spec = layout.feature_spec() if layout else transformed_spec(config)
     return ingestion.make_dataset(
@@ -278,7 +331,7 @@ def ours(config: PipelineConfig, files, layout=None, training=True, **overrides)
         config.data.label.name,
         ingestion_config,
         batch_size=config.ingestion.batch_size,
-        compression=layout.compression if layout else "gzip",
+        compression=layout.compression if layout else compression,
         training=training,
         packing=layout.packing if layout else None,
         shard_stats=layout.shard_stats() if layout else None,
@@ -372,16 +425,21 @@ def train_rates(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=2**20)
+    parser.add_argument("--examples", type=int, default=2**20, help="examples in the data")
     parser.add_argument(
-        "--stock-examples", type=int, default=2**18, help="examples timed for (a), the slowest case"
+        "--timed-examples", type=int, default=2**18, help="examples every case times per run"
+    )
+    parser.add_argument(
+        "--warm-examples", type=int, default=2**14, help="examples every run pulls untimed first"
     )
     parser.add_argument("--data-dir", default="")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=6, help="interleaved runs of every case")
     parser.add_argument(
         "--train-steps", type=int, default=300, help="training steps per timed turn"
     )
     parser.add_argument("--train-rounds", type=int, default=4, help="turns of each training input")
+    parser.add_argument("--shared-with", default="", help="what else ran on the cores")
+    parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
     parser.add_argument("--child-peak-memory", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fraction", type=float, default=1.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -391,19 +449,33 @@ def main() -> None:
     if args.child_peak_memory:
         child_peak_memory(args)
         return
+    if args.repeats < 2:
+        parser.error("--repeats must be at least 2: one run per case gives no interval")
+    if args.timed_examples + args.warm_examples > args.examples:
+        parser.error("--timed-examples + --warm-examples must fit in one epoch of --examples")
 
     config = bench_config()
     data = generate(config, args.examples, args.data_dir)
     layout = transform_layout.read_layout(os.path.join(args.data_dir, "ours"))
-    n = args.examples
-    emit(
+    n, timed, warm = args.examples, args.timed_examples, args.warm_examples
+    lines = []
+
+    def out(record: dict) -> None:
+        emit(record)
+        lines.append(record)
+
+    out(
         {
             "data": args.data_dir,
             "examples": n,
-            "stock_files": len(data["stock_files"]),
-            "ours_files": len(data["ours_files"]),
-            "stock_mb": round(sum(os.path.getsize(f) for f in data["stock_files"]) / 2**20, 1),
-            "ours_mb": round(sum(os.path.getsize(f) for f in data["ours_files"]) / 2**20, 1),
+            "timed_examples": timed,
+            "warm_examples": warm,
+            "repeats": args.repeats,
+            "files": {k: len(data[k]) for k in ("stock_files", "uncompressed_files", "ours_files")},
+            "mb": {
+                k: round(sum(os.path.getsize(f) for f in data[k]) / 2**20, 1)
+                for k in ("stock_files", "uncompressed_files", "ours_files")
+            },
             "generate_seconds": data["seconds"],
             "batch_size": config.ingestion.batch_size,
             "shuffle_buffer": config.ingestion.shuffle_buffer,
@@ -411,44 +483,40 @@ def main() -> None:
         }
     )
     stock_files, ours_files = data["stock_files"], data["ours_files"]
-    stock = measure(
-        "stock", lambda: stock_dataset(stock_files, config), args.stock_examples, args.repeats
-    )
-    same = measure("ours_same_files", lambda: ours(config, stock_files), n, args.repeats)
-    end_to_end = measure(
-        "ours_end_to_end", lambda: ours(config, ours_files, layout), n, args.repeats
-    )
-    cached = measure(
-        "ours_cached",
-        lambda: ours(config, ours_files, layout, cache="memory"),
-        2 * n,
-        args.repeats,
-        warm=n,
-    )
+    plain_files = data["uncompressed_files"]
 
     def parsed():
         return ours(config, ours_files, layout, training=False, shuffle_buffer=0)
 
-    # The limit: parsed batches already in memory, iterated as they are and
-    # behind a prefetch (whichever is faster on this machine).
-    limit = max(
-        measure("limit", lambda: parsed().cache(), n, args.repeats, fill=True),
-        measure(
-            "limit_prefetched",
-            lambda: parsed().cache().prefetch(tf.data.AUTOTUNE),
-            n,
-            args.repeats,
-            fill=True,
+    cases = {
+        "stock": Case(lambda: stock_dataset(stock_files, config), warm),
+        "stock_tuned": Case(lambda: stock_dataset(stock_files, config, tuned=True), warm),
+        "ours_same_files": Case(lambda: ours(config, stock_files), warm),
+        "ours_uncompressed": Case(lambda: ours(config, plain_files, compression="none"), warm),
+        "ours_end_to_end": Case(lambda: ours(config, ours_files, layout), warm),
+        # One untimed epoch fills the cache (plus the shuffle buffer's fill).
+        "ours_cached": Case(
+            lambda: ours(config, ours_files, layout, cache="memory"),
+            n + config.ingestion.shuffle_buffer + warm,
         ),
-    )
+        "limit": Case(lambda: parsed().cache().repeat(), n + warm),
+        "limit_prefetched": Case(
+            lambda: parsed().cache().repeat().prefetch(tf.data.AUTOTUNE), n + warm
+        ),
+    }
+    rates = run_cases(cases, timed, args.repeats)
+    # The limit: whichever of the two ways of iterating parsed batches is faster, per repeat.
+    rates["limit_best"] = [
+        max(a, b) for a, b in zip(rates["limit"], rates["limit_prefetched"], strict=True)
+    ]
+    for name, values in rates.items():
+        out({"case": name, "examples_per_s": spread(values)})
     for fraction in (0.25, 1.0):
-        emit(
-            {"case": "ours_end_to_end_memory", "fraction": fraction, **peak_memory(args, fraction)}
-        )
+        out({"case": "ours_end_to_end_memory", "fraction": fraction, **peak_memory(args, fraction)})
 
     real_ds = ours(config, ours_files, layout)
     synthetic_ds = tf.data.Dataset.from_tensors(next(iter(real_ds))).repeat()
-    rates = train_rates(
+    steps = train_rates(
         config,
         {
             "real": real_ds,
@@ -458,47 +526,30 @@ def main() -> None:
         args.train_steps,
         args.train_rounds,
     )
-    best = {name: max(r) for name, r in rates.items()}
-    real, synthetic = best["real"], best["synthetic"]
-    emit(
+    out({"case": "train", "steps_per_s": {k: spread(v, 1) for k, v in steps.items()}})
+    ratios = {
+        "ours_end_to_end/stock": ratio(rates["ours_end_to_end"], rates["stock"]),
+        "ours_end_to_end/stock_tuned": ratio(rates["ours_end_to_end"], rates["stock_tuned"]),
+        "stock_tuned/stock": ratio(rates["stock_tuned"], rates["stock"]),
+        # The three steps from tuned stock to the product's output, one change each.
+        "step_reader": ratio(rates["ours_same_files"], rates["stock_tuned"]),
+        "step_uncompressed": ratio(rates["ours_uncompressed"], rates["ours_same_files"]),
+        "step_packing": ratio(rates["ours_end_to_end"], rates["ours_uncompressed"]),
+        "ours_cached/limit": ratio(rates["ours_cached"], rates["limit_best"]),
+        "train_real/synthetic": ratio(steps["real"], steps["synthetic"]),
+        "train_real_cached/synthetic": ratio(steps["real_cached"], steps["synthetic"]),
+    }
+    out(
         {
-            "case": "train",
-            "steps_per_s_best": {k: round(v, 1) for k, v in best.items()},
-            "steps_per_s_runs": {k: [round(x) for x in v] for k, v in rates.items()},
-            "real_cached_over_synthetic": round(best["real_cached"] / synthetic, 3),
-            # Turn by turn, so a burst of load from other processes cancels out.
-            "median_turn_ratio_real_over_synthetic": round(
-                float(np.median(np.array(rates["real"]) / np.array(rates["synthetic"]))), 3
-            ),
+            "examples_per_s_median": {k: round(float(np.median(v))) for k, v in rates.items()},
+            "ratios_geomean_ci95": ratios,
         }
     )
-    emit(
-        {
-            "ratios": {
-                "ours_same_files/stock": round(same / stock, 2),
-                "ours_end_to_end/stock": round(end_to_end / stock, 2),
-                "ours_cached/limit": round(cached / limit, 2),
-                "train_real/synthetic": round(real / synthetic, 3),
-            },
-            "targets": {
-                "ours_same_files/stock": 3,
-                "ours_end_to_end/stock": 8,
-                "ours_cached/limit": 0.9,
-                "train_real/synthetic": 0.95,
-            },
-        }
-    )
-    emit(
-        {
-            "stock": round(stock),
-            "ours_same_files": round(same),
-            "ours_end_to_end": round(end_to_end),
-            "ours_cached": round(cached),
-            "limit": round(limit),
-            "train_real_steps_per_s": round(real, 1),
-            "train_synthetic_steps_per_s": round(synthetic, 1),
-        }
-    )
+    if not args.no_results:
+        path = results_lib.write(
+            "ingestion", lines, shared_with=args.shared_with or None, argv=sys.argv[1:]
+        )
+        print(f"# wrote {os.path.relpath(path, results_lib.REPO_ROOT)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

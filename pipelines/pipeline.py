@@ -21,7 +21,7 @@ from components.trainer.baseline import StudentBaseline
 from components.trainer.component import Trainer
 from components.transform.component import Transform
 from components.validation.component import DataGate
-from pipelines.roles import GATE_ID, GATE_SCHEMA_KEY, teacher_id
+from pipelines.roles import GATE_ID, GATE_SCHEMA_KEY, baseline_id, teacher_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +110,8 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
 
     Returns:
       The components to add after `teacher`: the other teachers, the
-      `StudentBaseline` when `distillation.scratch_baseline` is set, the
+      `StudentBaseline` when `distillation.scratch_baseline` is set (and
+      one per `distillation.baselines` entry, `StudentBaseline_<name>`), the
       `EnsembleStudent` with `distillation.method: m_on_m` (one student of
       all the teachers, the M-on-M ensemble's yardstick), with
       `noisy_student` the `StudentRound`s before the last, and the
@@ -138,6 +139,12 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
     baselines = []
     if config.distillation.scratch_baseline:
         baselines.append(StudentBaseline(config=config, **common))
+    for baseline in config.distillation.baselines:
+        baselines.append(
+            StudentBaseline(config=config, baseline=baseline, **common).with_id(
+                baseline_id(baseline.name)
+            )
+        )
     if config.distillation.method == M_ON_M:
         baselines.append(EnsembleStudent(config=config, teacher_models=models, **common))
     if config.distillation.method != NOISY_STUDENT:

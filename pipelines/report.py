@@ -245,7 +245,8 @@ def verdict(rows: list[dict[str, Any]], method: str = KD) -> dict[str, Any]:
     """Whether the run's method paid (`components.distillation.verdict`).
 
     kd: the student against the first teacher (the Evaluator's baseline)
-    and, when the run has one, the scratch baseline; M-on-M: the ensemble
+    and, when the run has them, the scratch baseline (node `StudentBaseline`)
+    and the best of every model trained alone (`distillation.baselines`); M-on-M: the ensemble
     against its students and the one student; Noisy Student: each round,
     the last against the network alone and the first teacher.
     """
@@ -266,8 +267,18 @@ def verdict(rows: list[dict[str, Any]], method: str = KD) -> dict[str, Any]:
             members,
             accuracy(roles.ENSEMBLE_STUDENT),
         )
+    scratch = [r for r in rows if r["role"] == roles.SCRATCH]
+    student = next(r for r in rows if r["role"] == roles.STUDENT)
     return verdict_lib.verdict(
-        accuracy(roles.TEACHER), accuracy(roles.STUDENT), accuracy(roles.SCRATCH)
+        accuracy(roles.TEACHER),
+        student["accuracy"],
+        next((r["accuracy"] for r in scratch if r["node"] == roles.SCRATCH_ID), None),
+        [
+            {"name": r["node"], "accuracy": r["accuracy"], "params": r.get("params")}
+            for r in scratch
+            if r["node"] != roles.SCRATCH_ID
+        ],
+        student.get("params"),
     )
 
 
@@ -308,7 +319,7 @@ def write_chart(rows: list[dict[str, Any]], path: str) -> str:
     fig.suptitle(
         "Teachers, their students and the students' ensemble (M-on-M)"
         if roles.MEMBER in present
-        else "Teacher, student trained alone and distilled student"
+        else "Teacher, models trained alone and the distilled student"
         if roles.SCRATCH in present
         else "Teacher vs distilled student"
     )
@@ -349,16 +360,16 @@ def distillation_report(
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as an aligned text table."""
-    header = f"  {'model':<11} {'node':<20} {'accuracy':>8} {'log_loss':>8} {'params':>10} {'size_KiB':>9} {'ms@b1':>7} {'ms@b256':>8}"
+    header = f"  {'model':<11} {'node':<27} {'accuracy':>8} {'log_loss':>8} {'params':>10} {'size_KiB':>9} {'ms@b1':>7} {'ms@b256':>8}"
     lines = ["Teacher vs student (raw eval split, served through serving_default):", header]
     for r in report["models"]:
         lines.append(
-            f"  {r['role']:<11} {r['node']:<20} {r['accuracy']:>8.4f} {r['log_loss']:>8.4f} {r['params']:>10,d} "
+            f"  {r['role']:<11} {r['node']:<27} {r['accuracy']:>8.4f} {r['log_loss']:>8.4f} {r['params']:>10,d} "
             f"{r['saved_model_bytes'] / 1024:>9.1f} {r['latency_ms_b1']:>7.2f} {r['latency_ms_b256']:>8.2f}"
         )
     q = report["student_vs_teacher"]
     lines.append(
-        f"  {'student/teacher':<32} {q['accuracy']:>8.3f} {'':>8} {q['params']:>10.4f} "
+        f"  {'student/teacher':<39} {q['accuracy']:>8.3f} {'':>8} {q['params']:>10.4f} "
         f"{q['saved_model_bytes']:>9.3f} {q['latency_ms_b1']:>7.3f} {q['latency_ms_b256']:>8.3f}"
     )
     lines.append(report["verdict"]["message"])

@@ -17,7 +17,8 @@ from components.validation.component import DataGate
 
 TEACHER = "teacher"
 STUDENT = "student"
-# The student's shape trained alone (`distillation.scratch_baseline`).
+# The student's shape trained alone (`distillation.scratch_baseline`), and any
+# other model a user would train alone instead (`distillation.baselines`).
 SCRATCH = "scratch"
 # One student of all the teachers (`EnsembleStudent`, beside an M-on-M Distiller).
 ENSEMBLE_STUDENT = "one_student"
@@ -45,6 +46,15 @@ GATE_TYPE = DataGate.get_class_type()
 def teacher_id(index: int) -> str:
     """Node id of the `index`-th teacher Trainer (`Trainer`, `Trainer_1`, ...)."""
     return "Trainer" if index == 0 else f"Trainer_{index}"
+
+
+def baseline_id(name: str) -> str:
+    """Node id of a `distillation.baselines` entry's `StudentBaseline` (the scratch
+    baseline itself keeps the component's own id, `StudentBaseline`)."""
+    return f"StudentBaseline_{name}"
+
+
+SCRATCH_ID = "StudentBaseline"
 
 
 def model_role(execution_type: str) -> str | None:

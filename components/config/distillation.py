@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import field
 from typing import Literal, Self
 
 from pydantic import model_validator
 
+from components.config.training import AugmentationConfig, ModelConfig
 from components.config.validation import fail, section
 
 # The rules of the loss's hyperparameters, in one place: the `distillation`
@@ -136,6 +138,41 @@ class NoisyStudentConfig:
         return self
 
 
+@section()
+class BaselineConfig:
+    """A model a user would train alone instead of distilling: a yardstick of the verdict.
+
+    Trained like the scratch baseline (hard labels, the student's steps and
+    schedule) by a `StudentBaseline` Trainer of its own (node
+    `StudentBaseline_<name>`), so the report can say whether the distilled
+    student beat the best small model trained without a teacher, not only
+    the same network trained without one.
+
+    Attributes:
+      name: Names it in the pipeline and the report: lowercase letters,
+        digits and '_'.
+      model: Its network (the fields of `student`); default: the student's.
+      augmentation: Its training augmentation; default: `train.augmentation`
+        (the student's own).
+    """
+
+    name: str
+    model: ModelConfig | None = None
+    augmentation: AugmentationConfig | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not re.fullmatch(r"[a-z0-9_]+", self.name):
+            fail("name", f"expected lowercase letters, digits and '_', got {self.name!r}")
+        if self.model is None and self.augmentation is None:
+            fail(
+                "model",
+                f"baseline {self.name!r} sets neither model nor augmentation, so it is the scratch "
+                "baseline again; set one of them, or use distillation.scratch_baseline: true",
+            )
+        return self
+
+
 @section("distillation")
 class DistillationConfig:
     """Teacher-then-student distillation (see `components.distillation`).
@@ -187,6 +224,10 @@ class DistillationConfig:
         and the student may be as large as its teacher or larger
         (`require_compression` does not apply).
       noisy_student: The rounds and pseudo-labels of method noisy_student.
+      baselines: Other models a user would train alone instead (method kd):
+        each trains beside the Distiller, and the report's verdict compares
+        the distilled student with the best of them and the scratch
+        baseline, naming its size (`BaselineConfig`).
     """
 
     enabled: bool = False
@@ -202,6 +243,7 @@ class DistillationConfig:
     label_key: str = ""
     method: Literal["kd", "m_on_m", "noisy_student"] = KD
     noisy_student: NoisyStudentConfig = field(default_factory=NoisyStudentConfig)
+    baselines: tuple[BaselineConfig, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -228,6 +270,15 @@ class DistillationConfig:
         )
         if problem:
             fail(*problem)
+        names = [b.name for b in self.baselines]
+        if len(set(names)) < len(names):
+            fail("baselines", f"expected distinct names, got {names}")
+        if self.baselines and self.method != KD:
+            fail(
+                "baselines",
+                f"method {self.method} judges its model against its own yardsticks (the report's "
+                "verdict), not against baselines; remove baselines or use method: kd",
+            )
         if self.method == NOISY_STUDENT and self.cache_teacher_logits:
             fail(
                 "cache_teacher_logits",

@@ -75,6 +75,19 @@ class PipelineConfig:
                     f"{role}.conv",
                     "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
                 )
+        for i, baseline in enumerate(self.distillation.baselines):
+            where = f"distillation.baselines[{i}]"
+            if has_data and baseline.model and baseline.model.conv is not None and not images:
+                fail(
+                    f"{where}.model.conv",
+                    "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
+                )
+            augmentation = baseline.augmentation
+            if has_data and augmentation and augmentation.image_views and not images:
+                fail(
+                    f"{where}.augmentation",
+                    "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape",
+                )
         for role in ("teacher", "student"):
             conv = getattr(self, role).conv
             if conv is not None and conv.residual and self.train.gradient_checkpointing:

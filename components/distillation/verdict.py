@@ -6,6 +6,7 @@ which records it beside its model (`VERDICT_FILE`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Written at the root of the Distiller's model artifact (not inside its
@@ -13,14 +14,58 @@ from typing import Any
 VERDICT_FILE = "distillation_verdict.json"
 
 
-def verdict(teacher: float, student: float, alone: float | None) -> dict[str, Any]:
+def verdict(
+    teacher: float,
+    student: float,
+    alone: float | None,
+    others: Sequence[Mapping[str, Any]] = (),
+    student_params: int | None = None,
+) -> dict[str, Any]:
     """The distilled `student` against the same student trained `alone` and the `teacher`.
 
     Accuracies on the eval split. `improved` is True when the student beat
     the one trained alone, False when it did not, None without that
-    baseline. This is one run: the seed spread, and whether a difference is
-    larger than it, is what `benchmarks/distillation.py` measures.
+    baseline. `others` are the other models trained alone
+    (`distillation.baselines`: `name`, `accuracy`, `params`): the verdict
+    then also names the best model trained alone and says whether the
+    distilled student (`student_params`) beat it (`beat_best_alone`). This
+    is one run: the seed spread, and whether a difference is larger than
+    it, is what `benchmarks/distillation.py` measures.
     """
+    result = _against_scratch(teacher, student, alone)
+    if not others:
+        return result
+    candidates = list(others)
+    if alone is not None:
+        candidates.append(
+            {"name": "the student's network", "accuracy": alone, "params": student_params}
+        )
+    best = max(candidates, key=lambda c: c["accuracy"])
+    gain = student - best["accuracy"]
+    size = f" ({best['params']:,} parameters)" if best.get("params") else ""
+    mine = f" ({student_params:,} parameters)" if student_params else ""
+    result.update(
+        best_alone=best["name"],
+        best_alone_acc=best["accuracy"],
+        gain_over_best_alone=gain,
+        beat_best_alone=gain > 0,
+    )
+    if gain > 0:
+        tail = (
+            f" The best model trained alone here, {best['name']}{size}, scored "
+            f"{best['accuracy']:.4f}: {gain:+.4f} behind the distilled student{mine}."
+        )
+    else:
+        tail = (
+            f" Distillation did NOT beat the best model trained alone here: {best['name']}{size} "
+            f"scored {best['accuracy']:.4f}, the distilled student{mine} {student:.4f} ({gain:+.4f})."
+        )
+    result["message"] += tail
+    return result
+
+
+def _against_scratch(teacher: float, student: float, alone: float | None) -> dict[str, Any]:
+    """`verdict` against the student's own network trained alone."""
     result: dict[str, Any] = {"teacher_acc": teacher, "student_acc": student}
     if alone is None:
         result["improved"] = None

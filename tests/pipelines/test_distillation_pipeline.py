@@ -308,3 +308,44 @@ def test_renamed_nodes_keep_summary_and_report_correct(tmp_path, monkeypatch, di
     assert report["models"][0]["accuracy"] == pytest.approx(
         summary["metrics"]["accuracy"] - summary["metrics"]["accuracy_diff"], abs=1e-6
     )
+
+
+def test_each_baseline_trains_its_own_model_beside_the_scratch_baseline(tmp_path, digits_config):
+    data = to_dict(digits_config)
+    data["distillation"].update(
+        enabled=True,
+        scratch_baseline=True,
+        baselines=[
+            {"name": "wide", "model": {"hidden_units": [64]}},
+            {"name": "noisy", "augmentation": {"input_noise": 0.1}},
+        ],
+    )
+    config = from_dict(data)
+    components = _build(config, tmp_path)
+
+    def carried(node):
+        return json.loads(
+            json.loads(components[node].exec_properties["custom_config"])["tfxkit_config"]
+        )
+
+    scratch, wide, noisy = (
+        carried(n) for n in ("StudentBaseline", "StudentBaseline_wide", "StudentBaseline_noisy")
+    )
+    assert scratch["teacher"]["hidden_units"] == list(config.student.hidden_units)
+    assert wide["teacher"]["hidden_units"] == [64]
+    assert noisy["teacher"]["hidden_units"] == list(config.student.hidden_units)
+    assert [c["train"]["augmentation"]["input_noise"] for c in (scratch, wide, noisy)] == [
+        0,
+        0,
+        0.1,
+    ]
+    # The student's steps; one model each, no distillation stage of their own.
+    for c in (scratch, wide, noisy):
+        assert c["train"]["train_steps"] == config.student_train_steps()
+        assert c["distillation"]["enabled"] is False and c["distillation"]["baselines"] == []
+    # Yardsticks only: nothing downstream reads them.
+    for node in ("StudentBaseline_wide", "StudentBaseline_noisy"):
+        model = components[node].outputs["model"]
+        assert not any(
+            model is channel for c in components.values() for channel in c.inputs.values()
+        )

@@ -9,10 +9,10 @@ from pipelines.report import verdict
 
 
 def _rows(teacher: float, student: float, scratch: float | None = None) -> list[dict]:
-    rows = [{"role": "teacher", "accuracy": teacher}]
+    rows = [{"role": "teacher", "node": "Trainer", "accuracy": teacher}]
     if scratch is not None:
-        rows.append({"role": "scratch", "accuracy": scratch})
-    return rows + [{"role": "student", "accuracy": student}]
+        rows.append({"role": "scratch", "node": "StudentBaseline", "accuracy": scratch})
+    return rows + [{"role": "student", "node": "Distiller", "accuracy": student}]
 
 
 def test_a_student_that_beat_the_scratch_baseline_is_credited_with_its_share_of_the_gap():
@@ -73,3 +73,42 @@ def test_a_noisy_student_verdict_judges_the_last_round_against_the_network_alone
     assert worse["improved"] is False
     assert "did NOT beat the same network trained alone on the labels: -0.0100" in worse["message"]
     assert verdict_lib.noisy_student_verdict(0.8, [0.81], None)["improved"] is None
+
+
+def _with_baselines(student: float, conv: float) -> list[dict]:
+    return [
+        {"role": "teacher", "node": "Trainer", "accuracy": 0.93, "params": 1_000_000},
+        {"role": "scratch", "node": "StudentBaseline", "accuracy": 0.90, "params": 50_000},
+        {"role": "scratch", "node": "StudentBaseline_conv", "accuracy": conv, "params": 40_000},
+        {"role": "student", "node": "Distiller", "accuracy": student, "params": 50_000},
+    ]
+
+
+def test_the_verdict_names_the_best_model_trained_alone_and_whether_the_student_beat_it():
+    result = verdict(_with_baselines(student=0.915, conv=0.910))
+    # Against its own network alone, as before; the conv baseline is the best alone.
+    assert result["scratch_acc"] == 0.90 and result["improved"] is True
+    assert result["best_alone"] == "StudentBaseline_conv"
+    assert result["gain_over_best_alone"] == pytest.approx(0.005)
+    assert result["beat_best_alone"] is True
+    assert result["message"].endswith(
+        "The best model trained alone here, StudentBaseline_conv (40,000 parameters), scored "
+        "0.9100: +0.0050 behind the distilled student (50,000 parameters)."
+    )
+
+
+def test_a_student_below_the_best_model_alone_is_told_so_in_one_sentence():
+    result = verdict(_with_baselines(student=0.905, conv=0.912))
+    assert result["improved"] is True and result["beat_best_alone"] is False
+    assert result["message"].endswith(
+        "Distillation did NOT beat the best model trained alone here: StudentBaseline_conv "
+        "(40,000 parameters) scored 0.9120, the distilled student (50,000 parameters) 0.9050 "
+        "(-0.0070)."
+    )
+
+
+def test_without_the_scratch_baseline_the_baselines_alone_are_the_yardstick():
+    rows = [r for r in _with_baselines(student=0.915, conv=0.910) if r["node"] != "StudentBaseline"]
+    result = verdict(rows)
+    assert result["improved"] is None
+    assert result["best_alone"] == "StudentBaseline_conv" and result["beat_best_alone"] is True

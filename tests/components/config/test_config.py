@@ -765,3 +765,68 @@ def test_remote_views_with_scarce_labels_are_refused():
         ConfigError, match="ingestion.service.remote: 'augment' makes the image views"
     ):
         from_dict(data)
+
+
+def _with_baselines(baselines, name="fashion_mnist", **distillation):
+    data = to_dict(load_config(name))
+    data["distillation"].update(baselines=baselines, **distillation)
+    return from_dict(data)
+
+
+def test_baselines_default_to_the_students_network_and_the_runs_augmentation():
+    config = _with_baselines(
+        [
+            {"name": "views", "augmentation": {"translate": 2, "flip": True}},
+            {"name": "small_conv", "model": {"hidden_units": [8], "conv": {"filters": [4]}}},
+        ]
+    )
+    views, conv = config.distillation.baselines
+    assert views.model is None and views.augmentation.translate == 2
+    assert conv.model.conv.filters == (4,) and conv.augmentation is None
+
+
+@pytest.mark.parametrize(
+    ("baselines", "distillation", "match"),
+    [
+        (
+            [{"name": "Views", "augmentation": {"flip": True}}],
+            {},
+            r"baselines\[0\]\.name: .*lowercase",
+        ),
+        ([{"name": "same"}], {}, r"baselines\[0\]\.model: .*neither model nor augmentation"),
+        (
+            [
+                {"name": "a", "augmentation": {"flip": True}},
+                {"name": "a", "model": {"hidden_units": [4]}},
+            ],
+            {},
+            r"distillation\.baselines: expected distinct names",
+        ),
+        (
+            [{"name": "a", "model": {"hidden_units": [4]}}],
+            {"method": "m_on_m", "num_teachers": 2, "cache_teacher_logits": False},
+            r"distillation\.baselines: method m_on_m .*use method: kd",
+        ),
+    ],
+)
+def test_bad_baselines_are_refused_naming_the_field(baselines, distillation, match):
+    with pytest.raises(ConfigError, match=match):
+        _with_baselines(baselines, **distillation)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "match"),
+    [
+        (
+            {"name": "conv", "model": {"conv": {"filters": [4]}}},
+            r"baselines\[0\]\.model\.conv: a conv tower needs",
+        ),
+        (
+            {"name": "views", "augmentation": {"flip": True}},
+            r"baselines\[0\]\.augmentation: augmentation shifts",
+        ),
+    ],
+)
+def test_a_baseline_that_needs_images_is_refused_on_tabular_data(baseline, match):
+    with pytest.raises(ConfigError, match=match):
+        _with_baselines([baseline], name="digits", enabled=True)

@@ -27,7 +27,7 @@ line per fault:
   for the tolerance). Parameter-server training is asynchronous, so
   `unkilled_runs_equal` says whether two unkilled runs agree even.
 
-The last line: `pushed_from_failed` (failed attempts that left a serving
+The last line: `exported_by_failed` (failed attempts that left a serving
 model a Pusher could push), `hangs` (tasks that overran a bound and were
 killed), the counts of faults survived and as specified, and the machine's
 load average before and after (the runs share two cores with whatever else
@@ -205,7 +205,7 @@ def report(runs: dict[str, list[fault_cases.Outcome]], load_before: tuple) -> No
                 "faults": len(lines),
                 "survived": sum(line["survived"] for line in lines),
                 "as_specified": sum(line["as_specified"] for line in lines),
-                "pushed_from_failed": sum(o.exported_by_failed for o in every),
+                "exported_by_failed": sum(o.exported_by_failed for o in every),
                 "hangs": sum(len(o.hung) for o in every),
                 "jobs_run": len(every),
                 "load_average_before": round(load_before[0], 2),

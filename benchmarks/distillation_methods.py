@@ -130,7 +130,9 @@ def base_config(directory: str, teacher_steps: int, student_steps: int) -> Pipel
     data["data"].update(builtin="", path=directory)
     data.update(teacher=TEACHER, student=STUDENT)
     data["train"].update(train_steps=teacher_steps, eval_steps=20)
-    data["distillation"].update(student_train_steps=student_steps, scratch_baseline=False)
+    data["distillation"].update(
+        student_train_steps=student_steps, scratch_baseline=False, baselines=[]
+    )
     return from_dict(data)
 
 

@@ -26,10 +26,13 @@ def tiny(config: PipelineConfig, **train_overrides) -> PipelineConfig:
     evaluation = dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0)
     # A patient student stays patient: twice the teacher's tiny step count.
     student_steps = 40 if config.distillation.student_train_steps else 0
-    # The scratch baseline is one more Trainer per run: the tests that check
-    # it turn it back on.
+    # The scratch baseline and other baselines are one more Trainer each per
+    # run: the tests that check them turn them back on.
     distillation = dataclasses.replace(
-        config.distillation, student_train_steps=student_steps, scratch_baseline=False
+        config.distillation,
+        student_train_steps=student_steps,
+        scratch_baseline=False,
+        baselines=(),
     )
     return dataclasses.replace(
         config, train=train, evaluation=evaluation, distillation=distillation

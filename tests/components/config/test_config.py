@@ -30,7 +30,14 @@ def _taxi_dict():
 
 @pytest.mark.parametrize(
     "name",
-    ["taxi", "digits", "fashion_mnist", "fashion_mnist_m_on_m", "fashion_mnist_noisy_student"],
+    [
+        "taxi",
+        "digits",
+        "fashion_mnist",
+        "fashion_mnist_m_on_m",
+        "fashion_mnist_noisy_student",
+        "fashion_mnist_scarce",
+    ],
 )
 def test_shipped_configs_load(name):
     config = load_config(name)
@@ -207,7 +214,7 @@ def test_unknown_config_name_lists_shipped_ones():
     with pytest.raises(
         ConfigError,
         match=r"'nope' is neither a YAML file nor a shipped config \(digits, fashion_mnist, "
-        r"fashion_mnist_m_on_m, fashion_mnist_noisy_student, taxi\)",
+        r"fashion_mnist_m_on_m, fashion_mnist_noisy_student, fashion_mnist_scarce, taxi\)",
     ):
         load_config("nope")
 
@@ -540,6 +547,8 @@ def _assert_edit_rejected(data: dict, edit, match: str) -> None:
             lambda d: (
                 d["data"].update(features=[_image_feature(shape=[])]),
                 d.pop("teacher"),
+                d.pop("student"),
+                d["distillation"].pop("baselines"),
                 d["train"].update(augmentation={"translate": 2}),
                 d["distillation"].update(cache_teacher_logits=False),
             ),

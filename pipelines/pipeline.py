@@ -17,7 +17,7 @@ from components.data.sources import ResolvedInput
 from components.distiller.component import Distiller, EnsembleStudent, StudentRound, round_id
 from components.example_gen import CsvExampleGen, ExampleRules, ImportExampleGen
 from components.pusher.component import Pusher
-from components.trainer.baseline import StudentBaseline
+from components.trainer.baseline import ModelBaseline, StudentBaseline
 from components.trainer.component import Trainer
 from components.transform.component import Transform
 from components.validation.component import DataGate
@@ -110,8 +110,8 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
 
     Returns:
       The components to add after `teacher`: the other teachers, the
-      `StudentBaseline` when `distillation.scratch_baseline` is set (and
-      one per `distillation.baselines` entry, `StudentBaseline_<name>`), the
+      `StudentBaseline` when `distillation.scratch_baseline` is set, a
+      `ModelBaseline` per `distillation.baselines` entry (`Baseline_<name>`), the
       `EnsembleStudent` with `distillation.method: m_on_m` (one student of
       all the teachers, the M-on-M ensemble's yardstick), with
       `noisy_student` the `StudentRound`s before the last, and the
@@ -141,7 +141,7 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
         baselines.append(StudentBaseline(config=config, **common))
     for baseline in config.distillation.baselines:
         baselines.append(
-            StudentBaseline(config=config, baseline=baseline, **common).with_id(
+            ModelBaseline(config=config, baseline=baseline, **common).with_id(
                 baseline_id(baseline.name)
             )
         )

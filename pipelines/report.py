@@ -33,6 +33,7 @@ _COLORS = {
     roles.TEACHER: "tab:blue",
     roles.TEACHER_ENSEMBLE: "tab:cyan",
     roles.SCRATCH: "tab:gray",
+    roles.BASELINE: "tab:brown",
     roles.ENSEMBLE_STUDENT: "tab:green",
     roles.MEMBER: "tab:olive",
     roles.ROUND: "tab:purple",
@@ -88,10 +89,11 @@ def find_models(metadata_path: str, pipeline_name: str) -> tuple[list[tuple[str,
     rank = {
         roles.TEACHER: 0,
         roles.SCRATCH: 1,
-        roles.ENSEMBLE_STUDENT: 2,
-        roles.MEMBER: 3,
-        roles.ROUND: 4,
-        roles.STUDENT: 5,
+        roles.BASELINE: 2,
+        roles.ENSEMBLE_STUDENT: 3,
+        roles.MEMBER: 4,
+        roles.ROUND: 5,
+        roles.STUDENT: 6,
     }
 
     def order(model):
@@ -245,8 +247,8 @@ def verdict(rows: list[dict[str, Any]], method: str = KD) -> dict[str, Any]:
     """Whether the run's method paid (`components.distillation.verdict`).
 
     kd: the student against the first teacher (the Evaluator's baseline)
-    and, when the run has them, the scratch baseline (node `StudentBaseline`)
-    and the best of every model trained alone (`distillation.baselines`); M-on-M: the ensemble
+    and, when the run has them, the scratch baseline and the best of every
+    model trained alone (`distillation.baselines`); M-on-M: the ensemble
     against its students and the one student; Noisy Student: each round,
     the last against the network alone and the first teacher.
     """
@@ -267,18 +269,18 @@ def verdict(rows: list[dict[str, Any]], method: str = KD) -> dict[str, Any]:
             members,
             accuracy(roles.ENSEMBLE_STUDENT),
         )
-    scratch = [r for r in rows if r["role"] == roles.SCRATCH]
     student = next(r for r in rows if r["role"] == roles.STUDENT)
     return verdict_lib.verdict(
         accuracy(roles.TEACHER),
         student["accuracy"],
-        next((r["accuracy"] for r in scratch if r["node"] == roles.SCRATCH_ID), None),
+        accuracy(roles.SCRATCH),
         [
             {"name": r["node"], "accuracy": r["accuracy"], "params": r.get("params")}
-            for r in scratch
-            if r["node"] != roles.SCRATCH_ID
+            for r in rows
+            if r["role"] == roles.BASELINE
         ],
         student.get("params"),
+        scratch_name=next((r["node"] for r in rows if r["role"] == roles.SCRATCH), ""),
     )
 
 
@@ -320,7 +322,7 @@ def write_chart(rows: list[dict[str, Any]], path: str) -> str:
         "Teachers, their students and the students' ensemble (M-on-M)"
         if roles.MEMBER in present
         else "Teacher, models trained alone and the distilled student"
-        if roles.SCRATCH in present
+        if present & {roles.SCRATCH, roles.BASELINE}
         else "Teacher vs distilled student"
     )
     fig.tight_layout()

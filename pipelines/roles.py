@@ -11,15 +11,16 @@ from tfx import v1 as tfx
 
 from components.distiller.component import Distiller, EnsembleStudent, StudentRound
 from components.trainer import executor as trainer_executor
-from components.trainer.baseline import StudentBaseline
+from components.trainer.baseline import ModelBaseline, StudentBaseline
 from components.trainer.component import Trainer
 from components.validation.component import DataGate
 
 TEACHER = "teacher"
 STUDENT = "student"
-# The student's shape trained alone (`distillation.scratch_baseline`), and any
-# other model a user would train alone instead (`distillation.baselines`).
+# The student's shape trained alone (`distillation.scratch_baseline`).
 SCRATCH = "scratch"
+# Another model a user would train alone instead (`distillation.baselines`).
+BASELINE = "baseline"
 # One student of all the teachers (`EnsembleStudent`, beside an M-on-M Distiller).
 ENSEMBLE_STUDENT = "one_student"
 # Rows the report adds with `distillation.method: m_on_m`: each student of
@@ -35,7 +36,8 @@ GATE_SCHEMA_KEY = "validated_schema"
 
 _TRAINER_TYPE = Trainer.get_class_type()
 _DISTILLER_TYPE = Distiller.get_class_type()
-_BASELINE_TYPE = StudentBaseline.get_class_type()
+_SCRATCH_TYPE = StudentBaseline.get_class_type()
+_MODEL_BASELINE_TYPE = ModelBaseline.get_class_type()
 _ENSEMBLE_STUDENT_TYPE = EnsembleStudent.get_class_type()
 _ROUND_TYPE = StudentRound.get_class_type()
 EVALUATOR_TYPE = tfx.components.Evaluator.get_class_type()
@@ -49,22 +51,19 @@ def teacher_id(index: int) -> str:
 
 
 def baseline_id(name: str) -> str:
-    """Node id of a `distillation.baselines` entry's `StudentBaseline` (the scratch
-    baseline itself keeps the component's own id, `StudentBaseline`)."""
-    return f"StudentBaseline_{name}"
-
-
-SCRATCH_ID = "StudentBaseline"
+    """Node id of a `distillation.baselines` entry's `ModelBaseline`."""
+    return f"Baseline_{name}"
 
 
 def model_role(execution_type: str) -> str | None:
     """`TEACHER` for a Trainer, `STUDENT` for a Distiller, `SCRATCH` for a
-    `StudentBaseline`, `ENSEMBLE_STUDENT` for an `EnsembleStudent`, `ROUND` for a
+    `StudentBaseline`, `BASELINE` for a `ModelBaseline`, `ENSEMBLE_STUDENT` for an `EnsembleStudent`, `ROUND` for a
     `StudentRound`, None otherwise."""
     return {
         _TRAINER_TYPE: TEACHER,
         _DISTILLER_TYPE: STUDENT,
-        _BASELINE_TYPE: SCRATCH,
+        _SCRATCH_TYPE: SCRATCH,
+        _MODEL_BASELINE_TYPE: BASELINE,
         _ENSEMBLE_STUDENT_TYPE: ENSEMBLE_STUDENT,
         _ROUND_TYPE: ROUND,
     }.get(execution_type)

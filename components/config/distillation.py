@@ -143,15 +143,18 @@ class BaselineConfig:
     """A model a user would train alone instead of distilling: a yardstick of the verdict.
 
     Trained like the scratch baseline (hard labels, the student's steps and
-    schedule) by a `StudentBaseline` Trainer of its own (node
-    `StudentBaseline_<name>`), so the report can say whether the distilled
+    schedule) by a `ModelBaseline` Trainer of its own (node
+    `Baseline_<name>`), so the report can say whether the distilled
     student beat the best small model trained without a teacher, not only
-    the same network trained without one.
+    the same network trained without one. Every rule of the config applies
+    to the config it trains with (`PipelineConfig.alone_config`).
 
     Attributes:
-      name: Names it in the pipeline and the report: lowercase letters,
-        digits and '_'.
-      model: Its network (the fields of `student`); default: the student's.
+      name: Names it in the pipeline and the report: 1 to 16 lowercase
+        letters, digits and '_'.
+      model: Its whole network (the fields of `student`; a field not given
+        takes its default, not the student's value); default: the
+        student's network.
       augmentation: Its training augmentation; default: `train.augmentation`
         (the student's own).
     """
@@ -162,8 +165,12 @@ class BaselineConfig:
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        if not re.fullmatch(r"[a-z0-9_]+", self.name):
-            fail("name", f"expected lowercase letters, digits and '_', got {self.name!r}")
+        if not re.fullmatch(r"[a-z0-9_]{1,16}", self.name):
+            fail(
+                "name",
+                f"expected 1 to 16 lowercase letters, digits and '_' (the node is Baseline_<name>), "
+                f"got {self.name!r}",
+            )
         if self.model is None and self.augmentation is None:
             fail(
                 "model",

@@ -6,6 +6,7 @@ included); every error is a `ConfigError` whose message starts with the field's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import field
@@ -14,7 +15,12 @@ from typing import Self
 from pydantic import model_validator
 
 from components.config.data import BUILTIN_DATASETS, DataConfig
-from components.config.distillation import M_ON_M, NOISY_STUDENT, DistillationConfig
+from components.config.distillation import (
+    M_ON_M,
+    NOISY_STUDENT,
+    BaselineConfig,
+    DistillationConfig,
+)
 from components.config.evaluation import EvaluationConfig
 from components.config.kubeflow import KubeflowConfig
 from components.config.runtime import (
@@ -74,19 +80,6 @@ class PipelineConfig:
                 fail(
                     f"{role}.conv",
                     "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
-                )
-        for i, baseline in enumerate(self.distillation.baselines):
-            where = f"distillation.baselines[{i}]"
-            if has_data and baseline.model and baseline.model.conv is not None and not images:
-                fail(
-                    f"{where}.model.conv",
-                    "a conv tower needs an image-shaped feature: give a float feature a shape such as [28, 28, 1]",
-                )
-            augmentation = baseline.augmentation
-            if has_data and augmentation and augmentation.image_views and not images:
-                fail(
-                    f"{where}.augmentation",
-                    "augmentation shifts and flips images: no feature has a shape (e.g. [28, 28, 1]); turn it off or declare the shape",
                 )
         for role in ("teacher", "student"):
             conv = getattr(self, role).conv
@@ -156,8 +149,50 @@ class PipelineConfig:
                 f"{self.data.labeled_fraction} picks the labeled examples by their stored pixels, which the "
                 "views change; set remote: parse (views on this host) or labeled_fraction: 1",
             )
+        for i, baseline in enumerate(self.distillation.baselines):
+            # Each baseline trains as a config of its own: every rule of this
+            # one applies to its model and augmentation too.
+            try:
+                self.alone_config(baseline)
+            except ConfigError as e:
+                fail(
+                    f"distillation.baselines[{i}]",
+                    f"baseline {baseline.name!r} is refused as the config it trains with (its model "
+                    f"is that config's teacher): {e}",
+                )
         reject_secrets(self)
         return self
+
+    def alone_config(self, baseline: BaselineConfig | None = None) -> PipelineConfig:
+        """The config a model trained alone beside the Distiller trains with.
+
+        The `student` network (or `baseline`'s model), hard labels only, the
+        student's steps and schedule, and `train.augmentation` (or
+        `baseline`'s). It trains one model, so its distillation stage is off
+        (the student-smaller-than-teacher rule does not apply to it), and
+        it caches no teacher targets.
+
+        Raises:
+          ConfigError: when that config breaks a rule (naming the field in it).
+        """
+        model = baseline.model if baseline and baseline.model else self.student
+        augmentation = (
+            baseline.augmentation if baseline and baseline.augmentation else self.train.augmentation
+        )
+        return dataclasses.replace(
+            self,
+            teacher=model,
+            train=dataclasses.replace(
+                self.train, train_steps=self.student_train_steps(), augmentation=augmentation
+            ),
+            distillation=dataclasses.replace(
+                self.distillation,
+                enabled=False,
+                scratch_baseline=False,
+                baselines=(),
+                cache_teacher_logits=False,
+            ),
+        )
 
     def _check_noisy_student(self) -> None:
         if self.data.labeled_fraction >= 1.0:

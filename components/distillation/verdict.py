@@ -20,6 +20,7 @@ def verdict(
     alone: float | None,
     others: Sequence[Mapping[str, Any]] = (),
     student_params: int | None = None,
+    scratch_name: str = "",
 ) -> dict[str, Any]:
     """The distilled `student` against the same student trained `alone` and the `teacher`.
 
@@ -28,8 +29,9 @@ def verdict(
     baseline. `others` are the other models trained alone
     (`distillation.baselines`: `name`, `accuracy`, `params`): the verdict
     then also names the best model trained alone and says whether the
-    distilled student (`student_params`) beat it (`beat_best_alone`). This
-    is one run: the seed spread, and whether a difference is larger than
+    distilled student (`student_params`) beat it (`beat_best_alone`;
+    `best_alone` names it: a node, `scratch_name` for the scratch baseline).
+    This is one run: the seed spread, and whether a difference is larger than
     it, is what `benchmarks/distillation.py` measures.
     """
     result = _against_scratch(teacher, student, alone)
@@ -37,10 +39,10 @@ def verdict(
         return result
     candidates = list(others)
     if alone is not None:
-        candidates.append(
-            {"name": "the student's network", "accuracy": alone, "params": student_params}
-        )
+        candidates.append({"name": scratch_name, "accuracy": alone, "params": student_params})
     best = max(candidates, key=lambda c: c["accuracy"])
+    # The scratch baseline is the student's own network: the message says so.
+    label = best["name"] if best in others else "the student's network alone"
     gain = student - best["accuracy"]
     size = f" ({best['params']:,} parameters)" if best.get("params") else ""
     mine = f" ({student_params:,} parameters)" if student_params else ""
@@ -52,12 +54,12 @@ def verdict(
     )
     if gain > 0:
         tail = (
-            f" The best model trained alone here, {best['name']}{size}, scored "
+            f" The best model trained alone here, {label}{size}, scored "
             f"{best['accuracy']:.4f}: {gain:+.4f} behind the distilled student{mine}."
         )
     else:
         tail = (
-            f" Distillation did NOT beat the best model trained alone here: {best['name']}{size} "
+            f" Distillation did NOT beat the best model trained alone here: {label}{size} "
             f"scored {best['accuracy']:.4f}, the distilled student{mine} {student:.4f} ({gain:+.4f})."
         )
     result["message"] += tail

@@ -329,7 +329,7 @@ def test_each_baseline_trains_its_own_model_beside_the_scratch_baseline(tmp_path
         )
 
     scratch, wide, noisy = (
-        carried(n) for n in ("StudentBaseline", "StudentBaseline_wide", "StudentBaseline_noisy")
+        carried(n) for n in ("StudentBaseline", "Baseline_wide", "Baseline_noisy")
     )
     assert scratch["teacher"]["hidden_units"] == list(config.student.hidden_units)
     assert wide["teacher"]["hidden_units"] == [64]
@@ -344,7 +344,7 @@ def test_each_baseline_trains_its_own_model_beside_the_scratch_baseline(tmp_path
         assert c["train"]["train_steps"] == config.student_train_steps()
         assert c["distillation"]["enabled"] is False and c["distillation"]["baselines"] == []
     # Yardsticks only: nothing downstream reads them.
-    for node in ("StudentBaseline_wide", "StudentBaseline_noisy"):
+    for node in ("Baseline_wide", "Baseline_noisy"):
         model = components[node].outputs["model"]
         assert not any(
             model is channel for c in components.values() for channel in c.inputs.values()

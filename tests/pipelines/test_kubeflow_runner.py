@@ -34,7 +34,7 @@ NAMES = list(COMPILED_CONFIGS)
 TRAINING_TASKS = {
     "taxi": {"Trainer"},
     "digits": {"Trainer", "StudentBaseline", "Distiller"},
-    "fashion_mnist": {"Trainer", "StudentBaseline", "StudentBaseline_views", "Distiller"},
+    "fashion_mnist": {"Trainer", "StudentBaseline", "Baseline_views", "Distiller"},
 }
 
 

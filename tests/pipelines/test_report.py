@@ -79,7 +79,7 @@ def _with_baselines(student: float, conv: float) -> list[dict]:
     return [
         {"role": "teacher", "node": "Trainer", "accuracy": 0.93, "params": 1_000_000},
         {"role": "scratch", "node": "StudentBaseline", "accuracy": 0.90, "params": 50_000},
-        {"role": "scratch", "node": "StudentBaseline_conv", "accuracy": conv, "params": 40_000},
+        {"role": "baseline", "node": "Baseline_conv", "accuracy": conv, "params": 40_000},
         {"role": "student", "node": "Distiller", "accuracy": student, "params": 50_000},
     ]
 
@@ -88,11 +88,11 @@ def test_the_verdict_names_the_best_model_trained_alone_and_whether_the_student_
     result = verdict(_with_baselines(student=0.915, conv=0.910))
     # Against its own network alone, as before; the conv baseline is the best alone.
     assert result["scratch_acc"] == 0.90 and result["improved"] is True
-    assert result["best_alone"] == "StudentBaseline_conv"
+    assert result["best_alone"] == "Baseline_conv"
     assert result["gain_over_best_alone"] == pytest.approx(0.005)
     assert result["beat_best_alone"] is True
     assert result["message"].endswith(
-        "The best model trained alone here, StudentBaseline_conv (40,000 parameters), scored "
+        "The best model trained alone here, Baseline_conv (40,000 parameters), scored "
         "0.9100: +0.0050 behind the distilled student (50,000 parameters)."
     )
 
@@ -101,7 +101,7 @@ def test_a_student_below_the_best_model_alone_is_told_so_in_one_sentence():
     result = verdict(_with_baselines(student=0.905, conv=0.912))
     assert result["improved"] is True and result["beat_best_alone"] is False
     assert result["message"].endswith(
-        "Distillation did NOT beat the best model trained alone here: StudentBaseline_conv "
+        "Distillation did NOT beat the best model trained alone here: Baseline_conv "
         "(40,000 parameters) scored 0.9120, the distilled student (50,000 parameters) 0.9050 "
         "(-0.0070)."
     )
@@ -111,4 +111,13 @@ def test_without_the_scratch_baseline_the_baselines_alone_are_the_yardstick():
     rows = [r for r in _with_baselines(student=0.915, conv=0.910) if r["node"] != "StudentBaseline"]
     result = verdict(rows)
     assert result["improved"] is None
-    assert result["best_alone"] == "StudentBaseline_conv" and result["beat_best_alone"] is True
+    assert result["best_alone"] == "Baseline_conv" and result["beat_best_alone"] is True
+
+
+def test_when_the_students_network_alone_is_best_the_verdict_names_its_node():
+    result = verdict(_with_baselines(student=0.899, conv=0.880))
+    assert result["best_alone"] == "StudentBaseline" and result["best_alone_acc"] == 0.90
+    assert (
+        "Distillation did NOT beat the best model trained alone here: the student's network alone "
+        "(50,000 parameters) scored 0.9000" in result["message"]
+    )

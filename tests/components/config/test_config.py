@@ -828,14 +828,42 @@ def test_bad_baselines_are_refused_naming_the_field(baselines, distillation, mat
     [
         (
             {"name": "conv", "model": {"conv": {"filters": [4]}}},
-            r"baselines\[0\]\.model\.conv: a conv tower needs",
+            r"baselines\[0\]: baseline 'conv' is refused .*teacher\.conv: a conv tower needs",
         ),
         (
             {"name": "views", "augmentation": {"flip": True}},
-            r"baselines\[0\]\.augmentation: augmentation shifts",
+            r"baselines\[0\]: baseline 'views' is refused .*train\.augmentation: augmentation shifts",
         ),
     ],
 )
 def test_a_baseline_that_needs_images_is_refused_on_tabular_data(baseline, match):
     with pytest.raises(ConfigError, match=match):
         _with_baselines([baseline], name="digits", enabled=True)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "match"),
+    [
+        # Input noise needs a tabular float feature; fashion_mnist has only the image.
+        (
+            {"name": "noisy", "augmentation": {"input_noise": 0.1}},
+            r"train\.augmentation\.input_noise",
+        ),
+        # A residual conv tower cannot be recomputed by gradient checkpointing.
+        (
+            {
+                "name": "residual",
+                "model": {"conv": {"filters": [8], "convs_per_block": 2, "residual": True}},
+            },
+            r"teacher\.conv\.residual",
+        ),
+    ],
+)
+def test_a_baseline_is_held_to_every_rule_of_the_config_it_trains_with(baseline, match):
+    data = to_dict(load_config("fashion_mnist"))
+    data["train"]["gradient_checkpointing"] = True
+    data["distillation"]["baselines"] = [baseline]
+    with pytest.raises(
+        ConfigError, match=r"distillation\.baselines\[0\]: baseline '.*' is refused .*" + match
+    ):
+        from_dict(data)

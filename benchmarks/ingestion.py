@@ -192,19 +192,16 @@ def generate(config: PipelineConfig, n: int, data_dir: str) -> dict:
     def stock_records():
         return (example for b in batches for _, example in stock_encoder.process((b, {})))
 
-    stock_files = _write_shards(
-        os.path.join(data_dir, "stock", "Split-train", "transformed_examples"),
-        ".gz",
-        settings.num_shards,
-        stock_records(),
-        True,
-    )
-    uncompressed_files = _write_shards(
-        os.path.join(data_dir, "stock_uncompressed", "Split-train", "transformed_examples"),
-        "",
-        settings.num_shards,
-        stock_records(),
-        False,
+    # The stock encoding twice: GZIP (as stock TFX writes it) and uncompressed.
+    stock_files, uncompressed_files = (
+        _write_shards(
+            os.path.join(data_dir, directory, "Split-train", "transformed_examples"),
+            suffix,
+            settings.num_shards,
+            stock_records(),
+            gzip,
+        )
+        for directory, suffix, gzip in (("stock", ".gz", True), ("stock_uncompressed", "", False))
     )
     ours_encoder = writer.EncodeExamplesFn(schema, packing)
     ours_records = (example for b in batches for example in ours_encoder.encode(b))

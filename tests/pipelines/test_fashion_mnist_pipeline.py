@@ -66,7 +66,7 @@ def test_fashion_mnist_conv_teacher_and_student_push_a_raw_example_model(tmp_pat
     assert [m["role"] for m in (teacher, scratch, views, student)] == [
         "teacher",
         "scratch",
-        "scratch",
+        "baseline",
         "student",
     ]
     assert student["params"] * 10 <= teacher["params"]

@@ -1,6 +1,6 @@
 """`StudentBaseline`: the student's shape trained alone, the yardstick of distillation.
 
-A Trainer of its own component type on `baseline_config`: the `student` shape, hard labels
+A Trainer of its own component type on `PipelineConfig.alone_config`: the `student` shape, hard labels
 only, and the distilled student's steps, schedule and augmentation, so the one difference
 from the Distiller is the teachers' soft targets. `ModelBaseline` trains a
 `distillation.baselines` entry (its model and augmentation) the same way: what a user
@@ -16,16 +16,9 @@ from components.config.distillation import BaselineConfig
 from components.trainer.component import Trainer
 
 
-def baseline_config(
-    config: PipelineConfig, baseline: BaselineConfig | None = None
-) -> PipelineConfig:
-    """The Trainer config of the scratch baseline (or of `baseline`):
-    `PipelineConfig.alone_config`."""
-    return config.alone_config(baseline)
-
-
 class StudentBaseline(Trainer):
-    """Trains `config.student` from scratch on hard labels (see module docstring)."""
+    """Trains `config.student` from scratch on hard labels (see module docstring), on
+    `PipelineConfig.alone_config`."""
 
     def __init__(
         self,
@@ -33,16 +26,17 @@ class StudentBaseline(Trainer):
         examples: BaseChannel,
         transform_graph: BaseChannel,
         schema: BaseChannel | None = None,
+        baseline: BaselineConfig | None = None,
     ):
         super().__init__(
-            config=baseline_config(config),
+            config=config.alone_config(baseline),
             examples=examples,
             transform_graph=transform_graph,
             schema=schema,
         )
 
 
-class ModelBaseline(Trainer):
+class ModelBaseline(StudentBaseline):
     """Trains one `distillation.baselines` entry alone: a component type of its own, so
     the report tells it from the scratch baseline whatever the nodes are named."""
 
@@ -54,9 +48,4 @@ class ModelBaseline(Trainer):
         transform_graph: BaseChannel,
         schema: BaseChannel | None = None,
     ):
-        super().__init__(
-            config=baseline_config(config, baseline),
-            examples=examples,
-            transform_graph=transform_graph,
-            schema=schema,
-        )
+        super().__init__(config, examples, transform_graph, schema, baseline=baseline)

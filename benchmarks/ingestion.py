@@ -250,11 +250,6 @@ def drain(ds: tf.data.Dataset, examples: int, warm: int = 0) -> tuple[int, float
     return seen, time.perf_counter() - started
 
 
-def schedule(cases: list[str], repeats: int) -> list[list[str]]:
-    """The order of the cases in each repeat: as given, then reversed, and so on (ABBA)."""
-    return [list(cases) if r % 2 == 0 else list(reversed(cases)) for r in range(repeats)]
-
-
 @dataclasses.dataclass
 class Case:
     """One way of reading: a fresh dataset per run, and what it pulls untimed first."""
@@ -264,9 +259,10 @@ class Case:
 
 
 def run_cases(cases: dict[str, Case], examples: int, repeats: int) -> dict[str, list[float]]:
-    """Examples/s of every case in every repeat, the cases interleaved (`schedule`)."""
+    """Examples/s of every case in every repeat, the cases interleaved
+    (`stats.alternating_order`)."""
     rates: dict[str, list[float]] = {name: [] for name in cases}
-    for r, order in enumerate(schedule(list(cases), repeats)):
+    for r, order in enumerate(stats.alternating_order(list(cases), repeats)):
         for name in order:
             seen, seconds = drain(cases[name].make(), examples, cases[name].warm)
             rates[name].append(seen / seconds)

@@ -63,9 +63,15 @@ def _needs_two(values: Sequence[float], what: str) -> list[float]:
     return values
 
 
+def alternating_order(items: Sequence[str], repeats: int) -> list[list[str]]:
+    """The order of `items` in each repeat: as given, then reversed, and so on
+    (A B C, C B A, ...), so drift cannot favour an item by its position."""
+    return [list(items) if i % 2 == 0 else list(reversed(items)) for i in range(repeats)]
+
+
 def abba_order(pairs: int, first: str, second: str) -> list[tuple[str, str]]:
-    """Which side runs first in each pair: A B, B A, A B, ... so drift cannot favour one side."""
-    return [(first, second) if i % 2 == 0 else (second, first) for i in range(pairs)]
+    """Which side runs first in each pair: A B, B A, A B, ... (`alternating_order` of two)."""
+    return [tuple(order) for order in alternating_order([first, second], pairs)]
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:

@@ -1,19 +1,11 @@
-"""The ingestion benchmark's conventions: interleaved cases, per-repeat ratios."""
+"""The ingestion benchmark's conventions: per-repeat ratios, medians and ranges (the
+interleaved order is `stats.alternating_order`, tested with the stats)."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.ingestion import ratio, schedule, spread
-
-
-def test_cases_alternate_their_order_repeat_by_repeat():
-    assert schedule(["stock", "ours", "limit"], 4) == [
-        ["stock", "ours", "limit"],
-        ["limit", "ours", "stock"],
-        ["stock", "ours", "limit"],
-        ["limit", "ours", "stock"],
-    ]
+from benchmarks.ingestion import ratio, spread
 
 
 def test_a_ratio_is_the_geometric_mean_of_per_repeat_ratios_with_its_interval():

@@ -16,6 +16,15 @@ def test_abba_order_alternates_which_side_runs_first():
     ]
 
 
+def test_cases_alternate_their_order_repeat_by_repeat():
+    assert stats.alternating_order(["stock", "ours", "limit"], 4) == [
+        ["stock", "ours", "limit"],
+        ["limit", "ours", "stock"],
+        ["stock", "ours", "limit"],
+        ["limit", "ours", "stock"],
+    ]
+
+
 def test_paired_t_interval_matches_a_hand_computation():
     # Differences 1, 2, 3: mean 2, sd 1, se 1/sqrt(3) = 0.57735; t(0.975, 2) = 4.302653.
     mean, low, high = stats.t_interval([1.0, 2.0, 3.0])

@@ -315,10 +315,59 @@ def noisy_config(config: PipelineConfig, noise: bool, rounds: int = 2) -> Pipeli
     return from_dict(data)
 
 
-def noisy_trial(bench: Measured, config: PipelineConfig, seed: int, rounds: int) -> dict:
-    """Teacher, rounds with and without noise, the architecture alone; scored on test."""
+def _noisy_chain(bench: Measured, cfg: PipelineConfig, teacher: str, seed: int, rounds: int,
+                 name: str, seconds: dict) -> tuple[list[str], list[dict]]:  # fmt: skip
+    """The product's rounds (what the Distiller runs with `method: noisy_student`) from
+    `teacher`: each round's serving directory and what its pseudo-labelling kept."""
     from components.distiller.run_fn import train_noisy_student
 
+    previous, served, kept = teacher, [], []
+    for k in range(1, rounds + 1):
+        inputs = bench.inputs(f"{name}{k}", cfg.student_train_steps())
+        seeded = bench_lib.with_seed(cfg, seed + k)
+        task = task_lib.Task("Distiller", bench.choice, payload.Payload(config=seeded))
+        label = name.rsplit("/", 1)[-1]
+        summary = bench_lib._timed(
+            seconds, f"{label}s", train_noisy_student, task, inputs, [previous]
+        )
+        previous = inputs.serving_model_dir
+        served.append(previous)
+        kept.append({k2: summary[k2] for k2 in ("unlabeled", "confident", "kept", "per_class")})
+    return served, kept
+
+
+def choose_noise(bench: Measured, config: PipelineConfig, rounds: int) -> dict:
+    """On the validation split (seed `CHOICE_SEED`, outside the trials'): whether the rounds'
+    students train with the noise or without it, by their last round's accuracy."""
+    seconds: dict[str, float] = {}
+    noised = noisy_config(config, True, rounds)
+    teacher = bench_lib._timed(
+        seconds,
+        "teacher",
+        bench.train_classifier,
+        bench_lib.with_seed(noised, CHOICE_SEED),
+        "teacher",
+        "nschoice/teacher",
+    )
+    scores = []
+    for noise in (True, False):
+        served, _ = _noisy_chain(
+            bench, noisy_config(config, noise, rounds), teacher, CHOICE_SEED, rounds,
+            f"nschoice/{'round' if noise else 'no_noise_round'}", seconds,
+        )  # fmt: skip
+        accs = [round(bench.measure(d, latency=False)["accuracy"], 4) for d in served]
+        scores.append({"noise": noise, "validation_round_accs": accs})
+        print(f"# noisy_student choice noise={noise}: validation {accs}", file=sys.stderr)
+    best = max(scores, key=lambda r: r["validation_round_accs"][-1])
+    return {
+        "candidates": scores,
+        "noise": best["noise"],
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+    }
+
+
+def noisy_trial(bench: Measured, config: PipelineConfig, seed: int, rounds: int) -> dict:
+    """Teacher, rounds with and without noise, the architecture alone; scored on test."""
     seconds: dict[str, float] = {}
     noised, quiet = noisy_config(config, True, rounds), noisy_config(config, False, rounds)
     teacher = bench_lib._timed(
@@ -343,24 +392,17 @@ def noisy_trial(bench: Measured, config: PipelineConfig, seed: int, rounds: int)
         "student_arch_alone_acc": bench.test_accuracy(bench.test_probabilities(alone)),
     }
     for name, cfg in (("round", noised), ("no_noise_round", quiet)):
-        previous, accs, kept = teacher, [], []
-        for k in range(1, rounds + 1):
-            inputs = bench.inputs(f"seed{seed}/{name}{k}", cfg.student_train_steps())
-            seeded = bench_lib.with_seed(cfg, seed + k)
-            task = task_lib.Task("Distiller", bench.choice, payload.Payload(config=seeded))
-            summary = bench_lib._timed(
-                seconds, f"{name}s", train_noisy_student, task, inputs, [previous]
-            )
-            previous = inputs.serving_model_dir
-            accs.append(bench.test_accuracy(bench.test_probabilities(previous)))
-            kept.append({k2: summary[k2] for k2 in ("unlabeled", "confident", "kept", "per_class")})
-        row[f"{name}_accs"], row[f"{name}_kept"] = accs, kept
+        served, kept = _noisy_chain(
+            bench, cfg, teacher, seed, rounds, f"seed{seed}/{name}", seconds
+        )
+        row[f"{name}_accs"] = [bench.test_accuracy(bench.test_probabilities(d)) for d in served]
+        row[f"{name}_kept"] = kept
     row["params"] = bench.params(teacher)
     row["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
     return row
 
 
-def summarize_noisy(rows: list[dict], fraction: float) -> dict:
+def summarize_noisy(rows: list[dict], fraction: float, choice: dict | None) -> dict:
     final = [r["round_accs"][-1] for r in rows]
     vs_alone = [f - r["student_arch_alone_acc"] for f, r in zip(final, rows, strict=True)]
     vs_teacher = [f - r["teacher_acc"] for f, r in zip(final, rows, strict=True)]
@@ -388,6 +430,8 @@ def summarize_noisy(rows: list[dict], fraction: float) -> dict:
         "final_minus_teacher_ci95": _interval(vs_teacher),
         "no_noise_final_minus_arch_alone": mean(quiet_vs_alone),
         "no_noise_final_minus_arch_alone_ci95": _interval(quiet_vs_alone),
+        # What the validation split chose for the shipped config (None: not run yet).
+        "choice": choice,
         "rows": rows,
     }
     ci = out["final_minus_arch_alone_ci95"]
@@ -401,16 +445,26 @@ def summarize_noisy(rows: list[dict], fraction: float) -> dict:
 
 def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, workdir: str):
     fraction = config.data.labeled_fraction
+    settings = {
+        "model": NS_MODEL,
+        "noise": NS_NOISE,
+        "steps": _steps(config),
+        "noisy_student": {"rounds": rounds, **NS_RECIPE},
+    }
+    choice_path = os.path.join(
+        workdir, "trials", _settings_key("nschoice", fraction, **settings), "choice.json"
+    )
+    # Chosen before the trials, on validation; the trials measure both variants on test.
+    choice = None
+    if os.path.exists(choice_path):
+        with open(choice_path) as f:
+            choice = json.load(f)
+    elif not SAVED_ONLY:
+        choice = choose_noise(bench, config, rounds)
+        _save(choice_path, choice)
     rows = _resumable(
         workdir,
-        _settings_key(
-            "noisy_student",
-            fraction,
-            model=NS_MODEL,
-            noise=NS_NOISE,
-            steps=_steps(config),
-            noisy_student={"rounds": rounds, **NS_RECIPE},
-        ),
+        _settings_key("noisy_student", fraction, **settings),
         seeds,
         lambda seed: noisy_trial(bench, config, seed, rounds),
         lambda seed, r: (
@@ -419,7 +473,7 @@ def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, 
             f"{r['student_arch_alone_acc']:.4f}"
         ),
     )
-    return summarize_noisy(rows, fraction) if rows else None
+    return summarize_noisy(rows, fraction, choice) if rows else None
 
 
 # `--saved-only`: summarise the rows earlier runs saved, train nothing.

@@ -44,7 +44,8 @@ PHASES: dict[str, collections.defaultdict] = {
     "transform": collections.defaultdict(float),
 }
 _DEPTH: collections.Counter = collections.Counter()
-# (dataset, steps): the training datasets run_fns built, in order.
+# (dataset, steps, build): the training datasets run_fns built, in order, each with
+# a function that builds a fresh one of the same arguments.
 TRAIN_DATASETS: list = []
 
 
@@ -120,7 +121,11 @@ def _timed_run_fn(run_fn):
         def recording_factory(file_pattern, *args, **kwargs):
             dataset = factory(file_pattern, *args, **kwargs)
             if list(file_pattern) == list(fn_args.train_files) and fn_args.train_steps:
-                TRAIN_DATASETS.append((dataset, int(fn_args.train_steps)))
+
+                def build():
+                    return accessor.tf_dataset_factory(file_pattern, *args, **kwargs)
+
+                TRAIN_DATASETS.append((dataset, int(fn_args.train_steps), build))
             return dataset
 
         fn_args.data_accessor = accessor._replace(tf_dataset_factory=recording_factory)
@@ -171,12 +176,18 @@ def install() -> None:
 
 
 def input_alone() -> float | None:
-    """Seconds to draw the first recorded training dataset's `train_steps` batches, in-graph."""
+    """Seconds to draw `train_steps` batches from a fresh copy of the first recorded training
+    dataset (built again by its factory, arguments unchanged), in-graph.
+
+    Fresh: the dataset training iterated may hold what it cached (`ingestion.cache`), which
+    one side would then replay while the other parses again.
+    """
     if not TRAIN_DATASETS:
         return None
     import tensorflow as tf
 
-    dataset, steps = TRAIN_DATASETS[0]
+    _, steps, build = TRAIN_DATASETS[0]
+    dataset = build()
     start = time.perf_counter()
     count = dataset.take(steps).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
     seconds = time.perf_counter() - start

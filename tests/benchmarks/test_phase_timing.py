@@ -22,11 +22,15 @@ def fresh_timers(monkeypatch):
     return phases
 
 
-def _fn_args(records: int, train_steps: int):
+def _fn_args(records: int, train_steps: int, built: list | None = None):
     def factory(file_pattern, options, schema=None):
-        del options, schema
+        del schema
         offset = 0 if file_pattern == ["train-*"] else 1000
-        return tf.data.Dataset.range(offset, offset + records).batch(2)
+        # A cache, as `ingestion.cache` keeps one: filled by whoever iterates this dataset.
+        dataset = tf.data.Dataset.range(offset, offset + records).batch(2).cache()
+        if built is not None:
+            built.append((list(file_pattern), options, dataset))
+        return dataset
 
     accessor = fn_args_utils.DataAccessor(
         tf_dataset_factory=factory, record_batch_factory=None, data_view_decode_fn=None
@@ -51,7 +55,7 @@ def test_the_training_dataset_is_recorded_and_drawn_for_its_steps(fresh_timers):
     # The run_fn got the factory's datasets unchanged.
     assert first_train.numpy().tolist() == [0, 1]
     assert first_eval.numpy().tolist() == [1000, 1001]
-    ((dataset, steps),) = phase_timing.TRAIN_DATASETS
+    ((dataset, steps, _),) = phase_timing.TRAIN_DATASETS
     assert steps == 7
     assert next(iter(dataset)).numpy().tolist() == [0, 1]
     assert fresh_timers["trainer"]["input_setup"] > 0
@@ -69,3 +73,23 @@ def test_a_training_dataset_shorter_than_its_steps_is_refused():
 @pytest.mark.usefixtures("fresh_timers")
 def test_no_run_fn_no_input_figure():
     assert phase_timing.input_alone() is None
+
+
+@pytest.mark.usefixtures("fresh_timers")
+def test_the_input_is_drawn_from_a_fresh_dataset_of_the_same_arguments():
+    built = []
+    phase_timing._timed_run_fn(_run_fn)(_fn_args(20, 7, built))
+    assert [(pattern, options) for pattern, options, _ in built] == [
+        (["train-*"], None),
+        (["eval-*"], None),
+    ]
+    trained = built[0][2]
+
+    phase_timing.input_alone()
+
+    # The factory built a third dataset, of the training arguments: not the one training
+    # iterated (whose cache it filled), which the input figure would otherwise replay.
+    assert len(built) == 3
+    pattern, options, drawn = built[2]
+    assert (pattern, options) == (["train-*"], None)
+    assert drawn is not trained

@@ -166,16 +166,18 @@ class Measured(bench_lib.Bench):
         return count_params(tf.saved_model.load(serving_dir).trainable_variables)
 
 
+def _trained(bench: Measured, seconds: dict, stage: str, config: PipelineConfig, seed: int,
+             role: str, path: str) -> str:  # fmt: skip
+    """`role`'s serving directory, trained by `config` at `seed` under `path`; its seconds
+    are added to `seconds[stage]`."""
+    return bench_lib._timed(
+        seconds, stage, bench.train_classifier, bench_lib.with_seed(config, seed), role, path
+    )
+
+
 def choose_settings(bench: Measured, config: PipelineConfig, seconds: dict) -> dict:
     """(alpha, T) with the best validation accuracy of one distilled student."""
-    teacher = bench_lib._timed(
-        seconds,
-        "choice",
-        bench.train_classifier,
-        bench_lib.with_seed(config, CHOICE_SEED),
-        "teacher",
-        "choice/teacher",
-    )
+    teacher = _trained(bench, seconds, "choice", config, CHOICE_SEED, "teacher", "choice/teacher")
     scores = []
     for alpha, temperature in CANDIDATES:
         cfg = bench_lib.with_seed(config, CHOICE_SEED, alpha=alpha, temperature=temperature)
@@ -194,14 +196,7 @@ def m_on_m_trial(bench: Measured, config: PipelineConfig, trial: int) -> dict:
     seconds: dict[str, float] = {}
     seeds = [10 * trial + i for i in range(NUM_TEACHERS)]
     teachers = [
-        bench_lib._timed(
-            seconds,
-            "teachers",
-            bench.train_classifier,
-            bench_lib.with_seed(config, seed),
-            "teacher",
-            f"trial{trial}/teacher{i}",
-        )
+        _trained(bench, seconds, "teachers", config, seed, "teacher", f"trial{trial}/teacher{i}")
         for i, seed in enumerate(seeds)
     ]
     m_on_m = bench_lib.with_seed(
@@ -341,13 +336,8 @@ def choose_noise(bench: Measured, config: PipelineConfig, rounds: int) -> dict:
     students train with the noise or without it, by their last round's accuracy."""
     seconds: dict[str, float] = {}
     noised = noisy_config(config, True, rounds)
-    teacher = bench_lib._timed(
-        seconds,
-        "teacher",
-        bench.train_classifier,
-        bench_lib.with_seed(noised, CHOICE_SEED),
-        "teacher",
-        "nschoice/teacher",
+    teacher = _trained(
+        bench, seconds, "teacher", noised, CHOICE_SEED, "teacher", "nschoice/teacher"
     )
     scores = []
     for noise in (True, False):
@@ -370,22 +360,8 @@ def noisy_trial(bench: Measured, config: PipelineConfig, seed: int, rounds: int)
     """Teacher, rounds with and without noise, the architecture alone; scored on test."""
     seconds: dict[str, float] = {}
     noised, quiet = noisy_config(config, True, rounds), noisy_config(config, False, rounds)
-    teacher = bench_lib._timed(
-        seconds,
-        "teacher",
-        bench.train_classifier,
-        bench_lib.with_seed(noised, seed),
-        "teacher",
-        f"seed{seed}/teacher",
-    )
-    alone = bench_lib._timed(
-        seconds,
-        "arch_alone",
-        bench.train_classifier,
-        bench_lib.with_seed(noised, seed),
-        "student",
-        f"seed{seed}/alone",
-    )
+    teacher = _trained(bench, seconds, "teacher", noised, seed, "teacher", f"seed{seed}/teacher")
+    alone = _trained(bench, seconds, "arch_alone", noised, seed, "student", f"seed{seed}/alone")
     row = {
         "seed": seed,
         "teacher_acc": bench.test_accuracy(bench.test_probabilities(teacher)),

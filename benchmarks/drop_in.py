@@ -261,13 +261,19 @@ def main() -> None:
             headlines[name]["batch_size"] = batches[name]
     lines.append({"examples": headlines})
     print(json.dumps(lines[-1]))
-    # One file per example set, so a run of one example keeps the others' results.
+    # One file per example set, so a run of one example keeps the others' results; a
+    # modified module (another batch size) is its own row and file.
+    modified = "".join(
+        f"_batch{b}" if args.example == n else f"_{n}_batch{b}"
+        for n, b in batches.items()
+        if b and n in names
+    )
     path = results.write(
         "drop_in",
         lines,
         shared_with=args.shared_with,
         argv=sys.argv[1:],
-        stem=f"drop_in_{args.example}",
+        stem=f"drop_in_{args.example}{modified}",
     )
     print(f"results: {os.path.relpath(path, REPO_ROOT)}", file=sys.stderr)
 

@@ -27,9 +27,18 @@ def _git(*args: str, cwd: str = REPO_ROOT) -> subprocess.CompletedProcess:
 
 
 def commit(cwd: str = REPO_ROOT) -> dict:
-    """The checked-out commit and whether the work tree differs from it (`dirty`)."""
+    """The checked-out commit and whether the product's or the benchmarks' code in the work
+    tree differs from it (`dirty`; results files not yet committed are outputs, not code)."""
     head = _git("rev-parse", "HEAD", cwd=cwd)
-    status = _git("status", "--porcelain", "--", *PRODUCT_PATHS, "benchmarks", cwd=cwd)
+    status = _git(
+        "status",
+        "--porcelain",
+        "--",
+        *PRODUCT_PATHS,
+        "benchmarks",
+        ":(exclude)benchmarks/results",
+        cwd=cwd,
+    )
     return {
         "commit": head.stdout.strip() if head.returncode == 0 else None,
         "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None,

@@ -54,6 +54,10 @@ def test_commit_reads_the_checked_out_commit(repo):
         ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
     ).stdout.strip()
     assert results.commit(str(repo)) == {"commit": head, "dirty": False}
+    # Another run's results file, not committed yet, is an output: the code is unchanged.
+    (repo / "benchmarks" / "results").mkdir()
+    (repo / "benchmarks" / "results" / "speed.json").write_text("{}\n")
+    assert results.commit(str(repo))["dirty"] is False
     (repo / "components" / "core.py").write_text("X = 2\n")
     assert results.commit(str(repo))["dirty"] is True
 

@@ -31,9 +31,12 @@ settings) and reused, so the benchmark resumes across sessions.
 
 Noisy Student (`--scenario noisy_student`, fractions 0.01 and 0.1): per
 seed, a teacher on the labels, the rounds with the student's noise and
-without it (the no-noise ablation), and the student's network trained on the
-labels alone with the same steps, augmentation and mixup (`noisy_trial`); the
-recipe is `NS_MODEL` / `NS_NOISE`, fixed before any run.
+without it (the no-noise ablation), and the student's network (with its
+dropout) trained on the labels alone with the same steps, augmentation and
+mixup (`noisy_trial`); the recipe is `NS_MODEL` / `NS_NOISE`, fixed before
+any run. Which of the two variants to ship is chosen on the validation split
+before the trials (`choose_noise`, the summary's `choice`); the `targets`
+judge both (`final_...`: the paper's noised rounds; `no_noise_final_...`).
 
 kd (`--scenario kd`): plain distillation of make run's models (the shipped
 `fashion_mnist` teacher and conv student, at its steps) with `KD_TEACHERS`

@@ -179,8 +179,11 @@ def input_alone() -> float | None:
     """Seconds to draw `train_steps` batches from a fresh copy of the first recorded training
     dataset (built again by its factory, arguments unchanged), in-graph.
 
-    Fresh: the dataset training iterated may hold what it cached (`ingestion.cache`), which
-    one side would then replay while the other parses again.
+    Fresh: the dataset training iterated may hold what it cached in memory
+    (`ingestion.cache: memory`, or `auto` choosing it), which one side would then replay
+    while the other parses again. A file cache (`ingestion.cache: file`) is keyed by the
+    files and outlives the dataset, so the rebuilt one reads it: run such a side with
+    `cache: memory` or `none` for an input figure.
     """
     if not TRAIN_DATASETS:
         return None

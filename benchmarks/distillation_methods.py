@@ -319,15 +319,14 @@ def _noisy_chain(bench: Measured, cfg: PipelineConfig, teacher: str, seed: int, 
     `teacher`: each round's serving directory and what its pseudo-labelling kept."""
     from components.distiller.run_fn import train_noisy_student
 
+    # Timed as `<chain>s` (`rounds`, `no_noise_rounds`), whatever the run's directory.
+    stage = name.rsplit("/", 1)[-1] + "s"
     previous, served, kept = teacher, [], []
     for k in range(1, rounds + 1):
         inputs = bench.inputs(f"{name}{k}", cfg.student_train_steps())
         seeded = bench_lib.with_seed(cfg, seed + k)
         task = task_lib.Task("Distiller", bench.choice, payload.Payload(config=seeded))
-        label = name.rsplit("/", 1)[-1]
-        summary = bench_lib._timed(
-            seconds, f"{label}s", train_noisy_student, task, inputs, [previous]
-        )
+        summary = bench_lib._timed(seconds, stage, train_noisy_student, task, inputs, [previous])
         previous = inputs.serving_model_dir
         served.append(previous)
         kept.append({k2: summary[k2] for k2 in ("unlabeled", "confident", "kept", "per_class")})
@@ -430,17 +429,12 @@ def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, 
         "steps": _steps(config),
         "noisy_student": {"rounds": rounds, **NS_RECIPE},
     }
-    choice_path = os.path.join(
-        workdir, "trials", _settings_key("nschoice", fraction, **settings), "choice.json"
-    )
     # Chosen before the trials, on validation; the trials measure both variants on test.
-    choice = None
-    if os.path.exists(choice_path):
-        with open(choice_path) as f:
-            choice = json.load(f)
-    elif not SAVED_ONLY:
-        choice = choose_noise(bench, config, rounds)
-        _save(choice_path, choice)
+    choice = _saved_choice(
+        workdir,
+        _settings_key("nschoice", fraction, **settings),
+        lambda: choose_noise(bench, config, rounds),
+    )
     rows = _resumable(
         workdir,
         _settings_key("noisy_student", fraction, **settings),
@@ -568,20 +562,18 @@ def run_kd(bench: Measured, config: PipelineConfig, seeds: int, workdir: str):
         steps=_steps(config),
         candidates=CANDIDATES,
     )
-    choice_path = os.path.join(workdir, "trials", key, "choice.json")
-    if not os.path.exists(choice_path) and SAVED_ONLY:
+    choice = _saved_choice(
+        workdir,
+        key,
+        lambda: choose_kd(
+            bench, config, _teacher(bench, kd_config(config), CHOICE_SEED, workdir, key)
+        ),
+    )
+    if choice is None:
         return None
     teachers = [
         _teacher(bench, kd_config(config), 100 + t, workdir, key) for t in range(KD_TEACHERS)
     ]
-    if os.path.exists(choice_path):
-        with open(choice_path) as f:
-            choice = json.load(f)
-    else:
-        choice = choose_kd(
-            bench, config, _teacher(bench, kd_config(config), CHOICE_SEED, workdir, key)
-        )
-        _save(choice_path, choice)
     rows = _resumable(
         workdir,
         f"{key}-a{choice['alpha']:g}-T{choice['temperature']:g}",
@@ -638,6 +630,20 @@ def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[di
     return rows
 
 
+def _saved_choice(workdir: str, key: str, choose) -> dict | None:
+    """The settings choice saved under `key`, else `choose()` saved there (None with
+    `SAVED_ONLY`, which trains nothing)."""
+    path = os.path.join(workdir, "trials", key, "choice.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    if SAVED_ONLY:
+        return None
+    choice = choose()
+    _save(path, choice)
+    return choice
+
+
 def _save(path: str, record: dict) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as f:
@@ -663,17 +669,16 @@ def _steps(config: PipelineConfig) -> list[int]:
 def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: str) -> dict:
     fraction = config.data.labeled_fraction
     models = {"teacher": TEACHER, "student": STUDENT, "steps": _steps(config)}
-    choice_key = _settings_key("choice", fraction, candidates=CANDIDATES, **models)
-    choice_path = os.path.join(workdir, "trials", choice_key, "choice.json")
-    if os.path.exists(choice_path):
-        with open(choice_path) as f:
-            choice = json.load(f)
-    elif SAVED_ONLY:
-        return None
-    else:
+
+    def choose() -> dict:
         seconds: dict[str, float] = {}
-        choice = {**choose_settings(bench, config, seconds), "seconds": seconds}
-        _save(choice_path, choice)
+        return {**choose_settings(bench, config, seconds), "seconds": seconds}
+
+    choice = _saved_choice(
+        workdir, _settings_key("choice", fraction, candidates=CANDIDATES, **models), choose
+    )
+    if choice is None:
+        return None
     chosen = bench_lib.with_seed(
         config, 0, alpha=choice["alpha"], temperature=choice["temperature"]
     )

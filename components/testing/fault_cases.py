@@ -1,7 +1,8 @@
 """Faults of a training cluster: a worker, a parameter server or the chief killed mid-job.
 
 `mwms_job` and `ps_job` run the tiny penguins teacher as a `local_cluster` of processes,
-SIGKILL tasks at known steps, restart them and return an `Outcome`; shared by
+SIGKILL tasks (held at a step, at a seeded random moment while steps run, or
+inside a backup write), restart them and return an `Outcome`; shared by
 `tests/components/training/test_faults.py` and `benchmarks/faults.py`.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import re
 import time
 from collections.abc import Callable
@@ -23,6 +25,10 @@ INTERVAL = 9
 MWMS_STEPS = 45
 MWMS_VICTIM = 1
 MWMS_KILL_AT = 22
+# `random` kills: after a seeded step in this range, a seeded fraction of a step later.
+MWMS_RANDOM_STEPS = (2, 22)
+# `in_backup` kills: inside worker 0's second backup write (step 2 * INTERVAL).
+MWMS_BACKUP_WRITE = 2
 # How long a worker restarted without its peer waits for it (TensorFlow's
 # registration timeout, set in the task; the product's bound follows it).
 NEVER_BACK_REGISTER_S = 5
@@ -32,16 +38,29 @@ START_BOUND_S = 120
 DETECT_BOUND_S = 30
 FINISH_BOUND_S = 180
 
+# Parameter-server faults by the coordinator's step: `*_mid_epoch` kills land
+# once it marks that epoch end (it is not held there) plus a seeded part of
+# the epoch before it (`ps_job`), so while steps run; the others at held
+# epoch ends.
 PS_PLANS = {
     "none": {},
-    "ps_worker": {9: "kill_worker", 27: "restart_worker"},
-    "ps_server": {18: "kill_ps"},
+    "ps_worker": {18: "kill_worker_mid_epoch", 36: "restart_worker"},
+    "ps_server": {18: "kill_ps_mid_epoch"},
     "chief": {18: "kill_chief"},
     # Every parameter-server fault in one job (the tests): one export instead of three.
-    "all": {9: "kill_worker", 27: "restart_worker", 36: "kill_ps", 45: "kill_chief"},
+    "all": {
+        18: "kill_worker_mid_epoch",
+        36: "restart_worker",
+        45: "kill_ps_mid_epoch",
+        54: "kill_chief",
+    },
 }
-PS_STEPS = {"all": 54}
+PS_STEPS = {"all": 63}
 PS_STEPS_DEFAULT = 45
+# A mid-epoch kill waits this part of the coordinator's fastest epoch so far
+# (0.25 s here): from 0.05 to 0.25 of it, by the seeded fraction, so that it
+# lands inside the epoch unless that one runs 4x faster than any before.
+PS_MID_EPOCH = (0.05, 0.2)
 PS_VICTIM = ("worker", 1)
 
 
@@ -66,6 +85,22 @@ def mwms_config():
 def ps_config(steps: int):
     config = base_config(kind="parameter_server", workers=2, parameter_servers=1)
     return penguins.with_sections(config, train={"train_steps": steps, "steps_per_epoch": steps})
+
+
+@dataclasses.dataclass(frozen=True)
+class Moment:
+    """A seeded random kill moment: once the task marks step `after` (it is not
+    held there and runs on), `fraction` of a measured span later (one step's
+    time, or under the parameter-server strategy one epoch's)."""
+
+    after: int
+    fraction: float
+
+
+def random_moment(seed: int, first: int, last: int) -> Moment:
+    """The kill moment of `seed`: `after` in [first, last], `fraction` in [0, 1)."""
+    rng = random.Random(seed)
+    return Moment(after=rng.randint(first, last), fraction=round(rng.random(), 3))
 
 
 @dataclasses.dataclass
@@ -95,7 +130,7 @@ class Attempt:
             start_step = int(found.group(1) or 0) if found else None
             marks = task.marks()
             if start_step is not None and marks:
-                steps_run = max(marks) - start_step
+                steps_run = task.mark(max(marks))["iterations"] - start_step
         return cls(
             task=task.name,
             exit_code=task.poll(),
@@ -128,6 +163,10 @@ class Outcome:
       rejoined: The parameter-server worker restarted: `seconds` until it
         served, `recovered` (the coordinator's log said it recovered it).
       exported: Serving models under the job's directory at the end.
+      kill_point: Where the kill landed: its `kind`, the plan (`after`,
+        `fraction`, `seed`; `write` for a kill inside a backup write), and
+        what the tasks had done by then (`victim_step`, `survivor_step`;
+        the backup's files and the checkpoint its state file named).
       exported_by_failed: Whether a failed attempt left a serving model.
       steps_repeated: Steps run again after a resume.
       hung: Tasks that overran a bound (killed).
@@ -143,6 +182,7 @@ class Outcome:
     never_back: dict | None = None
     rejoined: dict | None = None
     exported: list[str] = dataclasses.field(default_factory=list)
+    kill_point: dict | None = None
     exported_by_failed: bool = False
     steps_repeated: int = 0
     hung: list[str] = dataclasses.field(default_factory=list)
@@ -191,11 +231,14 @@ def _kill(task: Task) -> None:
     task.wait(30)
 
 
-def _reach(task: Task, step: int, bound: float, outcome: Outcome) -> bool:
+def _reach(task: Task, step: int, bound: float, outcome: Outcome, every: float = 0.05) -> bool:
     """Waits until `task` marks `step`; False (logged) when it exits or overruns first."""
     try:
         local_cluster.wait_for(
-            lambda: task.reached(step) or task.poll() is not None, bound, f"{task.name} at {step}"
+            lambda: task.reached(step) or task.poll() is not None,
+            bound,
+            f"{task.name} at {step}",
+            every=every,
         )
     except TimeoutError:
         outcome.hung.append(task.name)
@@ -216,13 +259,19 @@ def mwms_job(
     root: str,
     name: str,
     *,
-    kill: bool = True,
+    kill: str | None = "parked",
+    seed: int = 0,
     never_back: bool = True,
     export: bool = True,
 ) -> Outcome:
-    """Two workers; with `kill`, worker 1 SIGKILLed at `MWMS_KILL_AT`, then restarts (module docstring).
+    """Two workers, one of them SIGKILLed (`kill`), then the group restarts (module docstring).
 
     Args:
+      kill: None (no fault); `parked`: worker 1 held at `MWMS_KILL_AT` and
+        killed there; `random`: worker 1 killed while its steps run, at the
+        seeded `random_moment(seed, *MWMS_RANDOM_STEPS)` (nothing held);
+        `in_backup`: worker 0, which writes the backup, killed inside its
+        backup write number `MWMS_BACKUP_WRITE` (`local_cluster._hold_in_backup`).
       never_back: Between the fault and the restart, restart each worker
         alone (the other "never comes back"), each in its own cluster, and
         record how they fail (`Outcome.never_back`).
@@ -231,10 +280,22 @@ def mwms_job(
     """
     config = mwms_config()
     inputs = penguins.inputs_for(data, root, name, config)
-    outcome = Outcome("mwms_worker" if kill else "none", serving_dir=inputs["serving_model_dir"])
+    fault = {None: "none", "parked": "mwms_worker"}.get(kill, f"mwms_worker_{kill}")
+    outcome = Outcome(fault, serving_dir=inputs["serving_model_dir"])
     cluster = local_cluster.free_cluster(2)
+    victim_index = 0 if kill == "in_backup" else MWMS_VICTIM
+    every_step = tuple(range(1, MWMS_STEPS + 1))
 
-    def start(attempt: str, indices, hold=(), on=cluster, coordination=None) -> list[Task]:
+    def start(attempt: str, indices, faulty=False, on=cluster, coordination=None) -> list[Task]:
+        def fault(i: int) -> dict:
+            if not faulty or i != victim_index:
+                return {}
+            return {
+                "parked": {"hold": (MWMS_KILL_AT,)},
+                "random": {"marks": every_step},
+                "in_backup": {"hold_in_backup": MWMS_BACKUP_WRITE},
+            }[kill]
+
         jobs = {
             i: _job(
                 config,
@@ -242,9 +303,9 @@ def mwms_job(
                 on,
                 "worker",
                 i,
-                hold=hold if i == MWMS_VICTIM else (),
                 export=export,
                 coordination=coordination,
+                **fault(i),
             )
             for i in indices
         }
@@ -253,12 +314,12 @@ def mwms_job(
     began, excluded, reached = time.monotonic(), 0.0, 0
     with launcher.scope():
         if kill:
-            workers = start("a1", (0, 1), hold=(MWMS_KILL_AT,))
-            survivor, victim = workers[1 - MWMS_VICTIM], workers[MWMS_VICTIM]
-            if not _reach(victim, MWMS_KILL_AT, START_BOUND_S, outcome):
+            workers = start("a1", (0, 1), faulty=True)
+            survivor, victim = workers[1 - victim_index], workers[victim_index]
+            point = _kill_when(kill, victim, seed, inputs, outcome)
+            if point is None:
                 outcome.attempts.append(Attempt.of(workers[0]))
                 return _close(outcome, began)
-            _kill(victim)
             killed = time.monotonic()
             code = _finish(survivor, DETECT_BOUND_S, outcome)
             outcome.detection.append(
@@ -272,8 +333,13 @@ def mwms_job(
             )
             outcome.logs[survivor.name] = survivor.tail()
             outcome.attempts.append(Attempt.of(workers[0]))
+            # Where each worker really was: the victim's last mark, the survivor's own count.
+            point["victim_step"] = max(victim.marks(), default=None)
+            point["survivor_step"] = Attempt.of(survivor).reached
+            outcome.kill_point = point
             outcome.exported_by_failed = os.path.exists(inputs["serving_model_dir"])
-            reached = outcome.attempts[-1].reached
+            # The steps run: the survivor's own count (a victim held in a backup write marks none).
+            reached = point["survivor_step"]
             if never_back:
                 phase = time.monotonic()
                 outcome.never_back = _never_back(start, outcome)
@@ -290,6 +356,72 @@ def mwms_job(
         weights = workers[0].path("weights.npz")
         outcome.weights = weights if os.path.exists(weights) else None
     return _close(outcome, began, excluded, root=os.path.join(root, name))
+
+
+def _kill_when(kill: str, victim: Task, seed: int, inputs: dict, outcome: Outcome) -> dict | None:
+    """SIGKILLs `victim` at the `kill` point of `mwms_job`; what it knew then, or None
+    (logged) when the victim exited or overran its bound first."""
+    if kill == "parked":
+        if not _reach(victim, MWMS_KILL_AT, START_BOUND_S, outcome):
+            return None
+        _kill(victim)
+        return {"kind": kill, "after": MWMS_KILL_AT}
+    if kill == "random":
+        moment = random_moment(seed, *MWMS_RANDOM_STEPS)
+        if not _reach(victim, moment.after, START_BOUND_S, outcome, every=0.005):
+            return None
+        # One step's measured time, from the victim's own marks (it runs on meanwhile).
+        step_s = victim.mark_time(moment.after) - victim.mark_time(moment.after - 1)
+        time.sleep(moment.fraction * step_s)
+        _kill(victim)
+        if victim.reached(MWMS_STEPS):
+            outcome.logs[victim.name] = "finished before its random kill"
+            return None
+        return {
+            "kind": kill,
+            "seed": seed,
+            **dataclasses.asdict(moment),
+            "step_s": round(step_s, 4),
+        }
+    # in_backup
+    from components.training import backup
+
+    directory = backup.run_dir_location(inputs["model_run_dir"])
+    try:
+        local_cluster.wait_for(
+            lambda: victim.in_backup(MWMS_BACKUP_WRITE) or victim.poll() is not None,
+            START_BOUND_S,
+            f"{victim.name} in backup write {MWMS_BACKUP_WRITE}",
+        )
+    except TimeoutError:
+        outcome.hung.append(victim.name)
+    if not victim.in_backup(MWMS_BACKUP_WRITE):
+        outcome.logs[victim.name] = victim.tail()
+        return None
+    _kill(victim)
+    return {
+        "kind": kill,
+        "write": MWMS_BACKUP_WRITE,
+        # The backup as the kill left it: the interrupted write's files, and the checkpoint
+        # its state file names (the last complete write's).
+        "backup_files": sorted(
+            os.path.relpath(os.path.join(d, f), directory)
+            for d, _, files in os.walk(directory)
+            for f in files
+        ),
+        "backup_recorded": _recorded_checkpoint(directory),
+    }
+
+
+def _recorded_checkpoint(directory: str) -> str | None:
+    """The checkpoint the `checkpoint` state file under `directory` names (basename),
+    or None (Keras keeps the chief's in a subdirectory)."""
+    for d, _, files in os.walk(directory):
+        if "checkpoint" in files:
+            with open(os.path.join(d, "checkpoint")) as f:
+                found = re.search(r'^model_checkpoint_path: "(.*)"$', f.read(), re.M)
+            return os.path.basename(found.group(1)) if found else None
+    return None
 
 
 def _never_back(start: Callable, outcome: Outcome) -> dict:
@@ -332,9 +464,21 @@ def _close(outcome: Outcome, began: float, excluded: float = 0.0, root: str = ""
 
 
 def ps_job(
-    launcher: Launcher, data: penguins.Materialized, root: str, name: str, plan: str
+    launcher: Launcher,
+    data: penguins.Materialized,
+    root: str,
+    name: str,
+    plan: str,
+    seed: int = 0,
 ) -> Outcome:
-    """A parameter-server job through the faults of `PS_PLANS[plan]` (module docstring)."""
+    """A parameter-server job through the faults of `PS_PLANS[plan]` (module docstring).
+
+    A mid-epoch kill's moment is `random_moment(seed + step, step, step)`: it
+    lands `PS_MID_EPOCH[0] + PS_MID_EPOCH[1] * fraction` of the
+    coordinator's fastest epoch after it marks `step`; `detection`
+    records where the coordinator really was then (`landed_after`: its
+    newest epoch end) and whether that was mid-epoch.
+    """
     steps = PS_STEPS.get(plan, PS_STEPS_DEFAULT)
     actions = PS_PLANS[plan]
     config = ps_config(steps)
@@ -342,11 +486,16 @@ def ps_job(
     outcome = Outcome(plan, serving_dir=inputs["serving_model_dir"])
     cluster = local_cluster.free_cluster(2, ps=1, chief=True)
     starts = {"n": 0}
+    # The coordinator marks every epoch end (the measured epochs), and holds at the parked faults.
+    epoch_ends = tuple(range(INTERVAL, steps + 1, INTERVAL))
 
     def start(task_type: str, index: int, hold=()) -> Task:
         starts["n"] += 1
-        job = _job(config, inputs, cluster, task_type, index, hold=sorted(hold))
+        job = _job(config, inputs, cluster, task_type, index, hold=sorted(hold), marks=epoch_ends)
         return launcher.start(f"{name}.{starts['n']}.{task_type}{index}", job)
+
+    def held(remaining) -> list[int]:
+        return [step for step in remaining if not actions[step].endswith("_mid_epoch")]
 
     def serving(task_type: str, index: int) -> bool:
         address = cluster[task_type][index]
@@ -359,25 +508,56 @@ def ps_job(
             outcome.hung.append(f"{task_type}:{index} never served")
             return False
 
+    def mid_epoch(chief: Task, step: int, victim: Task) -> dict:
+        """Kills `victim` a seeded part of an epoch after `chief` marks `step`."""
+        moment = random_moment(seed + step, step, step)
+        # The fastest epoch this coordinator ran (a hold only lengthens one).
+        ends = [e for e in chief.marks() if e <= step]
+        epoch_s = min(
+            chief.mark_time(later) - chief.mark_time(earlier)
+            for earlier, later in zip(ends, ends[1:], strict=False)
+            if later - earlier == INTERVAL
+        )
+        wait_s = (PS_MID_EPOCH[0] + PS_MID_EPOCH[1] * moment.fraction) * epoch_s
+        time.sleep(max(0.0, chief.mark_time(step) + wait_s - time.time()))
+        running = chief.poll() is None
+        _kill(victim)
+        landed = max(chief.marks())
+        return {
+            "step": step,
+            "seed": seed + step,
+            "fraction": moment.fraction,
+            "epoch_s": round(epoch_s, 3),
+            "wait_s": round(wait_s, 3),
+            # The coordinator's newest epoch end at the kill, and its real step count there.
+            "landed_after": landed,
+            "landed_iterations": chief.mark(landed)["iterations"],
+            "mid_epoch": running and landed == step,
+        }
+
     began = time.monotonic()
     with launcher.scope():
         servers = {(t, i): start(t, i) for t, i in (("ps", 0), ("worker", 0), ("worker", 1))}
         if not all(serving(*key) for key in servers):
             return _close(outcome, began)
         remaining = sorted(actions)
-        chief = start("chief", 0, hold=remaining)
+        chief = start("chief", 0, hold=held(remaining))
         while remaining:
             step = remaining.pop(0)
-            if not _reach(chief, step, START_BOUND_S, outcome):
+            if not _reach(chief, step, START_BOUND_S, outcome, every=0.01):
                 break
             action = actions[step]
-            if action == "kill_worker":
-                _kill(servers[PS_VICTIM])
-                outcome.detection.append({"fault": "ps_worker", "step": step})
-                chief.go(step)
+            if action == "kill_worker_mid_epoch":
+                outcome.detection.append(
+                    {"fault": "ps_worker", **mid_epoch(chief, step, servers[PS_VICTIM])}
+                )
             elif action == "restart_worker":
-                # Training went on without it: the chief reached this step meanwhile.
-                outcome.detection[-1]["steps_without_it"] = step - outcome.detection[-1]["step"]
+                # Training went on without it: how far, by the coordinator's own
+                # count (its optimizer's) from the epoch end before the kill to now.
+                lost = outcome.detection[-1]
+                lost["steps_without_it"] = (
+                    chief.mark(step)["iterations"] - lost["landed_iterations"]
+                )
                 restarted = time.monotonic()
                 servers[PS_VICTIM] = start(*PS_VICTIM)
                 # The coordinator (held here) reconnects in the background;
@@ -391,15 +571,14 @@ def ps_job(
                 chief.go(step)
                 if not recovered:
                     break
-            elif action == "kill_ps":
-                _kill(servers[("ps", 0)])
+            elif action == "kill_ps_mid_epoch":
+                point = mid_epoch(chief, step, servers[("ps", 0)])
                 killed = time.monotonic()
-                chief.go(step)
                 code = _finish(chief, DETECT_BOUND_S, outcome)
                 outcome.detection.append(
                     {
                         "fault": "ps_server",
-                        "step": step,
+                        **point,
                         "task": chief.name,
                         "seconds": round(time.monotonic() - killed, 2),
                         "exit_code": code,
@@ -415,13 +594,15 @@ def ps_job(
                 servers[("ps", 0)] = start("ps", 0)
                 if not serving("ps", 0):
                     break
-                chief = start("chief", 0, hold=remaining)
+                chief = start("chief", 0, hold=held(remaining))
             elif action == "kill_chief":
                 _kill(chief)
-                outcome.detection.append({"fault": "chief", "step": step})
+                outcome.detection.append(
+                    {"fault": "chief", "step": step, "iterations": chief.mark(step)["iterations"]}
+                )
                 outcome.attempts.append(Attempt.of(chief))
                 outcome.exported_by_failed |= os.path.exists(inputs["serving_model_dir"])
-                chief = start("chief", 0, hold=remaining)
+                chief = start("chief", 0, hold=held(remaining))
         _finish(chief, FINISH_BOUND_S, outcome)
         outcome.attempts.append(Attempt.of(chief))
         for earlier, later in zip(outcome.attempts, outcome.attempts[1:], strict=False):

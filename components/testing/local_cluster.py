@@ -106,6 +106,19 @@ class Task:
     def reached(self, step: int) -> bool:
         return os.path.exists(self.path(f"at{step}"))
 
+    def mark(self, step: int) -> dict:
+        """What the task wrote when it marked `step`: `time` (`time.time()`) and
+        `iterations` (its optimizer's real count then; see `_step_marks`)."""
+        with open(self.path(f"at{step}")) as f:
+            return json.load(f)
+
+    def mark_time(self, step: int) -> float:
+        return self.mark(step)["time"]
+
+    def in_backup(self, nth: int) -> bool:
+        """Whether the task is (or was) held inside its `nth` backup write."""
+        return os.path.exists(self.path(f"inbackup{nth}"))
+
     def marks(self) -> list[int]:
         """The steps this task marked."""
         prefix = f"{self.name}.at"
@@ -315,8 +328,9 @@ def run_task(job: dict, path: Callable[[str], str]) -> dict:
     Args:
       job: `config` (the pipeline config JSON), `inputs` (`TrainingInputs`
         fields), optional `coordination` (`heartbeat_timeout_s`,
-        `register_timeout_s`), `marks` (steps to mark) and `hold` (steps to
-        hold at until released).
+        `register_timeout_s`), `marks` (steps to mark), `hold` (steps to
+        hold at until released) and `hold_in_backup` (hold inside this
+        task's n-th backup write, see `_hold_in_backup`).
       path: Maps a suffix to this task's file.
 
     Returns:
@@ -351,6 +365,8 @@ def run_task(job: dict, path: Callable[[str], str]) -> dict:
         job.get("marks", ()), job.get("hold", ()), path, per_epoch=choice.uses_coordinator
     )
     out = {"role": "trainer", "is_chief": choice.is_chief}
+    if job.get("hold_in_backup"):
+        _hold_in_backup(job["hold_in_backup"], path)
     inputs = training.TrainingInputs(**job["inputs"])
     try:
         if job.get("export", True):
@@ -409,6 +425,40 @@ def _configure_coordination(context, settings: dict) -> None:
     )
 
 
+def _hold_in_backup(nth: int, path: Callable[[str], str]) -> None:
+    """Holds this task inside its `nth` backup write, for a kill to land there.
+
+    The hold is a write callback of the backup's `tf.train.CheckpointManager.save`:
+    the checkpoint's data and index files are written, the directory's
+    `checkpoint` state file does not name them yet, and the older checkpoint
+    is not yet deleted. The task marks `inbackup<nth>` (its time) and waits
+    for its kill (or `go` file `goinbackup<nth>`).
+    """
+    from tensorflow.python.checkpoint import checkpoint_management, checkpoint_options
+
+    save = checkpoint_management.CheckpointManager.save
+    count = {"saves": 0}
+
+    def hold(save_path: str) -> None:
+        with open(path(f"inbackup{nth}"), "w") as f:
+            f.write(json.dumps({"time": time.time(), "save_path": save_path}))
+        deadline = time.monotonic() + HOLD_TIMEOUT_S
+        while not os.path.exists(path(f"goinbackup{nth}")):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"held in backup write {nth} for {HOLD_TIMEOUT_S} s")
+            time.sleep(0.02)
+
+    def save_holding(self, checkpoint_number=None, check_interval=True, options=None):
+        if "backup" in str(self.directory):
+            count["saves"] += 1
+            if count["saves"] == nth:
+                # Our callback first: the manager appends its own (the state file) after it.
+                options = checkpoint_options.CheckpointOptions(experimental_write_callbacks=[hold])
+        return save(self, checkpoint_number, check_interval, options)
+
+    checkpoint_management.CheckpointManager.save = save_holding
+
+
 def _step_marks(
     marks: Sequence[int], hold: Sequence[int], path: Callable[[str], str], per_epoch: bool
 ):
@@ -416,7 +466,10 @@ def _step_marks(
 
     Keras runs no batch-level callback under the parameter-server strategy,
     so there marks fall on epoch ends (the backup interval, see
-    `training.fit`).
+    `training.fit`), named by the epoch's nominal last step (epochs times
+    steps per epoch): a worker lost mid-step can have its step applied
+    twice (the coordinator runs it again elsewhere), so the optimizer's
+    count may run ahead of it. Each mark holds the real count.
     """
     import tf_keras as keras
 
@@ -430,13 +483,14 @@ def _step_marks(
         def on_train_begin(self, logs=None):
             self.start_step = int(self.model.optimizer.iterations.numpy())
 
-        def _after(self, steps: int) -> None:
+        def _after(self, steps: int, nominal: int | None = None) -> None:
             self.steps_run += steps
-            step = self.start_step + self.steps_run
+            real = self.start_step + self.steps_run
+            step = real if nominal is None else nominal
             if step not in marked:
                 return
             with open(path(f"at{step}"), "w") as f:
-                f.write(str(time.time()))
+                json.dump({"time": time.time(), "iterations": real}, f)
             if step in held:
                 deadline = time.monotonic() + HOLD_TIMEOUT_S
                 while not os.path.exists(path(f"go{step}")):
@@ -454,7 +508,8 @@ def _step_marks(
             self._epoch_start = int(self.model.optimizer.iterations.numpy())
 
         def on_epoch_end(self, epoch, logs=None):
-            self._after(int(self.model.optimizer.iterations.numpy()) - self._epoch_start)
+            real = int(self.model.optimizer.iterations.numpy()) - self._epoch_start
+            self._after(real, nominal=(epoch + 1) * self.params["steps"])
 
     return EpochMarks() if per_epoch else BatchMarks()
 

@@ -184,6 +184,30 @@ def once_per_run(tmp_path_factory, name: str, build: Callable[[str], Any]) -> An
         return json.loads(result_file.read_text())
 
 
+@pytest.fixture(scope="session")
+def penguin_inputs(tmp_path_factory):
+    """The penguins Trainer inputs (`components.testing.penguins.materialize` of
+    `penguins_config()`: real TFT output, train and eval files), written once
+    per test run (see `once_per_run`). Read-only: a test writes under its own
+    directory.
+
+    Returns:
+      `components.testing.penguins.Materialized`.
+    """
+    from components.testing import penguins
+
+    data_file(os.path.basename(penguins.PENGUINS_CSV))
+
+    def build(directory: str) -> dict:
+        data = penguins.materialize(penguins.penguins_config(), os.path.join(directory, "data"))
+        return dataclasses.asdict(data)
+
+    fields = once_per_run(tmp_path_factory, "penguin_inputs", build)
+    return penguins.Materialized(
+        fields["transform_output"], tuple(fields["train_files"]), tuple(fields["eval_files"])
+    )
+
+
 def digits_distillation_config(digits_config: PipelineConfig) -> PipelineConfig:
     """Tiny digits, distilled from two teachers, with a gate the student cannot pass."""
     config = tiny(digits_config)

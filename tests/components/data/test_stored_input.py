@@ -26,7 +26,6 @@ from components.trainer import data_accessor
 from components.training import fit as training
 from components.training.inputs import make_datasets
 from tests.components.training import penguins
-from tests.conftest import data_file
 
 SPEC = {
     "x": tf.io.FixedLenFeature([2], tf.float32),
@@ -225,12 +224,10 @@ def test_the_cache_path_is_one_per_file_list(recorded, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def penguin_data(tmp_path_factory):
+def penguin_data(tmp_path_factory, penguin_inputs):
     """Real transformed penguins as stock TFX Transform writes them (gzip `.gz`, no record)."""
-    data_file(os.path.basename(penguins.PENGUINS_CSV))
     root = str(tmp_path_factory.mktemp("penguins_stored"))
-    config = penguins.penguins_config()
-    return config, penguins.materialize(config, os.path.join(root, "data")), root
+    return penguins.penguins_config(), penguin_inputs, root
 
 
 # How stock-like output may be stored: stock's own form, gzip under another

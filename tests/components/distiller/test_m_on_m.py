@@ -123,9 +123,9 @@ def test_the_ensemble_student_is_a_kd_distiller_of_its_own_type(digits_config):
 
 
 def test_a_student_fn_m_on_m_serves_the_mean_of_its_students_with_the_teachers_signature(
-    tmp_path,
+    tmp_path, penguin_inputs
 ):
-    data, teachers, module = penguin_teachers(str(tmp_path), 2)
+    data, teachers, module = penguin_teachers(str(tmp_path), 2, penguin_inputs)
     sections = {
         "ingestion": {"batch_size": 32, "eval_batch_size": 32, "shuffle_buffer": 0},
         "train": {"train_steps": 6, "eval_steps": 2},

@@ -120,10 +120,9 @@ def _half_unlabeled(data: penguins.Materialized, out_dir: str) -> penguins.Mater
 
 @pytest.mark.parametrize("pseudo_labels", ["hard", "soft"])
 def test_a_student_fn_round_trains_on_the_kept_pseudo_labels_and_serves_like_its_teacher(
-    tmp_path, pseudo_labels
+    tmp_path, pseudo_labels, penguin_inputs
 ):
-    data = penguins.materialize(penguins.penguins_config(), str(tmp_path / "data"))
-    data = _half_unlabeled(data, str(tmp_path / "half"))
+    data = _half_unlabeled(penguin_inputs, str(tmp_path / "half"))
     data, (teacher,), module = penguin_teachers(str(tmp_path), 1, data)
     noisy = {
         # The untrained teacher is unsure: keep all it says, once.
@@ -157,8 +156,10 @@ def test_student_section_noise_for_a_student_fn_is_refused_naming_the_section(tm
         student_fn_distiller(str(tmp_path), config, teachers=1)
 
 
-def test_a_student_fn_round_without_unlabeled_examples_is_refused_before_training(tmp_path):
-    data, teachers, module = penguin_teachers(str(tmp_path), 1)
+def test_a_student_fn_round_without_unlabeled_examples_is_refused_before_training(
+    tmp_path, penguin_inputs
+):
+    data, teachers, module = penguin_teachers(str(tmp_path), 1, penguin_inputs)
     sections = {
         "train": {"train_steps": 6, "eval_steps": 2},
         "distillation": {"label_key": penguins.LABEL, "method": "noisy_student"},

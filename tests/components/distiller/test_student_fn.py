@@ -28,10 +28,9 @@ TRAIN_STEPS = 6
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, penguin_inputs):
     """Penguin Transform output, a Keras teacher on its float features, and the features."""
-    root = str(tmp_path_factory.mktemp("student_fn"))
-    data = penguins.materialize(penguins.penguins_config(), os.path.join(root, "data"))
+    root, data = str(tmp_path_factory.mktemp("student_fn")), penguin_inputs
     tft_output = tft.TFTransformOutput(data.transform_output)
     features = sorted(
         k for k, s in tft_output.transformed_feature_spec().items() if s.dtype == tf.float32

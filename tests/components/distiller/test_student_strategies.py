@@ -14,7 +14,6 @@ import tf_keras as keras
 from components.config import module_config_from_dict
 from tests.components.training import penguins
 from tests.components.training.test_fit import kill_all, start_worker, wait_all
-from tests.conftest import data_file
 
 STUDENT_MODULE = """
 import tensorflow as tf
@@ -51,12 +50,10 @@ def _save_teacher(path: str, tft_output, features) -> None:
 
 
 @pytest.fixture(scope="module")
-def distilled(tmp_path_factory):
+def distilled(tmp_path_factory, penguin_inputs):
     """The same student_fn distilled on one device and mirrored over two logical CPUs."""
-    data_file(os.path.basename(penguins.PENGUINS_CSV))
     root = str(tmp_path_factory.mktemp("student_strategies"))
-    data_config = penguins.penguins_config()
-    data = penguins.materialize(data_config, os.path.join(root, "data"))
+    data = penguin_inputs
     tft_output = tft.TFTransformOutput(data.transform_output)
     features = sorted(
         k for k, s in tft_output.transformed_feature_spec().items() if s.dtype == tf.float32

@@ -17,10 +17,10 @@ from tests.components.distiller.test_student_strategies import STUDENT_MODULE, _
 from tests.components.training import penguins
 
 
-def penguin_teachers(root: str, count: int, data: penguins.Materialized | None = None):
-    """Penguin Transform output (or `data`), `count` Keras teachers on its float features, and
-    a student_fn module over them: `(data, teacher_dirs, module_path)`."""
-    data = data or penguins.materialize(penguins.penguins_config(), os.path.join(root, "data"))
+def penguin_teachers(root: str, count: int, data: penguins.Materialized):
+    """`count` Keras teachers on the float features of penguin Transform output `data`
+    (the `penguin_inputs` fixture, or a variant of it) and a student_fn module over
+    them: `(data, teacher_dirs, module_path)`."""
     tft_output = tft.TFTransformOutput(data.transform_output)
     features = sorted(
         k for k, s in tft_output.transformed_feature_spec().items() if s.dtype == tf.float32

@@ -36,7 +36,7 @@ from components.training import fit as training
 from components.training.cluster import parse_tf_config
 from components.training.models import accumulate_gradients
 from tests.components.training import penguins
-from tests.conftest import closed_address, data_file
+from tests.conftest import closed_address
 
 ATOL = 1e-5
 # Bound on every wait for a subprocess (import + train + export on 2 busy cores).
@@ -56,11 +56,9 @@ REPO_ROOT = os.path.dirname(
 
 
 @pytest.fixture(scope="module")
-def penguin_data(tmp_path_factory):
-    data_file(os.path.basename(penguins.PENGUINS_CSV))
+def penguin_data(tmp_path_factory, penguin_inputs):
     root = str(tmp_path_factory.mktemp("penguins"))
-    config = penguins.penguins_config()
-    return config, penguins.materialize(config, os.path.join(root, "data")), root
+    return penguins.penguins_config(), penguin_inputs, root
 
 
 def inputs_for(penguin_data, name, config) -> training.TrainingInputs:

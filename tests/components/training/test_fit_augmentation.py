@@ -7,8 +7,6 @@ student see) is tested in `test_inputs.py`.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,16 +17,12 @@ from components.training import fit as training
 from components.training import strategies
 from components.training.inputs import make_datasets
 from tests.components.training import penguins
-from tests.conftest import data_file
 
 
 @pytest.fixture(scope="module")
-def penguin_data(tmp_path_factory):
+def penguin_data(tmp_path_factory, penguin_inputs):
     """Real transformed penguins: three z-scored floats and a bucketized (integer id) feature."""
-    data_file(os.path.basename(penguins.PENGUINS_CSV))
-    root = str(tmp_path_factory.mktemp("penguins_mixup"))
-    config = penguins.penguins_config()
-    return penguins.materialize(config, os.path.join(root, "data")), root
+    return penguin_inputs, str(tmp_path_factory.mktemp("penguins_mixup"))
 
 
 def test_the_trainer_mixes_training_batches_only(penguin_data):

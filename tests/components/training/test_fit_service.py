@@ -28,7 +28,6 @@ from components.training import fit as training
 from components.training import peers, strategies
 from components.training.inputs import make_datasets
 from tests.components.training import penguins
-from tests.conftest import data_file
 
 pytestmark = pytest.mark.multiprocess
 # Bound on the mirrored run's process (import + train on 2 busy cores).
@@ -40,11 +39,9 @@ RUN_TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    data_file(os.path.basename(penguins.PENGUINS_CSV))
+def setup(tmp_path_factory, penguin_inputs):
     root = str(tmp_path_factory.mktemp("penguins_service"))
-    config = penguins.penguins_config()
-    data = penguins.materialize(config, os.path.join(root, "data"))
+    config, data = penguins.penguins_config(), penguin_inputs
     with LocalService(os.path.join(root, "service"), workers=1) as local:
         yield config, data, root, local
 

@@ -3,11 +3,13 @@
 `write` saves a benchmark's JSON lines to `benchmarks/results/<name>.json`;
 `python -m components.testing.results` (`make bench-report`) prints every
 committed headline without running anything, marking a file stale when the
-product or its benchmark changed since the commit it records.
+product, its benchmark or a test helper it imports changed since the commit
+it records.
 """
 
 from __future__ import annotations
 
+import ast
 import datetime
 import json
 import os
@@ -117,6 +119,55 @@ def write(
     return path
 
 
+# The helpers benchmarks and tests share. A change there stales only the results
+# of benchmarks that import it (directly or through another helper); this
+# module records results and measures nothing, so it stales none.
+TESTING_DIR = "components/testing"
+RECORDING_ONLY = frozenset({"results"})
+
+
+def _imports_under(path: str, package: str) -> set[str]:
+    """The modules of `package` (dotted) a Python file imports, by name within it."""
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == package:
+                names.update(alias.name for alias in node.names)
+            elif node.module.startswith(package + "."):
+                names.add(node.module[len(package) + 1 :])
+        elif isinstance(node, ast.Import):
+            names.update(
+                alias.name[len(package) + 1 :]
+                for alias in node.names
+                if alias.name.startswith(package + ".")
+            )
+    return names
+
+
+def _dependencies(script: str, cwd: str) -> tuple[set[str], set[str]]:
+    """What a benchmark script imports of this repository's shared code, transitively:
+    `(other benchmark scripts, test helpers less the recording ones)`, by path."""
+    scripts, helpers, todo = set(), set(), [script]
+    while todo:
+        path = todo.pop()
+        for name in _imports_under(path, "benchmarks"):
+            found = os.path.join("benchmarks", *name.split(".")) + ".py"
+            if found not in scripts:
+                scripts.add(found)
+                todo.append(os.path.join(cwd, found))
+        for name in _imports_under(path, TESTING_DIR.replace("/", ".")) - RECORDING_ONLY:
+            found = os.path.join(TESTING_DIR, *name.split(".")) + ".py"
+            if found not in helpers:
+                helpers.add(found)
+                todo.append(os.path.join(cwd, found))
+    return scripts, helpers
+
+
 def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
     """Why a result no longer describes HEAD, or None when it still does."""
     recorded = record.get("commit")
@@ -125,8 +176,13 @@ def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
     if _git("cat-file", "-e", f"{recorded}^{{commit}}", cwd=cwd).returncode != 0:
         return f"commit {recorded[:10]} is not in this history"
     script = os.path.join("benchmarks", f"{record['benchmark']}.py")
-    changed = _git("diff", "--name-only", recorded, "HEAD", "--", script, *PRODUCT_PATHS, cwd=cwd)
-    files = changed.stdout.split()
+    scripts, helpers = _dependencies(os.path.join(cwd, script), cwd)
+    changed = _git(
+        "diff", "--name-only", recorded, "HEAD", "--", script, *scripts, *PRODUCT_PATHS, cwd=cwd
+    )
+    files = [
+        f for f in changed.stdout.split() if not f.startswith(TESTING_DIR + "/") or f in helpers
+    ]
     if files:
         return f"{len(files)} file(s) of the product or the benchmark changed since {recorded[:10]}"
     if record.get("dirty"):

@@ -75,6 +75,34 @@ def test_a_result_is_stale_once_its_benchmark_or_the_product_changed(repo):
     assert results.staleness(unknown, str(repo)) == "commit 0000000000 is not in this history"
 
 
+def test_a_test_helper_stales_only_the_results_of_benchmarks_that_import_it(repo):
+    testing = repo / "components" / "testing"
+    testing.mkdir()
+    (testing / "timer.py").write_text("from components.testing import clock\n")
+    (testing / "clock.py").write_text("T = 1\n")
+    (testing / "faults.py").write_text("F = 1\n")
+    (testing / "results.py").write_text("R = 1\n")
+    (repo / "benchmarks" / "common.py").write_text("C = 1\n")
+    (repo / "benchmarks" / "speed.py").write_text(
+        "from benchmarks import common\nfrom components.testing import results, timer\n"
+    )
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "helpers")
+    record = {"benchmark": "speed", "commit": results.commit(str(repo))["commit"], "dirty": False}
+
+    def after_changing(path: str) -> str | None:
+        (repo / path).write_text((repo / path).read_text() + "# changed\n")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", path)
+        return results.staleness(record, str(repo))
+
+    # A helper it does not import, and the results writer, measure nothing of it.
+    assert after_changing("components/testing/faults.py") is None
+    assert after_changing("components/testing/results.py") is None
+    # A helper it imports through another, and a benchmark module it imports, do.
+    assert after_changing("components/testing/clock.py").startswith("1 file(s)")
+    assert after_changing("benchmarks/common.py").startswith("2 file(s)")
+
+
 def test_one_benchmark_keeps_a_file_per_stem(tmp_path, repo):
     for example in ("taxi", "penguin"):
         results.write(

@@ -6,8 +6,9 @@ Runs every fault kind of `components/testing/fault_cases.py` on its own (the sam
 scenarios the fault tests run, on the same launcher machinery), each beside
 the unkilled run of the same job, on the tiny penguins teacher, `--repeats`
 passes over all of them; a pass runs its jobs in the reverse order of the
-pass before (so each fault runs before and after its unkilled job equally
-often), and pass r seeds the random kill moments with r. Prints one JSON
+pass before (so with an even number of passes each fault runs before and
+after its unkilled job equally often), and pass r seeds the random kill
+moments with r. Prints one JSON
 line per fault:
 
 - `fault`: `mwms_worker` (a multi-worker-mirrored worker killed at a seeded
@@ -107,8 +108,10 @@ def checks(fault: str, outcome: fault_cases.Outcome, steps: int) -> dict[str, bo
         )
     if fault == "mwms_worker":
         reached = point.get("survivor_step", -1)
-        out["landed_while_steps_run"] = (
-            point.get("after", 1) <= point.get("victim_step", 0) < fault_cases.MWMS_STEPS
+        out["landed_near_its_moment"] = (
+            0
+            <= point.get("victim_step", -99) - point.get("after", 0)
+            <= fault_cases.MWMS_RANDOM_SLACK
         )
         out["resumed_from_the_last_backup"] = (
             outcome.final.start_step == reached // fault_cases.INTERVAL * fault_cases.INTERVAL
@@ -118,10 +121,13 @@ def checks(fault: str, outcome: fault_cases.Outcome, steps: int) -> dict[str, bo
             a["exit_code"] in (1, -9) and a["missing"] in a["message"] for a in alone.values()
         )
     if fault == "mwms_in_backup":
-        out["killed_inside_the_write"] = point.get("backup_recorded") == "ckpt-1" and (
-            "ckpt-2.index" in {os.path.basename(f) for f in point.get("backup_files", ())}
+        write = fault_cases.MWMS_BACKUP_WRITE
+        out["killed_inside_the_write"] = point.get("backup_recorded") == f"ckpt-{write - 1}" and (
+            f"ckpt-{write}.index" in point.get("backup_files", ())
         )
-        out["resumed_from_the_backup_before_it"] = outcome.final.start_step == fault_cases.INTERVAL
+        out["resumed_from_the_backup_before_it"] = (
+            outcome.final.start_step == (write - 1) * fault_cases.INTERVAL
+        )
     if fault in ("ps_worker", "ps_server"):
         kills = [d for d in outcome.detection if d["fault"] == fault]
         out["landed_mid_epoch"] = bool(kills) and all(d["mid_epoch"] for d in kills)

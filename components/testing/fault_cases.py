@@ -27,6 +27,11 @@ MWMS_VICTIM = 1
 MWMS_KILL_AT = 22
 # `random` kills: after a seeded step in this range, a seeded fraction of a step later.
 MWMS_RANDOM_STEPS = (2, 22)
+# How many steps past its seeded step a random kill may land: within the backup
+# interval (the harness polls the victim's marks every 5 ms and a step takes
+# 10-30 ms here; it landed 0-1 steps late in the runs measured, and more only
+# when the harness itself waits for the cores).
+MWMS_RANDOM_SLACK = INTERVAL - 1
 # `in_backup` kills: inside worker 0's second backup write (step 2 * INTERVAL).
 MWMS_BACKUP_WRITE = 2
 # How long a worker restarted without its peer waits for it (TensorFlow's
@@ -40,8 +45,8 @@ FINISH_BOUND_S = 180
 
 # Parameter-server faults by the coordinator's step: `*_mid_epoch` kills land
 # once it marks that epoch end (it is not held there) plus a seeded part of
-# the epoch before it (`ps_job`), so while steps run; the others at held
-# epoch ends.
+# its fastest epoch (`ps_job`), so while steps run; the others at held epoch
+# ends.
 PS_PLANS = {
     "none": {},
     "ps_worker": {18: "kill_worker_mid_epoch", 36: "restart_worker"},
@@ -58,8 +63,9 @@ PS_PLANS = {
 PS_STEPS = {"all": 63}
 PS_STEPS_DEFAULT = 45
 # A mid-epoch kill waits this part of the coordinator's fastest epoch so far
-# (0.25 s here): from 0.05 to 0.25 of it, by the seeded fraction, so that it
-# lands inside the epoch unless that one runs 4x faster than any before.
+# (an epoch takes about 0.2-0.3 s here): from 0.05 to 0.25 of it, by the
+# seeded fraction, so that it lands inside the epoch unless that one runs 4x
+# faster than any before.
 PS_MID_EPOCH = (0.05, 0.2)
 PS_VICTIM = ("worker", 1)
 
@@ -151,8 +157,9 @@ class Outcome:
     """What one job went through.
 
     Attributes:
-      fault: The scenario (`none`, `mwms_worker`, `ps_worker`, `ps_server`,
-        `chief`, `all`).
+      fault: The scenario (`none`, `mwms_worker` (parked),
+        `mwms_worker_random`, `mwms_worker_in_backup`, `ps_worker`,
+        `ps_server`, `chief`, `all`).
       wall_s: From the first task's start to the last attempt's end, minus
         `never_back` (a diagnostic phase, not part of the fault's cost).
       attempts: Every run of the training chief, in order.
@@ -370,9 +377,17 @@ def _kill_when(kill: str, victim: Task, seed: int, inputs: dict, outcome: Outcom
         moment = random_moment(seed, *MWMS_RANDOM_STEPS)
         if not _reach(victim, moment.after, START_BOUND_S, outcome, every=0.005):
             return None
-        # One step's measured time, from the victim's own marks (it runs on meanwhile).
-        step_s = victim.mark_time(moment.after) - victim.mark_time(moment.after - 1)
-        time.sleep(moment.fraction * step_s)
+        # One step's measured time, from the victim's own marks (it runs on
+        # meanwhile): the shortest of the last few steps that wrote no backup.
+        step_s = min(
+            victim.mark_time(s) - victim.mark_time(s - 1)
+            for s in range(max(2, moment.after - 3), moment.after + 1)
+            if s % INTERVAL
+        )
+        # Timed from the mark itself, not from when the harness saw it.
+        time.sleep(
+            max(0.0, victim.mark_time(moment.after) + moment.fraction * step_s - time.time())
+        )
         _kill(victim)
         if victim.reached(MWMS_STEPS):
             outcome.logs[victim.name] = "finished before its random kill"
@@ -399,29 +414,27 @@ def _kill_when(kill: str, victim: Task, seed: int, inputs: dict, outcome: Outcom
         outcome.logs[victim.name] = victim.tail()
         return None
     _kill(victim)
+    # The chief's own backup directory (other workers write scratch copies beside it).
+    written = os.path.dirname(victim.backup_write(MWMS_BACKUP_WRITE)["save_path"])
     return {
         "kind": kill,
         "write": MWMS_BACKUP_WRITE,
-        # The backup as the kill left it: the interrupted write's files, and the checkpoint
-        # its state file names (the last complete write's).
-        "backup_files": sorted(
-            os.path.relpath(os.path.join(d, f), directory)
-            for d, _, files in os.walk(directory)
-            for f in files
-        ),
-        "backup_recorded": _recorded_checkpoint(directory),
+        # The chief's backup as the kill left it: the interrupted write's files,
+        # and the checkpoint its state file names (the last complete write's).
+        "backup_dir": os.path.relpath(written, directory),
+        "backup_files": sorted(os.listdir(written)),
+        "backup_recorded": _recorded_checkpoint(written),
     }
 
 
 def _recorded_checkpoint(directory: str) -> str | None:
-    """The checkpoint the `checkpoint` state file under `directory` names (basename),
-    or None (Keras keeps the chief's in a subdirectory)."""
-    for d, _, files in os.walk(directory):
-        if "checkpoint" in files:
-            with open(os.path.join(d, "checkpoint")) as f:
-                found = re.search(r'^model_checkpoint_path: "(.*)"$', f.read(), re.M)
-            return os.path.basename(found.group(1)) if found else None
-    return None
+    """The checkpoint `directory`'s `checkpoint` state file names (basename), or None."""
+    try:
+        with open(os.path.join(directory, "checkpoint")) as f:
+            found = re.search(r'^model_checkpoint_path: "(.*)"$', f.read(), re.M)
+    except OSError:
+        return None
+    return os.path.basename(found.group(1)) if found else None
 
 
 def _never_back(start: Callable, outcome: Outcome) -> dict:
@@ -520,9 +533,10 @@ def ps_job(
         )
         wait_s = (PS_MID_EPOCH[0] + PS_MID_EPOCH[1] * moment.fraction) * epoch_s
         time.sleep(max(0.0, chief.mark_time(step) + wait_s - time.time()))
-        running = chief.poll() is None
+        running, killed_at = chief.poll() is None, time.time()
         _kill(victim)
-        landed = max(chief.marks())
+        # The newest epoch end at the kill (the coordinator runs on while the victim is reaped).
+        landed = max(m for m in chief.marks() if chief.mark_time(m) <= killed_at)
         return {
             "step": step,
             "seed": seed + step,

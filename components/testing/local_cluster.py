@@ -119,6 +119,12 @@ class Task:
         """Whether the task is (or was) held inside its `nth` backup write."""
         return os.path.exists(self.path(f"inbackup{nth}"))
 
+    def backup_write(self, nth: int) -> dict:
+        """What the task wrote when held inside its `nth` backup write: `time`, and
+        `save_path` (the checkpoint being written)."""
+        with open(self.path(f"inbackup{nth}")) as f:
+            return json.load(f)
+
     def marks(self) -> list[int]:
         """The steps this task marked."""
         prefix = f"{self.name}.at"
@@ -425,6 +431,14 @@ def _configure_coordination(context, settings: dict) -> None:
     )
 
 
+def _write_mark(path: str, mark: dict) -> None:
+    """Writes a mark whole (a temporary file renamed into place): the harness reads
+    it as soon as the name exists."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(mark, f)
+    os.replace(path + ".tmp", path)
+
+
 def _hold_in_backup(nth: int, path: Callable[[str], str]) -> None:
     """Holds this task inside its `nth` backup write, for a kill to land there.
 
@@ -440,8 +454,7 @@ def _hold_in_backup(nth: int, path: Callable[[str], str]) -> None:
     count = {"saves": 0}
 
     def hold(save_path: str) -> None:
-        with open(path(f"inbackup{nth}"), "w") as f:
-            f.write(json.dumps({"time": time.time(), "save_path": save_path}))
+        _write_mark(path(f"inbackup{nth}"), {"time": time.time(), "save_path": save_path})
         deadline = time.monotonic() + HOLD_TIMEOUT_S
         while not os.path.exists(path(f"goinbackup{nth}")):
             if time.monotonic() > deadline:
@@ -489,8 +502,7 @@ def _step_marks(
             step = real if nominal is None else nominal
             if step not in marked:
                 return
-            with open(path(f"at{step}"), "w") as f:
-                json.dump({"time": time.time(), "iterations": real}, f)
+            _write_mark(path(f"at{step}"), {"time": time.time(), "iterations": real})
             if step in held:
                 deadline = time.monotonic() + HOLD_TIMEOUT_S
                 while not os.path.exists(path(f"go{step}")):

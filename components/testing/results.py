@@ -165,6 +165,9 @@ def _dependencies(script: str, cwd: str) -> tuple[set[str], set[str]]:
             if found not in helpers:
                 helpers.add(found)
                 todo.append(os.path.join(cwd, found))
+    if helpers:
+        # Runs on every import of a helper.
+        helpers.add(os.path.join(TESTING_DIR, "__init__.py"))
     return scripts, helpers
 
 

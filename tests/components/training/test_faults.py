@@ -119,10 +119,11 @@ def test_mwms_random_kill_lands_while_steps_run(faults):
     outcome = settled(faults["mwms"])
     point = outcome.kill_point
     assert (point["after"], point["fraction"]) == (12, 0.948), point
-    # Not parked: the victim was killed after the seeded step, before the job's
-    # end, and the survivor's real count of steps (its optimizer's) is where
-    # the victim was, give or take the step in flight.
-    assert point["after"] <= point["victim_step"] < fault_cases.MWMS_STEPS, point
+    # Not parked, and near its seeded moment: the victim ran on past the seeded
+    # step and was killed within a few steps of it; the survivor's real count
+    # of steps (its optimizer's) is where the victim was, give or take the
+    # step in flight.
+    assert point["victim_step"] - point["after"] <= fault_cases.MWMS_RANDOM_SLACK, point
     assert abs(point["survivor_step"] - point["victim_step"]) <= 1, point
     assert outcome.attempts[0].start_step == 0, outcome.report()
 
@@ -178,7 +179,6 @@ def test_mwms_group_restart_resumes_from_the_backup_and_equals_the_unkilled_run(
     reached = outcome.kill_point["survivor_step"]
     last_backup = reached // fault_cases.INTERVAL * fault_cases.INTERVAL
     assert_resumed_and_equals_unkilled(outcome, reference, last_backup)
-    assert outcome.steps_repeated == reached - last_backup < fault_cases.INTERVAL
 
 
 @pytest.mark.multiprocess
@@ -201,16 +201,16 @@ def test_kill_inside_a_backup_write_resumes_from_the_backup_before_it(faults):
     point = outcome.kill_point
     # The kill landed inside the write: the second checkpoint's files were
     # written, the state file still named the first.
-    assert point["backup_recorded"] == "ckpt-1", point
-    names = {os.path.basename(f) for f in point["backup_files"]}
-    assert {"ckpt-1.index", "ckpt-2.index"} <= names, point
+    write = fault_cases.MWMS_BACKUP_WRITE
+    assert point["backup_recorded"] == f"ckpt-{write - 1}", point
+    assert {f"ckpt-{write - 1}.index", f"ckpt-{write}.index"} <= set(point["backup_files"]), point
     (lost,) = outcome.detection
     assert lost["exit_code"] == 1 and "lost worker:0 (" in lost["error"], outcome.report()
     assert not outcome.exported_by_failed
     # The unrecorded write is not read: the restart resumes from the first backup.
-    assert_resumed_and_equals_unkilled(outcome, reference, fault_cases.INTERVAL)
-    assert outcome.steps_repeated == point["survivor_step"] - fault_cases.INTERVAL
-    assert outcome.steps_repeated >= fault_cases.INTERVAL - 1, outcome.report()
+    assert_resumed_and_equals_unkilled(outcome, reference, (write - 1) * fault_cases.INTERVAL)
+    # The kill came in the write at step 18: the survivor had run its 17 or 18 steps.
+    assert point["survivor_step"] >= write * fault_cases.INTERVAL - 1, outcome.report()
     assert outcome.exported == [outcome.serving_dir]
 
 
@@ -225,11 +225,11 @@ def test_ps_worker_killed_training_goes_on_and_the_restarted_worker_rejoins(faul
     outcome = settled(faults["ps"])
     lost = outcome.detection[0]
     assert lost["fault"] == "ps_worker" and lost["mid_epoch"], lost
-    # The coordinator trained on worker 0 alone from the kill to the restart (held
-    # at epoch end 36), by its own count of steps: at least those epochs' steps,
-    # and at most one more (the killed worker's step in flight, run again
-    # elsewhere after it may have been applied: the coordinator runs a step
-    # at least once).
+    # From the epoch end before the kill to the restart (held at epoch end 36)
+    # the coordinator ran, by its own count of steps (worker 0 alone after the
+    # kill), at least those epochs' steps and at most one more (the killed
+    # worker's step in flight, run again elsewhere after it may have been
+    # applied: the coordinator runs a step at least once).
     nominal = 36 - lost["landed_after"]
     assert nominal <= lost["steps_without_it"] <= nominal + 1, lost
     assert outcome.rejoined["recovered"], outcome.report()

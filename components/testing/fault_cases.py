@@ -240,19 +240,33 @@ def _kill(task: Task) -> None:
 
 def _reach(task: Task, step: int, bound: float, outcome: Outcome, every: float = 0.05) -> bool:
     """Waits until `task` marks `step`; False (logged) when it exits or overruns first."""
+    return _await(task, lambda: task.reached(step), f"at {step}", bound, outcome, every)
+
+
+def _await(
+    task: Task, marked: Callable[[], bool], what: str, bound: float, outcome: Outcome, every=0.05
+) -> bool:
+    """Waits until `marked()`; False (logged) when `task` exits or overruns first."""
     try:
         local_cluster.wait_for(
-            lambda: task.reached(step) or task.poll() is not None,
-            bound,
-            f"{task.name} at {step}",
-            every=every,
+            lambda: marked() or task.poll() is not None, bound, f"{task.name} {what}", every=every
         )
     except TimeoutError:
         outcome.hung.append(task.name)
-    if task.reached(step):
+    if marked():
         return True
     outcome.logs[task.name] = task.tail()
     return False
+
+
+def _shortest_span(task: Task, spans) -> float:
+    """The shortest time between the marks of `(earlier, later)` step pairs of `task`."""
+    return min(task.mark_time(later) - task.mark_time(earlier) for earlier, later in spans)
+
+
+def _sleep_past_mark(task: Task, step: int, seconds: float) -> None:
+    """Sleeps until `seconds` after `task` marked `step` (not after the harness saw it)."""
+    time.sleep(max(0.0, task.mark_time(step) + seconds - time.time()))
 
 
 # --------------------------------------------------------------------------- #
@@ -379,15 +393,11 @@ def _kill_when(kill: str, victim: Task, seed: int, inputs: dict, outcome: Outcom
             return None
         # One step's measured time, from the victim's own marks (it runs on
         # meanwhile): the shortest of the last few steps that wrote no backup.
-        step_s = min(
-            victim.mark_time(s) - victim.mark_time(s - 1)
-            for s in range(max(2, moment.after - 3), moment.after + 1)
-            if s % INTERVAL
+        step_s = _shortest_span(
+            victim,
+            ((s - 1, s) for s in range(max(2, moment.after - 3), moment.after + 1) if s % INTERVAL),
         )
-        # Timed from the mark itself, not from when the harness saw it.
-        time.sleep(
-            max(0.0, victim.mark_time(moment.after) + moment.fraction * step_s - time.time())
-        )
+        _sleep_past_mark(victim, moment.after, moment.fraction * step_s)
         _kill(victim)
         if victim.reached(MWMS_STEPS):
             outcome.logs[victim.name] = "finished before its random kill"
@@ -402,16 +412,11 @@ def _kill_when(kill: str, victim: Task, seed: int, inputs: dict, outcome: Outcom
     from components.training import backup
 
     directory = backup.run_dir_location(inputs["model_run_dir"])
-    try:
-        local_cluster.wait_for(
-            lambda: victim.in_backup(MWMS_BACKUP_WRITE) or victim.poll() is not None,
-            START_BOUND_S,
-            f"{victim.name} in backup write {MWMS_BACKUP_WRITE}",
-        )
-    except TimeoutError:
-        outcome.hung.append(victim.name)
-    if not victim.in_backup(MWMS_BACKUP_WRITE):
-        outcome.logs[victim.name] = victim.tail()
+
+    def in_write() -> bool:
+        return victim.in_backup(MWMS_BACKUP_WRITE)
+
+    if not _await(victim, in_write, f"in backup write {MWMS_BACKUP_WRITE}", START_BOUND_S, outcome):
         return None
     _kill(victim)
     # The chief's own backup directory (other workers write scratch copies beside it).
@@ -526,13 +531,10 @@ def ps_job(
         moment = random_moment(seed + step, step, step)
         # The fastest epoch this coordinator ran (a hold only lengthens one).
         ends = [e for e in chief.marks() if e <= step]
-        epoch_s = min(
-            chief.mark_time(later) - chief.mark_time(earlier)
-            for earlier, later in zip(ends, ends[1:], strict=False)
-            if later - earlier == INTERVAL
-        )
+        spans = zip(ends, ends[1:], strict=False)
+        epoch_s = _shortest_span(chief, (p for p in spans if p[1] - p[0] == INTERVAL))
         wait_s = (PS_MID_EPOCH[0] + PS_MID_EPOCH[1] * moment.fraction) * epoch_s
-        time.sleep(max(0.0, chief.mark_time(step) + wait_s - time.time()))
+        _sleep_past_mark(chief, step, wait_s)
         running, killed_at = chief.poll() is None, time.time()
         _kill(victim)
         # The newest epoch end at the kill (the coordinator runs on while the victim is reaped).

@@ -30,20 +30,28 @@ def _git(*args: str, cwd: str = REPO_ROOT) -> subprocess.CompletedProcess:
 
 def commit(cwd: str = REPO_ROOT) -> dict:
     """The checked-out commit and whether the product's or the benchmarks' code in the work
-    tree differs from it (`dirty`; results files not yet committed are outputs, not code)."""
+    tree differs from it: `dirty`, and `dirty_files` naming what differs (results files not
+    yet committed are outputs, not code)."""
     head = _git("rev-parse", "HEAD", cwd=cwd)
     status = _git(
         "status",
         "--porcelain",
+        "--untracked-files=all",
         "--",
         *PRODUCT_PATHS,
         "benchmarks",
         ":(exclude)benchmarks/results",
         cwd=cwd,
     )
+    files = (
+        sorted(line[3:].split(" -> ")[-1] for line in status.stdout.splitlines() if line)
+        if status.returncode == 0
+        else None
+    )
     return {
         "commit": head.stdout.strip() if head.returncode == 0 else None,
-        "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None,
+        "dirty": None if files is None else bool(files),
+        "dirty_files": files,
     }
 
 
@@ -171,6 +179,22 @@ def _dependencies(script: str, cwd: str) -> tuple[set[str], set[str]]:
     return scripts, helpers
 
 
+def _measuring(
+    files: Sequence[str], script: str, scripts: set[str], helpers: set[str]
+) -> list[str]:
+    """Those of `files` a benchmark's figures depend on: its script, the benchmark modules
+    and test helpers it imports, and the product."""
+    return [
+        f
+        for f in files
+        if f in helpers
+        or (
+            not f.startswith(TESTING_DIR + "/")
+            and (f == script or f in scripts or f.split("/", 1)[0] in PRODUCT_PATHS)
+        )
+    ]
+
+
 def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
     """Why a result no longer describes HEAD, or None when it still does."""
     recorded = record.get("commit")
@@ -183,13 +207,16 @@ def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
     changed = _git(
         "diff", "--name-only", recorded, "HEAD", "--", script, *scripts, *PRODUCT_PATHS, cwd=cwd
     )
-    files = [
-        f for f in changed.stdout.split() if not f.startswith(TESTING_DIR + "/") or f in helpers
-    ]
+    files = _measuring(changed.stdout.split(), script, scripts, helpers)
     if files:
         return f"{len(files)} file(s) of the product or the benchmark changed since {recorded[:10]}"
-    if record.get("dirty"):
+    dirty_files = record.get("dirty_files")
+    if dirty_files is None and record.get("dirty"):
+        # Recorded before results named the uncommitted files: any of them may count.
         return f"measured on uncommitted changes to {recorded[:10]}"
+    dirty = _measuring(dirty_files or [], script, scripts, helpers)
+    if dirty:
+        return f"measured on uncommitted changes to {len(dirty)} file(s) it depends on"
     return None
 
 

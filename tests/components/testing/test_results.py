@@ -53,13 +53,34 @@ def test_commit_reads_the_checked_out_commit(repo):
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert results.commit(str(repo)) == {"commit": head, "dirty": False}
+    assert results.commit(str(repo)) == {"commit": head, "dirty": False, "dirty_files": []}
     # Another run's results file, not committed yet, is an output: the code is unchanged.
     (repo / "benchmarks" / "results").mkdir()
     (repo / "benchmarks" / "results" / "speed.json").write_text("{}\n")
     assert results.commit(str(repo))["dirty"] is False
     (repo / "components" / "core.py").write_text("X = 2\n")
+    (repo / "benchmarks" / "new.py").write_text("N = 1\n")
     assert results.commit(str(repo))["dirty"] is True
+    assert results.commit(str(repo))["dirty_files"] == ["benchmarks/new.py", "components/core.py"]
+
+
+def test_uncommitted_changes_stale_a_result_only_where_it_depends_on_them(repo):
+    head = results.commit(str(repo))["commit"]
+
+    def stale(*dirty_files):
+        record = {"benchmark": "speed", "commit": head, "dirty": bool(dirty_files)}
+        return results.staleness({**record, "dirty_files": list(dirty_files)}, str(repo))
+
+    assert stale() is None
+    # Another benchmark's script measures nothing of this one.
+    assert stale("benchmarks/other.py") is None
+    assert stale("benchmarks/speed.py", "benchmarks/other.py") == (
+        "measured on uncommitted changes to 1 file(s) it depends on"
+    )
+    assert stale("components/core.py") is not None
+    # Recorded before the files were named: any change may count.
+    old = {"benchmark": "speed", "commit": head, "dirty": True}
+    assert results.staleness(old, str(repo)) == f"measured on uncommitted changes to {head[:10]}"
 
 
 def test_a_result_is_stale_once_its_benchmark_or_the_product_changed(repo):

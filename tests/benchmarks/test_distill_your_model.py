@@ -1,14 +1,18 @@
-"""The headline of `benchmarks/distill_your_model.py`, from measured models (no training)."""
+"""`benchmarks/distill_your_model.py`: its splits, its choice on validation, its paired
+summary and the pipeline it builds (no training)."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 from benchmarks import distill_your_model as bench
-from components.testing.stats import diff_se
+from components.config import payload
 
 
-def _model(accuracy, params=61_000, model_ms=1.0, serving_ms=3.0):
+def _model(accuracy, params=56_000, model_ms=1.0, serving_ms=3.0):
     return {
         "accuracy": accuracy,
         "params": params,
@@ -17,32 +21,135 @@ def _model(accuracy, params=61_000, model_ms=1.0, serving_ms=3.0):
     }
 
 
-def test_the_better_alone_variant_is_the_baseline_and_the_gap_is_the_teachers_lead():
-    seeds = [0, 1, 2]
-    accs = {
-        "alone": [0.89, 0.88, 0.90],
-        "alone_aug": [0.895, 0.90, 0.905],
-        "distilled": [0.91, 0.905, 0.915],
+CHOICE = {"alone_augment": True, "alpha": 0.9, "temperature": 4.0}
+
+
+def _trial_models(alone, distilled, control, teachers=(0.93, 0.91)):
+    models = {
+        bench.teacher_id(t): _model(acc, params=584_000, model_ms=10.0, serving_ms=12.0)
+        for t, acc in zip(bench.TEACHER_SEEDS, teachers, strict=True)
     }
-    models = {"Teacher": _model(0.92, params=585_000, model_ms=10.0, serving_ms=12.0)}
-    for key, values in accs.items():
-        for seed, acc in zip(seeds, values, strict=True):
-            models[bench.student_ids(seed)[key]] = _model(acc)
-    out = bench.summarize("scarce", 0.1, seeds, models)
-    assert out["best_alone"] == "alone_aug"
-    assert out["distilled_minus_best_alone"] == pytest.approx(0.91 - 0.90)
-    assert out["distilled_minus_best_alone_se"] == pytest.approx(
-        diff_se(accs["distilled"], accs["alone_aug"])
-    )
-    assert out["gap_recovered"] == pytest.approx(0.01 / 0.02)
-    assert out["param_ratio"] == pytest.approx(61_000 / 585_000)
+    for seed, (a, d, c) in enumerate(zip(alone, distilled, control, strict=True)):
+        models[bench.alone_id(seed, True)] = _model(a)
+        models[bench.distilled_id(seed, 0.9, 4.0)] = _model(d)
+        models[bench.distilled_id(seed, 0.0, 4.0)] = _model(c)
+    return models
+
+
+def test_the_summary_pairs_each_seed_and_gives_a_t_interval_on_n_minus_1():
+    alone = [0.90, 0.89, 0.91, 0.90, 0.90]
+    distilled = [0.91, 0.91, 0.91, 0.91, 0.91]  # differences 0.01 0.02 0 0.01 0.01
+    control = [0.90, 0.90, 0.90, 0.90, 0.90]  # differences 0.01 each: no spread
+    out = bench.summarize("scarce", 0.1, range(5), CHOICE, _trial_models(alone, distilled, control))
+    # By hand: mean 0.01, sd sqrt(0.0002 / 4) = 0.0070711, se 0.0031623,
+    # t(0.975, 4) = 2.776445, half width 0.0087798.
+    assert out["distilled_minus_alone"] == pytest.approx(0.01)
+    assert out["distilled_minus_alone_ci95"] == pytest.approx([0.0012, 0.0188])
+    assert out["distilled_minus_control"] == pytest.approx(0.01)
+    assert out["distilled_minus_control_ci95"] == pytest.approx([0.01, 0.01])
+    assert out["teacher_acc"] == pytest.approx(0.92)
+    assert out["alone_acc"] == pytest.approx(0.90)
+    # The teachers' mean lead is 0.02; distillation recovers 0.01 of it.
+    assert out["gap_recovered"] == pytest.approx(0.5)
+    assert [r["teacher"] for r in out["rows"]] == [100, 101, 100, 101, 100]
+    assert out["param_ratio"] == pytest.approx(56_000 / 584_000, abs=1e-4)
     assert out["model_latency_ratio_b256"] == pytest.approx(0.1)
     assert out["serving_latency_ratio_b256"] == pytest.approx(0.25)
 
 
-def test_no_gap_to_recover_gives_no_ratio():
-    models = {"Teacher": _model(0.90)}
-    for key, acc in (("alone", 0.91), ("alone_aug", 0.905), ("distilled", 0.91)):
-        models[bench.student_ids(0)[key]] = _model(acc)
-    out = bench.summarize("all", 1.0, [0], models)
-    assert out["gap_recovered"] is None and out["distilled_minus_best_alone_se"] is None
+def test_one_seed_gives_no_interval_and_no_lead_gives_no_gap_recovered():
+    out = bench.summarize(
+        "all", 1.0, [0], CHOICE, _trial_models([0.95], [0.96], [0.95], teachers=(0.94, 0.94))
+    )
+    assert out["distilled_minus_alone_ci95"] is None
+    assert out["distilled_minus_control_ci95"] is None
+    assert out["gap_recovered"] is None
+
+
+def test_fewer_than_2_seeds_is_refused_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--seeds", "1", "--workdir", str(tmp_path)])
+    assert "--seeds" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_choice_takes_the_better_student_alone_and_the_best_alpha_and_t():
+    validation = {
+        bench.teacher_id(bench.CHOICE_SEED): 0.90,
+        bench.alone_id(bench.CHOICE_SEED, False): 0.871,
+        bench.alone_id(bench.CHOICE_SEED, True): 0.889,
+        bench.distilled_id(bench.CHOICE_SEED, 0.5, 1.0): 0.893,
+        bench.distilled_id(bench.CHOICE_SEED, 0.5, 2.0): 0.897,
+        bench.distilled_id(bench.CHOICE_SEED, 0.9, 4.0): 0.895,
+    }
+    choice = bench.choose(validation)
+    assert choice["alone_augment"] is True
+    assert (choice["alpha"], choice["temperature"]) == (0.5, 2.0)
+    validation[bench.alone_id(bench.CHOICE_SEED, False)] = 0.9
+    assert bench.choose(validation)["alone_augment"] is False
+
+
+def test_the_trials_train_two_teachers_and_per_seed_the_chosen_alone_distilled_and_control():
+    nodes = bench.trial_nodes(range(5), CHOICE)
+    teachers = [n for n, s in nodes.items() if s["kind"] == "teacher"]
+    assert teachers == ["Teacher_100", "Teacher_101"]
+    assert len(nodes) == 2 + 5 * 3
+    assert not any(s["kind"] == "alone" and not s["augment"] for s in nodes.values())
+    control = nodes[bench.distilled_id(3, 0.0, 4.0)]
+    assert (control["alpha"], control["teacher"], control["seed"]) == (0.0, 101, 3)
+    distilled = nodes[bench.distilled_id(3, 0.9, 4.0)]
+    assert (distilled["alpha"], distilled["temperature"], distilled["teacher"]) == (0.9, 4.0, 101)
+    # No trial shares a seed with the choice stage.
+    assert bench.CHOICE_SEED not in {s["seed"] for s in nodes.values()}
+    assert bench.CHOICE_SEED not in bench.TEACHER_SEEDS
+
+
+def test_validation_is_carved_from_training_and_only_train_labels_are_masked():
+    train, valid = bench.split_indices(60_000)
+    assert (len(train), len(valid)) == (55_000, 5_000)
+    assert not set(train) & set(valid)
+    assert sorted({*train, *valid}) == list(range(60_000))
+    again = bench.split_indices(60_000)
+    assert (again[0] == train).all() and (again[1] == valid).all()
+    labels = np.arange(1000) % 10
+    masked = bench.masked_labels(labels, 0.1)
+    assert (masked >= 0).sum() == 100
+    kept = masked >= 0
+    assert (masked[kept] == labels[kept]).all()
+    assert (bench.masked_labels(labels, 1.0) == labels).all()
+
+
+def test_runs_resume_across_commits_that_keep_the_code_and_never_reuse_other_code():
+    trees = {"components": "a" * 40, "benchmarks/your_model": "b" * 40}
+    key = bench.revision_key(trees, dirty=False)
+    assert bench.revision_key(dict(trees), dirty=False) == key
+    changed = bench.revision_key({**trees, "components": "c" * 40}, dirty=False)
+    assert changed != key
+    first, second = bench.revision_key(trees, dirty=True), bench.revision_key(trees, dirty=True)
+    assert first.startswith(key + "-dirty-") and first != second
+    assert "-dirty-" in bench.revision_key({**trees, "components": None}, dirty=False)
+
+
+def test_the_code_trees_are_read_from_this_repository():
+    trees = bench.code_trees()
+    assert set(trees) == set(bench.CODE_PATHS)
+    assert all(len(tree) == 40 for tree in trees.values())
+
+
+def test_the_pipeline_trains_on_train_evaluates_on_validation_and_never_reads_test(tmp_path):
+    nodes = bench.trial_nodes(range(2), CHOICE)
+    pipeline = bench.create_pipeline(str(tmp_path), str(tmp_path / "data"), nodes, 10, 20, 2)
+    by_id = {c.id: c for c in pipeline.components}
+    assert set(nodes) <= set(by_id)
+    for node, spec in nodes.items():
+        properties = by_id[node].exec_properties
+        # The protos travel as JSON.
+        train_args, eval_args = (json.loads(properties[k]) for k in ("train_args", "eval_args"))
+        assert train_args["splits"] == ["train"] and eval_args["splits"] == ["eval"]
+        assert int(train_args["num_steps"]) == (10 if spec["kind"] == "teacher" else 20)
+    for alpha in (0.9, 0.0):
+        config = payload.decode_exec_properties(
+            by_id[bench.distilled_id(1, alpha, 4.0)].exec_properties
+        ).config
+        assert (config.distillation.alpha, config.distillation.temperature) == (alpha, 4.0)
+    assert pipeline.enable_cache

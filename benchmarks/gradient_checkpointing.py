@@ -1,13 +1,15 @@
 """Gradient checkpointing (`train.gradient_checkpointing`): memory against step time.
 
-    .venv/bin/python benchmarks/gradient_checkpointing.py [--batch 1024] [--steps 12]
+    .venv/bin/python benchmarks/gradient_checkpointing.py [--batch 4096] [--steps 12]
+        [--pairs 4] [--shared-with TEXT] [--no-results]
 
 The shipped `fashion_mnist` config's conv teacher (three conv blocks, batch
 norm, the MLP head), built by the Trainer's own model builder and compiled
 with its optimizer, trains `--steps` steps on one in-memory batch of
 28x28x1 images, once with checkpointing off and once on. Each side runs in a
-fresh process (so one side's allocations cannot hide the other's) and
-reports:
+fresh process (so one side's allocations cannot hide the other's), in
+`--pairs` pairs whose first side alternates (off-on, on-off, ...), and
+reports per run:
 
 - `peak_mb`: peak accelerator memory (`tf.config.experimental.get_memory_info`)
   when a GPU is visible, else the process's peak resident memory minus its
@@ -16,9 +18,11 @@ reports:
   excluded), and `step_cpu_ms`: the process's CPU time per step over the
   same steps, which other load on a shared machine disturbs far less.
 
-Output: one JSON line per side, then the headline
-`{"batch", "device", "memory_ratio", "step_time_ratio",
-"step_cpu_time_ratio"}` (on / off).
+Output: one JSON line per run, then the headline
+`{"batch", "device", "pairs", "memory_ratio", "step_time_ratio",
+"step_cpu_time_ratio"}`: each ratio (on / off) is the geometric mean of the
+pairs' ratios, with its 95% t interval (`..._ci95`; none with one pair).
+The whole output goes to `benchmarks/results/gradient_checkpointing.json`.
 `--filters` trains a wider tower (e.g. `64,128,256`).
 """
 
@@ -35,6 +39,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+
+from components.testing import results as results_lib  # noqa: E402
+from components.testing.stats import abba_order, ratio_interval  # noqa: E402
 
 
 def _rss_mb() -> float:
@@ -101,41 +108,76 @@ def child(checkpointing: bool, batch: int, steps: int, filters: str) -> dict:
     }
 
 
+def _run(side: str, args) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", side, "--batch", str(args.batch)]
+        + ["--steps", str(args.steps), "--filters", args.filters],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1800,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def summarize(pairs: list[dict], batch: int) -> dict:
+    """The headline from `pairs` (each {"off": run, "on": run}): per measure, the geometric
+    mean of the on / off ratios and its 95% t interval (None with fewer than 2 pairs)."""
+    headline = {"batch": batch, "device": pairs[0]["on"]["device"], "pairs": len(pairs)}
+    headline["params"] = pairs[0]["on"]["params"]
+    for name, key in (
+        ("memory_ratio", "peak_mb"),
+        ("step_time_ratio", "step_ms"),
+        ("step_cpu_time_ratio", "step_cpu_ms"),
+    ):
+        ratios = [p["on"][key] / p["off"][key] for p in pairs]
+        if len(ratios) < 2:
+            headline[name], headline[name + "_ci95"] = round(ratios[0], 3), None
+            continue
+        mean, low, high = ratio_interval(ratios)
+        headline[name] = round(mean, 3)
+        headline[name + "_ci95"] = [round(low, 3), round(high, 3)]
+    for side in ("off", "on"):
+        headline[f"peak_mb_{side}"] = round(statistics.median(p[side]["peak_mb"] for p in pairs), 1)
+    return headline
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--pairs", type=int, default=4, help="off / on pairs, order alternated")
     parser.add_argument("--filters", default="", help="conv filters per block, e.g. 64,128,256")
+    parser.add_argument(
+        "--shared-with", default="", help="what else ran on the cores (default: idle)"
+    )
+    parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
     parser.add_argument("--child", choices=["off", "on"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child == "on", args.batch, args.steps, args.filters)))
         return
-    rows = {}
+    # A warm-up run of each side first: file caches and the first TensorFlow import.
     for side in ("off", "on"):
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", side, "--batch", str(args.batch)]
-            + ["--steps", str(args.steps), "--filters", args.filters],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        rows[side] = json.loads(out.strip().splitlines()[-1])
-        print(json.dumps(rows[side]), flush=True)
-    off, on = rows["off"], rows["on"]
-    print(
-        json.dumps(
-            {
-                "batch": args.batch,
-                "device": on["device"],
-                "params": on["params"],
-                "memory_ratio": round(on["peak_mb"] / off["peak_mb"], 3),
-                "step_time_ratio": round(on["step_ms"] / off["step_ms"], 3),
-                "step_cpu_time_ratio": round(on["step_cpu_ms"] / off["step_cpu_ms"], 3),
-            }
-        ),
-        flush=True,
-    )
+        _run(side, args)
+    lines, pairs = [], []
+    for i, order in enumerate(abba_order(args.pairs, "off", "on")):
+        pair = {}
+        for side in order:
+            pair[side] = _run(side, args)
+            lines.append({"pair": i, "first": order[0], **pair[side]})
+            print(json.dumps(lines[-1]), flush=True)
+        pairs.append(pair)
+    headline = summarize(pairs, args.batch)
+    print(json.dumps(headline), flush=True)
+    if not args.no_results:
+        path = results_lib.write(
+            "gradient_checkpointing",
+            [*lines, headline],
+            shared_with=args.shared_with or None,
+            argv=sys.argv[1:],
+        )
+        print(f"# wrote {os.path.relpath(path, REPO)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

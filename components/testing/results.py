@@ -21,11 +21,20 @@ from collections.abc import Sequence
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results")
 # What a result depends on besides its own script: the product's code.
-PRODUCT_PATHS = ("components", "pipelines")
+# What every figure depends on: the product and the locked dependencies it runs on.
+PRODUCT_PATHS = ("components", "pipelines", "requirements.lock")
 
 
 def _git(*args: str, cwd: str = REPO_ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    # -z output names files unquoted: any byte a file name holds must survive decoding.
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        errors="surrogateescape",
+        timeout=60,
+    )
 
 
 def commit(cwd: str = REPO_ROOT) -> dict:
@@ -35,7 +44,8 @@ def commit(cwd: str = REPO_ROOT) -> dict:
     head = _git("rev-parse", "HEAD", cwd=cwd)
     status = _git(
         "status",
-        "--porcelain",
+        "--porcelain=v1",
+        "-z",
         "--untracked-files=all",
         "--",
         *PRODUCT_PATHS,
@@ -43,16 +53,26 @@ def commit(cwd: str = REPO_ROOT) -> dict:
         ":(exclude)benchmarks/results",
         cwd=cwd,
     )
-    files = (
-        sorted(line[3:].split(" -> ")[-1] for line in status.stdout.splitlines() if line)
-        if status.returncode == 0
-        else None
-    )
+    files = _status_paths(status.stdout) if status.returncode == 0 else None
     return {
         "commit": head.stdout.strip() if head.returncode == 0 else None,
         "dirty": None if files is None else bool(files),
         "dirty_files": files,
     }
+
+
+def _status_paths(porcelain_z: str) -> list[str]:
+    """Every path `git status --porcelain=v1 -z` names, a rename's or copy's source too
+    (NUL-separated entries are never quoted)."""
+    entries = iter(porcelain_z.split("\0"))
+    paths = set()
+    for entry in entries:
+        if not entry:
+            continue
+        paths.add(entry[3:])
+        if "R" in entry[:2] or "C" in entry[:2]:
+            paths.add(next(entries, ""))
+    return sorted(p for p in paths if p)
 
 
 def machine() -> dict:
@@ -157,12 +177,41 @@ def _imports_under(path: str, package: str) -> set[str]:
     return names
 
 
-def _dependencies(script: str, cwd: str) -> tuple[set[str], set[str]]:
-    """What a benchmark script imports of this repository's shared code, transitively:
-    `(other benchmark scripts, test helpers less the recording ones)`, by path."""
-    scripts, helpers, todo = set(), set(), [script]
+def _declared_paths(path: str) -> set[str]:
+    """The paths a Python file declares it reads (`DEPENDS_ON = ("dir", ...)` at module
+    level): module files loaded by path, data it trains on; none when it declares none."""
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return set()
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "DEPENDS_ON" for t in targets) and isinstance(
+            node.value, (ast.Tuple, ast.List)
+        ):
+            return {
+                e.value.rstrip("/")
+                for e in node.value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            }
+    return set()
+
+
+def _dependencies(script: str, cwd: str) -> tuple[set[str], set[str], set[str]]:
+    """What a benchmark script depends on in this repository beyond the product,
+    transitively: `(benchmark modules it imports, test helpers it imports less the
+    recording ones, paths these files declare in DEPENDS_ON)`."""
+    scripts, helpers, declared, todo = set(), set(), set(), [script]
     while todo:
         path = todo.pop()
+        declared |= _declared_paths(path)
         for name in _imports_under(path, "benchmarks"):
             found = os.path.join("benchmarks", *name.split(".")) + ".py"
             if found not in scripts:
@@ -176,23 +225,52 @@ def _dependencies(script: str, cwd: str) -> tuple[set[str], set[str]]:
     if helpers:
         # Runs on every import of a helper.
         helpers.add(os.path.join(TESTING_DIR, "__init__.py"))
-    return scripts, helpers
+    return scripts, helpers, declared
 
 
 def _measuring(
-    files: Sequence[str], script: str, scripts: set[str], helpers: set[str]
+    files: Sequence[str], script: str, scripts: set[str], helpers: set[str], declared: set[str]
 ) -> list[str]:
     """Those of `files` a benchmark's figures depend on: its script, the benchmark modules
-    and test helpers it imports, and the product."""
+    and test helpers it imports, the paths they declare, and the product."""
     return [
         f
         for f in files
         if f in helpers
+        or any(f == d or f.startswith(d + "/") for d in declared)
         or (
             not f.startswith(TESTING_DIR + "/")
             and (f == script or f in scripts or f.split("/", 1)[0] in PRODUCT_PATHS)
         )
     ]
+
+
+def _code_of(source: str) -> str | None:
+    """A Python module's syntax tree without its docstrings (comments are not in it);
+    None when it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                if isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _same_code(path: str, recorded: str, cwd: str) -> bool:
+    """Whether a Python file changed only in docstrings, comments or layout since
+    `recorded` (what it runs is the same); False for any other file."""
+    if not path.endswith(".py"):
+        return False
+    before, after = (_git("show", f"{rev}:{path}", cwd=cwd) for rev in (recorded, "HEAD"))
+    if before.returncode != 0 or after.returncode != 0:
+        return False
+    code = _code_of(before.stdout)
+    return code is not None and code == _code_of(after.stdout)
 
 
 def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
@@ -203,18 +281,33 @@ def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
     if _git("cat-file", "-e", f"{recorded}^{{commit}}", cwd=cwd).returncode != 0:
         return f"commit {recorded[:10]} is not in this history"
     script = os.path.join("benchmarks", f"{record['benchmark']}.py")
-    scripts, helpers = _dependencies(os.path.join(cwd, script), cwd)
+    scripts, helpers, declared = _dependencies(os.path.join(cwd, script), cwd)
     changed = _git(
-        "diff", "--name-only", recorded, "HEAD", "--", script, *scripts, *PRODUCT_PATHS, cwd=cwd
+        "diff",
+        "-z",
+        "--name-only",
+        recorded,
+        "HEAD",
+        "--",
+        script,
+        *scripts,
+        *declared,
+        *PRODUCT_PATHS,
+        cwd=cwd,
     )
-    files = _measuring(changed.stdout.split(), script, scripts, helpers)
+    files = [
+        f
+        for f in _measuring(changed.stdout.split("\0"), script, scripts, helpers, declared)
+        if not _same_code(f, recorded, cwd)
+    ]
     if files:
         return f"{len(files)} file(s) of the product or the benchmark changed since {recorded[:10]}"
     dirty_files = record.get("dirty_files")
-    if dirty_files is None and record.get("dirty"):
-        # Recorded before results named the uncommitted files: any of them may count.
-        return f"measured on uncommitted changes to {recorded[:10]}"
-    dirty = _measuring(dirty_files or [], script, scripts, helpers)
+    if dirty_files is None and record.get("dirty") is not False:
+        # Recorded before results named the uncommitted files, or git could not say:
+        # any of them may count.
+        return f"measured on uncommitted changes to {recorded[:10]} (or none recorded)"
+    dirty = _measuring(dirty_files or [], script, scripts, helpers, declared)
     if dirty:
         return f"measured on uncommitted changes to {len(dirty)} file(s) it depends on"
     return None

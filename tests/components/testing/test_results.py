@@ -78,9 +78,43 @@ def test_uncommitted_changes_stale_a_result_only_where_it_depends_on_them(repo):
         "measured on uncommitted changes to 1 file(s) it depends on"
     )
     assert stale("components/core.py") is not None
-    # Recorded before the files were named: any change may count.
-    old = {"benchmark": "speed", "commit": head, "dirty": True}
-    assert results.staleness(old, str(repo)) == f"measured on uncommitted changes to {head[:10]}"
+    # Recorded before the files were named, or git could not say: any change may count.
+    for unknown in ({"dirty": True}, {"dirty": None, "dirty_files": None}):
+        assert results.staleness({"benchmark": "speed", "commit": head, **unknown}, str(repo)) == (
+            f"measured on uncommitted changes to {head[:10]} (or none recorded)"
+        )
+
+
+def test_uncommitted_renames_and_unusual_names_are_recorded_as_they_are(repo):
+    _git(repo, "mv", "benchmarks/speed.py", "benchmarks/speed 2.py")
+    (repo / "components" / 'quote"d -> é.py').write_text("Q = 1\n")
+    assert results.commit(str(repo))["dirty_files"] == [
+        "benchmarks/speed 2.py",
+        "benchmarks/speed.py",
+        'components/quote"d -> é.py',
+    ]
+
+
+def test_paths_a_benchmark_declares_stale_its_results(repo):
+    (repo / "benchmarks" / "speed.py").write_text(
+        'DEPENDS_ON: tuple[str, ...] = ("benchmarks/modules",)\n'
+    )
+    (repo / "benchmarks" / "modules").mkdir()
+    (repo / "benchmarks" / "modules" / "user.py").write_text("U = 1\n")
+    (repo / "benchmarks" / "modules_other.py").write_text("O = 1\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "declare")
+    head = results.commit(str(repo))["commit"]
+    record = {"benchmark": "speed", "commit": head, "dirty": False, "dirty_files": []}
+    assert results.staleness(record, str(repo)) is None
+    # Uncommitted: only the declared directory counts, not a name that merely starts like it.
+    dirty = {**record, "dirty": True, "dirty_files": ["benchmarks/modules_other.py"]}
+    assert results.staleness(dirty, str(repo)) is None
+    dirty["dirty_files"] = ["benchmarks/modules/user.py"]
+    assert results.staleness(dirty, str(repo)).endswith("1 file(s) it depends on")
+    (repo / "benchmarks" / "modules" / "user.py").write_text("U = 2\n")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "user")
+    assert results.staleness(record, str(repo)).startswith("1 file(s)")
 
 
 def test_a_result_is_stale_once_its_benchmark_or_the_product_changed(repo):
@@ -112,7 +146,7 @@ def test_a_test_helper_stales_only_the_results_of_benchmarks_that_import_it(repo
     record = {"benchmark": "speed", "commit": results.commit(str(repo))["commit"], "dirty": False}
 
     def after_changing(path: str) -> str | None:
-        (repo / path).write_text((repo / path).read_text() + "# changed\n")
+        (repo / path).write_text((repo / path).read_text() + "CHANGED = 1\n")
         _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", path)
         return results.staleness(record, str(repo))
 
@@ -143,3 +177,26 @@ def test_one_benchmark_keeps_a_file_per_stem(tmp_path, repo):
 def test_writing_nothing_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"^speed: no result lines to write$"):
         results.write("speed", [], shared_with=None, results_dir=str(tmp_path))
+
+
+def test_a_change_to_docstrings_comments_or_layout_alone_stales_nothing(repo):
+    core = repo / "components" / "core.py"
+    core.write_text('"""Core."""\n\n\ndef f(x):\n    """Doubles."""\n    return 2 * x\n')
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "f")
+    record = {"benchmark": "speed", "commit": results.commit(str(repo))["commit"], "dirty": False}
+
+    def after(text: str) -> str | None:
+        core.write_text(text)
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "edit")
+        return results.staleness(record, str(repo))
+
+    assert after('"""Core, said better."""\n\n\ndef f(x):  # why\n    return 2 * (x)\n') is None
+    assert after('"""Core."""\n\n\ndef f(x):\n    """Doubles."""\n    return 3 * x\n') == (
+        f"1 file(s) of the product or the benchmark changed since {record['commit'][:10]}"
+    )
+
+    # A string that is not a docstring is code.
+    core.write_text('def f(x):\n    x = "a"\n    return x\n')
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "g")
+    record["commit"] = results.commit(str(repo))["commit"]
+    assert after('def f(x):\n    x = "b"\n    return x\n') is not None

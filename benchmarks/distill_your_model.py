@@ -18,47 +18,66 @@ other images are an unlabeled transfer set (label -1) that only the
 Distiller learns from (the models trained alone drop them); `all` keeps
 every label.
 
-Per setting, as a skeptic asks (issue 37):
+Per setting, as a skeptic asks:
 
 1. **choice**, on the validation split, with seeds outside the trials': one
    teacher; the student alone without and with augmentation (what a user
    would train instead; the better one is the baseline); the student
-   distilled at each (alpha, T) of `CANDIDATES`.
+   distilled at each (alpha, T) of `CANDIDATES`. One seed decides, so two
+   candidates within the validation split's noise (about 0.004) may be
+   chosen either way; the `choice` in the output keeps every score.
 2. **trials**: `len(TEACHER_SEEDS)` teachers; per student seed (`--seeds`,
    at least 5), the chosen student alone, the student distilled at the
    chosen (alpha, T) from teacher `seed mod len(TEACHER_SEEDS)`, and an
    alpha = 0 control trained through the Distiller's own input pipeline
    (hard labels only), so the pipeline cannot be the cause of a gain.
-   Differences are paired by seed, with 95% t intervals on n - 1 degrees of
-   freedom.
+   Differences are paired by seed (the same seed, not the same initial
+   weights: the Trainer's module and the Distiller seed their own way),
+   with 95% t intervals on n - 1 degrees of freedom over the student seeds
+   for these teachers; `per_teacher` shows each teacher's seeds apart.
 
-Resuming and reuse: each stage's pipeline runs with TFX's cache on, under a
-root keyed by the code the models depend on (`revision_key`: the git trees
-of `components/` and `benchmarks/your_model/`; a work tree with changes
-gets a root of its own), so a run stopped partway resumes where it stopped,
-across sessions and commits that change neither, and no model trained by
-other code is reused.
+What the design leaves as it is, and the docs say:
+- the validation images keep every label, also in `scarce` (a user with
+  10% of the labels would have fewer to choose with);
+- in `scarce` the Distiller's batches carry the unlabeled images too, so
+  the alpha = 0 control learns from about a tenth of the labeled images a
+  step that the student alone does: against it, a gain is the soft
+  targets' and the transfer set's together; against the student alone,
+  the one a user would pick instead, it is the headline.
+
+Resuming and reuse: each stage's pipeline runs with TFX's cache on, under
+`--workdir`/<code>/<recipe>: <code> digests the git objects of what the
+models depend on (`CODE_PATHS`: the product less its test helpers, the
+module files, the lock file; uncommitted changes there get a directory of
+their own), <recipe> the arguments, constants and functions that decide the
+data, the choice and the pipeline (`recipe_key`). A stopped run resumes
+where it stopped, across sessions and commits that change neither; no model
+trained by other code or another recipe is reused. Each model measured is
+the one ML Metadata says its node's newest execution output. If the code
+changes while the benchmark runs, it writes nothing.
 
     python -m benchmarks.distill_your_model [--settings scarce,all] [--seeds 5]
         [--teacher-steps 6000] [--student-steps 12000] [--workdir DIR]
         [--shared-with TEXT] [--no-results]
 
-JSON lines: one per model, one per setting, and last `{"settings": [...]}`
-with per setting `labeled_fraction`, `seeds`, `teachers`, `choice`,
-`teacher_acc`, `alone_acc`, `distilled_acc`, `control_acc`,
+JSON lines: one per model, one per setting (with the latency ratios at
+batch 256: one median a model, in a fixed order, an indication only), and
+last `{"settings": [...]}` with per setting `labeled_fraction`, `seeds`,
+`teachers`, `teacher_acc`, `alone_acc`, `distilled_acc`, `control_acc`,
 `distilled_minus_alone` and `distilled_minus_control` (each with its
-`_ci95`), `gap_recovered`, `param_ratio`, `model_latency_ratio_b256`; the
-file `benchmarks/results/distill_your_model.json`.
+`_ci95`), `per_teacher`, `gap_recovered`, `param_ratio`; the file
+`benchmarks/results/distill_your_model.json` (not with `--limit`).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
-import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -70,6 +89,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = os.path.join(REPO, "benchmarks", "your_model")
 SETTINGS = {"scarce": 0.1, "all": 1.0}
 SPLITS = ("train", "eval", "test")
+# What the pipeline reads: the test images never enter it (they are read raw, once
+# per final model, by `split_examples`).
+PIPELINE_SPLITS = ("train", "eval")
 VALIDATION = 5000
 # (alpha, T) candidates; the older design's fixed 0.5 / 2 is one of them.
 CANDIDATES = ((0.5, 1.0), (0.5, 2.0), (0.9, 4.0))
@@ -140,39 +162,90 @@ def write_examples(directory: str, labeled_fraction: float, limit: int = 0) -> N
 
 
 # What the trained models depend on beyond the pipeline's own arguments (which
-# TFX's cache already keys on): the product and the user's module files.
-CODE_PATHS = ("components", "benchmarks/your_model")
+# TFX's cache keys on): the product (less its test helpers, which train
+# nothing here), the user's module files (loaded by path, so `make
+# bench-report` is told through DEPENDS_ON) and the locked dependencies.
+DEPENDS_ON = ("benchmarks/your_model",)
+CODE_PATHS = ("components", "benchmarks/your_model", "requirements.lock")
+NOT_TRAINING = ("components/testing",)
+LOCKS = ("requirements.lock",)
 
 
 def code_trees(cwd: str = REPO) -> dict[str, str | None]:
-    """The git tree id of each of `CODE_PATHS` at HEAD (None where git cannot say)."""
-    trees = {}
+    """The git object id at HEAD of each entry of `CODE_PATHS` (a directory's entries one
+    by one, less `NOT_TRAINING`); None where git cannot say."""
+    trees: dict[str, str | None] = {}
     for path in CODE_PATHS:
-        out = subprocess.run(
-            ["git", "rev-parse", f"HEAD:{path}"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        listing = results_lib._git(
+            "ls-tree", "-z", "HEAD", path if path in LOCKS else path + "/", cwd=cwd
         )
-        trees[path] = out.stdout.strip() if out.returncode == 0 else None
+        if listing.returncode != 0 or not listing.stdout:
+            trees[path] = None
+            continue
+        for entry in filter(None, listing.stdout.split("\0")):
+            meta, name = entry.split("\t", 1)
+            if name not in NOT_TRAINING:
+                trees[name] = meta.split()[2]
     return trees
+
+
+def code_changes(cwd: str = REPO) -> list[str] | None:
+    """Uncommitted changes under `CODE_PATHS` (less `NOT_TRAINING`); None where git cannot say."""
+    status = results_lib._git(
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=all",
+        "--",
+        *CODE_PATHS,
+        *(f":(exclude){p}" for p in NOT_TRAINING),
+        cwd=cwd,
+    )
+    return None if status.returncode != 0 else results_lib._status_paths(status.stdout)
 
 
 def revision_key(trees: dict[str, str | None] | None = None, dirty: bool | None = None) -> str:
     """The directory name of this code's runs: a digest of the `CODE_PATHS` trees, so a
-    run resumes across commits that change neither; with changes to them not committed
-    (or no git), a name no other run shares, so no model trained by other code is reused."""
+    run resumes across commits that change none of them; with changes to them not
+    committed (or no git), a name no other run shares, so no model trained by other code
+    is reused."""
     trees = code_trees() if trees is None else trees
     if dirty is None:
-        files = results_lib.commit()["dirty_files"]
-        dirty = files is None or any(
-            f.startswith(tuple(p + "/" for p in CODE_PATHS)) for f in files
-        )
+        changes = code_changes()
+        dirty = changes is None or bool(changes)
     key = hashlib.sha256(json.dumps(trees, sort_keys=True).encode()).hexdigest()[:12]
-    if dirty is not False or None in trees.values():
+    if dirty is not False or not trees or None in trees.values():
         key += "-dirty-" + hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:8]
     return key
+
+
+def recipe_key(args, setting: str) -> str:
+    """What decides a setting's data, choice and models beyond the code: the arguments,
+    the constants and the functions that write the data, build the pipeline and choose.
+    A run with another recipe gets a directory of its own (a smoke run's data or choice
+    is never a real run's)."""
+    recipe = {
+        "setting": setting,
+        "fraction": SETTINGS[setting],
+        "limit": args.limit,
+        "steps": [args.teacher_steps, args.student_steps, args.eval_steps],
+        "constants": [VALIDATION, CANDIDATES, CHOICE_SEED, TEACHER_SEEDS, PIPELINE_SPLITS],
+        # Their code, not their docstrings or comments.
+        "code": [
+            results_lib._code_of(textwrap.dedent(inspect.getsource(fn)))
+            for fn in (
+                split_indices,
+                masked_labels,
+                write_examples,
+                choice_nodes,
+                trial_nodes,
+                create_pipeline,
+                choose,
+            )
+        ],
+    }
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode())
+    return f"{setting}-{digest.hexdigest()[:12]}"
 
 
 def teacher_id(seed: int) -> str:
@@ -247,7 +320,7 @@ def create_pipeline(
     example_gen = tfx.components.ImportExampleGen(
         input_base=data,
         input_config=tfx.proto.Input(
-            splits=[tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in SPLITS]
+            splits=[tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in PIPELINE_SPLITS]
         ),
     )
     statistics = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
@@ -310,36 +383,53 @@ def create_pipeline(
     )
 
 
-def model_dir(root: str, node: str) -> str:
-    """The newest serving model a node wrote."""
-    base = os.path.join(root, "pipeline_root", node, "model")
-    newest = max(os.listdir(base), key=int)
-    return os.path.join(base, newest, "Format-Serving")
-
-
-def stage_seconds(root: str, nodes) -> dict[str, float]:
-    """Seconds each of `nodes` took to run, from ML Metadata: its newest execution that
-    ran (a cache hit of a resumed run reports the run that trained the model)."""
+def trained_models(root: str, nodes) -> dict[str, dict]:
+    """Per node of `nodes`, from ML Metadata: the serving model its newest execution
+    output (a cache hit outputs the model an earlier run trained) and the seconds of
+    the execution that trained it."""
     import ml_metadata as mlmd
     from ml_metadata.proto import metadata_store_pb2
 
     config = metadata_store_pb2.ConnectionConfig()
     config.sqlite.filename_uri = os.path.join(root, "metadata.db")
     store = mlmd.MetadataStore(config)
-    seconds = {}
+    done = (metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED)
+    output = metadata_store_pb2.Event.OUTPUT
+    model_type = store.get_artifact_type("Model").id
+    found = {}
     for context in store.get_contexts_by_type("node"):
         node = context.name.split(".", 1)[-1]
-        ran = [
-            e
-            for e in store.get_executions_by_context(context.id)
-            if e.last_known_state == metadata_store_pb2.Execution.COMPLETE
+        executions = [
+            e for e in store.get_executions_by_context(context.id) if e.last_known_state in done
         ]
-        if node in nodes and ran:
-            last = max(ran, key=lambda e: e.id)
-            seconds[node] = round(
-                (last.last_update_time_since_epoch - last.create_time_since_epoch) / 1000, 1
-            )
-    return seconds
+        if node not in nodes or not executions:
+            continue
+        last = max(executions, key=lambda e: e.id)
+        outputs = [
+            e.artifact_id for e in store.get_events_by_execution_ids([last.id]) if e.type == output
+        ]
+        (model,) = [a for a in store.get_artifacts_by_id(outputs) if a.type_id == model_type]
+        producers = store.get_executions_by_id(
+            [
+                e.execution_id
+                for e in store.get_events_by_artifact_ids([model.id])
+                if e.type == output
+            ]
+        )
+        (trained,) = [
+            e for e in producers if e.last_known_state == metadata_store_pb2.Execution.COMPLETE
+        ]
+        found[node] = {
+            "serving_dir": os.path.join(model.uri, "Format-Serving"),
+            "seconds": round(
+                (trained.last_update_time_since_epoch - trained.create_time_since_epoch) / 1000, 1
+            ),
+            "cached": last.last_known_state == metadata_store_pb2.Execution.CACHED,
+        }
+    missing = sorted(set(nodes) - set(found))
+    if missing:
+        raise RuntimeError(f"{root}: no model in ML Metadata for {missing}")
+    return found
 
 
 def split_examples(data: str, split: str) -> tuple[list[bytes], np.ndarray]:
@@ -466,6 +556,19 @@ def summarize(setting: str, fraction: float, seeds, choice: dict, models: dict) 
         "distilled_minus_alone_ci95": _interval(vs_alone),
         "distilled_minus_control": mean(vs_control),
         "distilled_minus_control_ci95": _interval(vs_control),
+        # The interval above is over student seeds with these teachers; how much
+        # the teacher matters shows here: each teacher's seeds apart.
+        "per_teacher": {
+            str(t): {
+                "teacher_acc": round(models[teacher_id(t)]["accuracy"], 4),
+                "seeds": [r["seed"] for r in rows if r["teacher"] == t],
+                "distilled_minus_alone": mean(
+                    [r["distilled_acc"] - r["alone_acc"] for r in rows if r["teacher"] == t]
+                ),
+            }
+            for t in TEACHER_SEEDS
+            if any(r["teacher"] == t for r in rows)
+        },
         "gap_recovered": round(float(np.mean(vs_alone)) / lead, 3) if lead > 0 else None,
         "param_ratio": round(distilled[0]["params"] / teachers[0]["params"], 4),
         "rows": rows,
@@ -490,19 +593,23 @@ def run_stage(args, name: str, root: str, data: str, nodes: dict, split: str) ->
     start = time.perf_counter()
     BeamDagRunner().run(pipeline)
     wall = time.perf_counter() - start
+    trained = trained_models(root, nodes)
     records, labels = split_examples(data, split)
     models = {}
     for node, spec in nodes.items():
         latency = split == "test" and spec["kind"] in ("teacher", "distilled")
-        models[node] = measure(model_dir(root, node), records, labels, latency)
+        models[node] = measure(trained[node]["serving_dir"], records, labels, latency)
         emit({"stage": name, "split": split, "model": node, **spec, **models[node]})
-    models["_seconds"] = {"pipeline_wall": round(wall, 1), **stage_seconds(root, nodes)}
+    models["_seconds"] = {
+        "pipeline_wall": round(wall, 1),
+        **{node: t["seconds"] for node, t in trained.items()},
+    }
     return models
 
 
 def run_setting(args, setting: str, revision: str) -> dict:
     fraction = SETTINGS[setting]
-    root = os.path.join(args.workdir, revision, setting)
+    root = os.path.join(args.workdir, revision, recipe_key(args, setting))
     data = os.path.join(root, "data")
     if not os.path.exists(os.path.join(data, "test", "data.tfrecord")):
         write_examples(data, fraction, args.limit)
@@ -523,25 +630,59 @@ def run_setting(args, setting: str, revision: str) -> dict:
     summary = summarize(setting, fraction, seeds, choice, models)
     summary["seconds"] = models["_seconds"]
     summary["steps"] = {"teacher": args.teacher_steps, "student": args.student_steps}
+    summary["directory"] = os.path.relpath(root, args.workdir)
     emit(summary)
     return summary
 
 
+# The latency ratios stay in each setting's line: they are one median a model, taken
+# in a fixed order on whatever shared the cores, not a timing to headline.
 HEADLINE_KEYS = (
     "labeled_fraction seeds teachers teacher_acc alone_acc distilled_acc control_acc "
     "distilled_minus_alone distilled_minus_alone_ci95 distilled_minus_control "
-    "distilled_minus_control_ci95 gap_recovered param_ratio model_latency_ratio_b256"
+    "distilled_minus_control_ci95 per_teacher gap_recovered param_ratio"
 ).split()
+MIN_SEEDS = 5
+
+
+class CodeChanged(RuntimeError):
+    """The code the models depend on changed while the benchmark ran."""
+
+
+def check_unchanged(started: dict, trees: dict, now: dict, now_trees: dict) -> None:
+    """Refuses results when the commit, the work tree's state or the code the models
+    depend on differ between the start (`started`, `trees`) and the end (`now`,
+    `now_trees`): models trained under one key by different code, or results credited
+    to another commit. Any edit under `benchmarks/` counts, even another benchmark's
+    (the results file names its commit and changes, so they must hold throughout); an
+    edit made and reverted within the run is not seen.
+
+    Raises:
+      CodeChanged: naming the start's commit and what to do.
+    """
+    if now != started or now_trees != trees:
+        raise CodeChanged(
+            f"the code changed while the benchmark ran (started at {started['commit']}); "
+            "nothing is written: commit or revert, then run again (finished models resume "
+            "only where their code is unchanged)"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--settings", default="scarce,all")
-    parser.add_argument("--seeds", type=int, default=5, help="student seeds (at least 5)")
+    parser.add_argument(
+        "--seeds", type=int, default=MIN_SEEDS, help=f"student seeds (at least {MIN_SEEDS})"
+    )
     parser.add_argument("--teacher-steps", type=int, default=6000)
     parser.add_argument("--student-steps", type=int, default=12000)
     parser.add_argument("--eval-steps", type=int, default=20)
-    parser.add_argument("--limit", type=int, default=0, help="images per split (0: all)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        help="images per split (0: all); a smoke run, which may use 2 seeds and writes no results",
+    )
     parser.add_argument("--workdir", default=os.path.join(REPO, ".bench", "distill_your_model"))
     parser.add_argument(
         "--shared-with",
@@ -555,13 +696,20 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(keys) - set(SETTINGS))
     if unknown:
         parser.error(f"--settings: unknown {unknown}; choose from {sorted(SETTINGS)}")
-    if args.seeds < 2:
-        parser.error("--seeds: at least 2 for an interval (5 for one that means something)")
-    revision = revision_key()
+    least = 2 if args.limit else MIN_SEEDS
+    if args.seeds < least:
+        parser.error(
+            f"--seeds: at least {MIN_SEEDS} for an interval that means something "
+            "(2 in a smoke run with --limit)"
+        )
+    started = results_lib.commit()
+    trees = code_trees()
+    revision = revision_key(trees)
     summaries = [run_setting(args, setting, revision) for setting in keys]
+    check_unchanged(started, trees, results_lib.commit(), code_trees())
     headline = {"settings": [{k: s.get(k) for k in HEADLINE_KEYS} for s in summaries]}
     emit(headline)
-    if not args.no_results:
+    if not args.no_results and not args.limit:
         path = results_lib.write(
             "distill_your_model",
             [*summaries, headline],

@@ -3,7 +3,9 @@ summary and the pipeline it builds (no training)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import time
 
 import numpy as np
 import pytest
@@ -52,6 +54,11 @@ def test_the_summary_pairs_each_seed_and_gives_a_t_interval_on_n_minus_1():
     # The teachers' mean lead is 0.02; distillation recovers 0.01 of it.
     assert out["gap_recovered"] == pytest.approx(0.5)
     assert [r["teacher"] for r in out["rows"]] == [100, 101, 100, 101, 100]
+    # Teacher 100 taught seeds 0, 2, 4 (0.01, 0, 0.01); teacher 101 seeds 1, 3 (0.02, 0.01).
+    assert out["per_teacher"]["100"]["seeds"] == [0, 2, 4]
+    assert out["per_teacher"]["100"]["distilled_minus_alone"] == pytest.approx(0.0067)
+    assert out["per_teacher"]["101"]["distilled_minus_alone"] == pytest.approx(0.015)
+    assert out["per_teacher"]["101"]["teacher_acc"] == pytest.approx(0.91)
     assert out["param_ratio"] == pytest.approx(56_000 / 584_000, abs=1e-4)
     assert out["model_latency_ratio_b256"] == pytest.approx(0.1)
     assert out["serving_latency_ratio_b256"] == pytest.approx(0.25)
@@ -66,10 +73,13 @@ def test_one_seed_gives_no_interval_and_no_lead_gives_no_gap_recovered():
     assert out["gap_recovered"] is None
 
 
-def test_fewer_than_2_seeds_is_refused_before_anything_runs(tmp_path, capsys):
+def test_fewer_than_5_seeds_is_refused_before_anything_runs(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        bench.main(["--seeds", "1", "--workdir", str(tmp_path)])
-    assert "--seeds" in capsys.readouterr().err
+        bench.main(["--seeds", "4", "--workdir", str(tmp_path)])
+    assert "--seeds: at least 5" in capsys.readouterr().err
+    # A smoke run (--limit) may use 2, not 1.
+    with pytest.raises(SystemExit):
+        bench.main(["--seeds", "1", "--limit", "100", "--workdir", str(tmp_path)])
     assert not list(tmp_path.iterdir())
 
 
@@ -120,26 +130,56 @@ def test_validation_is_carved_from_training_and_only_train_labels_are_masked():
 
 
 def test_runs_resume_across_commits_that_keep_the_code_and_never_reuse_other_code():
-    trees = {"components": "a" * 40, "benchmarks/your_model": "b" * 40}
+    trees = {"components/config": "a" * 40, "requirements.lock": "b" * 40}
     key = bench.revision_key(trees, dirty=False)
     assert bench.revision_key(dict(trees), dirty=False) == key
-    changed = bench.revision_key({**trees, "components": "c" * 40}, dirty=False)
+    changed = bench.revision_key({**trees, "components/config": "c" * 40}, dirty=False)
     assert changed != key
     first, second = bench.revision_key(trees, dirty=True), bench.revision_key(trees, dirty=True)
     assert first.startswith(key + "-dirty-") and first != second
-    assert "-dirty-" in bench.revision_key({**trees, "components": None}, dirty=False)
+    assert "-dirty-" in bench.revision_key({**trees, "requirements.lock": None}, dirty=False)
+    assert "-dirty-" in bench.revision_key({}, dirty=False)
 
 
-def test_the_code_trees_are_read_from_this_repository():
+def test_the_code_key_reads_the_product_less_its_test_helpers_the_modules_and_the_lock():
     trees = bench.code_trees()
-    assert set(trees) == set(bench.CODE_PATHS)
+    assert "requirements.lock" in trees and "components/training" in trees
+    assert "benchmarks/your_model/student.py" in trees
+    assert not any(name.startswith("components/testing") for name in trees)
     assert all(len(tree) == 40 for tree in trees.values())
 
 
-def test_the_pipeline_trains_on_train_evaluates_on_validation_and_never_reads_test(tmp_path):
+def test_results_are_refused_when_the_code_changed_during_the_run():
+    started = {"commit": "a" * 40, "dirty": False, "dirty_files": []}
+    trees = {"components/config": "b" * 40}
+    bench.check_unchanged(started, trees, dict(started), dict(trees))
+    for now, now_trees in (
+        ({**started, "commit": "c" * 40}, trees),
+        ({**started, "dirty": True, "dirty_files": ["benchmarks/other.py"]}, trees),
+        (started, {"components/config": "d" * 40}),
+    ):
+        with pytest.raises(bench.CodeChanged, match=r"started at a{40}\); nothing is written"):
+            bench.check_unchanged(started, trees, now, now_trees)
+
+
+def test_another_recipe_gets_a_directory_of_its_own():
+    args = argparse.Namespace(limit=0, teacher_steps=6000, student_steps=12000, eval_steps=20)
+    key = bench.recipe_key(args, "scarce")
+    assert (
+        key.startswith("scarce-")
+        and bench.recipe_key(argparse.Namespace(**vars(args)), "scarce") == key
+    )
+    assert bench.recipe_key(args, "all") != key
+    for change in ({"limit": 2000}, {"teacher_steps": 50}, {"eval_steps": 2}):
+        assert bench.recipe_key(argparse.Namespace(**{**vars(args), **change}), "scarce") != key
+
+
+def test_the_pipeline_trains_on_train_evaluates_on_validation_and_has_no_test_split(tmp_path):
     nodes = bench.trial_nodes(range(2), CHOICE)
     pipeline = bench.create_pipeline(str(tmp_path), str(tmp_path / "data"), nodes, 10, 20, 2)
     by_id = {c.id: c for c in pipeline.components}
+    example_gen = json.loads(by_id["ImportExampleGen"].exec_properties["input_config"])
+    assert [split["name"] for split in example_gen["splits"]] == ["train", "eval"]
     assert set(nodes) <= set(by_id)
     for node, spec in nodes.items():
         properties = by_id[node].exec_properties
@@ -153,3 +193,61 @@ def test_the_pipeline_trains_on_train_evaluates_on_validation_and_never_reads_te
         ).config
         assert (config.distillation.alpha, config.distillation.temperature) == (alpha, 4.0)
     assert pipeline.enable_cache
+
+
+def _store(path):
+    import ml_metadata as mlmd
+    from ml_metadata.proto import metadata_store_pb2 as pb
+
+    config = pb.ConnectionConfig()
+    config.sqlite.filename_uri = str(path / "metadata.db")
+    config.sqlite.connection_mode = pb.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
+    return mlmd.MetadataStore(config), pb
+
+
+def test_each_model_is_what_its_node_output_last_and_its_seconds_those_that_trained_it(tmp_path):
+    """On a real ML Metadata store: a cache hit's model is the older run's (not a failed
+    run's newer directory), a retrain's the newer."""
+    store, pb = _store(tmp_path)
+    model_type = store.put_artifact_type(pb.ArtifactType(name="Model"))
+    run_type = store.put_artifact_type(pb.ArtifactType(name="ModelRun"))
+    execution_type = store.put_execution_type(pb.ExecutionType(name="Trainer"))
+    context_type = store.put_context_type(pb.ContextType(name="node"))
+
+    def execute(node, state, artifact=None, uri=""):
+        output = pb.Event(type=pb.Event.OUTPUT)
+        if artifact is None:
+            pairs = [
+                (pb.Artifact(type_id=model_type, uri=uri), output),
+                (pb.Artifact(type_id=run_type, uri=uri + "_run"), output),
+            ]
+        else:
+            pairs = [(store.get_artifacts_by_id([artifact])[0], output)]
+        execution_id, artifacts, _ = store.put_execution(
+            pb.Execution(type_id=execution_type, last_known_state=state),
+            pairs,
+            [pb.Context(type_id=context_type, name=f"distill_your_model.{node}")],
+            reuse_context_if_already_exist=True,
+        )
+        if state == pb.Execution.COMPLETE:
+            # Training takes time; a cache hit does not.
+            time.sleep(0.3)
+            [trained] = store.get_executions_by_id([execution_id])
+            trained.custom_properties["done"].int_value = 1
+            store.put_executions([trained])
+        return artifacts[0]
+
+    first = execute("Teacher_100", pb.Execution.COMPLETE, uri="/m/Teacher_100/model/5")
+    execute("Teacher_100", pb.Execution.CACHED, artifact=first)
+    execute("Teacher_100", pb.Execution.FAILED, uri="/m/Teacher_100/model/7")
+    execute("Teacher_101", pb.Execution.COMPLETE, uri="/m/Teacher_101/model/6")
+    execute("Teacher_101", pb.Execution.COMPLETE, uri="/m/Teacher_101/model/9")
+    found = bench.trained_models(str(tmp_path), ["Teacher_100", "Teacher_101"])
+    assert found["Teacher_100"]["serving_dir"] == "/m/Teacher_100/model/5/Format-Serving"
+    assert found["Teacher_100"]["cached"] is True
+    assert found["Teacher_101"]["serving_dir"] == "/m/Teacher_101/model/9/Format-Serving"
+    assert found["Teacher_101"]["cached"] is False
+    # The cached node's seconds are those of the execution that trained its model.
+    assert found["Teacher_100"]["seconds"] >= 0.3 and found["Teacher_101"]["seconds"] >= 0.3
+    with pytest.raises(RuntimeError, match=r"no model in ML Metadata for \['Teacher_102'\]"):
+        bench.trained_models(str(tmp_path), ["Teacher_100", "Teacher_102"])

@@ -7,8 +7,9 @@ The shipped `fashion_mnist` config's conv teacher (three conv blocks, batch
 norm, the MLP head), built by the Trainer's own model builder and compiled
 with its optimizer, trains `--steps` steps on one in-memory batch of
 28x28x1 images, once with checkpointing off and once on. Each side runs in a
-fresh process (so one side's allocations cannot hide the other's), in
-`--pairs` pairs whose first side alternates (off-on, on-off, ...), and
+fresh process (so one side's allocations cannot hide the other's): a
+warm-up run of each side, then `--pairs` pairs (at least 2) whose first
+side alternates (off-on, on-off, ...), and
 reports per run:
 
 - `peak_mb`: peak accelerator memory (`tf.config.experimental.get_memory_info`)
@@ -19,9 +20,12 @@ reports per run:
   same steps, which other load on a shared machine disturbs far less.
 
 Output: one JSON line per run, then the headline
-`{"batch", "device", "pairs", "memory_ratio", "step_time_ratio",
-"step_cpu_time_ratio"}`: each ratio (on / off) is the geometric mean of the
-pairs' ratios, with its 95% t interval (`..._ci95`; none with one pair).
+`{"batch", "device", "pairs", "params", "memory_ratio", "step_time_ratio",
+"step_cpu_time_ratio", "peak_mb_off", "peak_mb_on", "load_average_before",
+"load_average_after"}`: each ratio (on / off) is the geometric mean of the
+pairs' ratios, with its 95% t interval (`..._ci95`), the peaks are medians
+over the pairs, and the load averages (1 minute) show whether the machine
+was idle as recorded.
 The whole output goes to `benchmarks/results/gradient_checkpointing.json`.
 `--filters` trains a wider tower (e.g. `64,128,256`).
 """
@@ -154,9 +158,12 @@ def main() -> None:
     parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
     parser.add_argument("--child", choices=["off", "on"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pairs < 2 and not args.child:
+        parser.error("--pairs: at least 2 (one pair has no spread to give an interval)")
     if args.child:
         print(json.dumps(child(args.child == "on", args.batch, args.steps, args.filters)))
         return
+    load_before = os.getloadavg()[0]
     # A warm-up run of each side first: file caches and the first TensorFlow import.
     for side in ("off", "on"):
         _run(side, args)
@@ -169,6 +176,8 @@ def main() -> None:
             print(json.dumps(lines[-1]), flush=True)
         pairs.append(pair)
     headline = summarize(pairs, args.batch)
+    headline["load_average_before"] = round(load_before, 2)
+    headline["load_average_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(headline), flush=True)
     if not args.no_results:
         path = results_lib.write(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from benchmarks import gradient_checkpointing as bench
@@ -40,3 +42,10 @@ def test_one_pair_gives_its_ratio_and_no_interval():
     out = bench.summarize([{"off": _run(1000, 100, 200), "on": _run(800, 130, 240)}], 1024)
     assert out["memory_ratio"] == pytest.approx(0.8)
     assert out["memory_ratio_ci95"] is None
+
+
+def test_fewer_than_2_pairs_is_refused_before_anything_runs(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["gradient_checkpointing.py", "--pairs", "1"])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "--pairs: at least 2" in capsys.readouterr().err

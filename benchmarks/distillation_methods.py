@@ -40,10 +40,17 @@ judge both (`final_...`: the paper's noised rounds; `no_noise_final_...`).
 
 kd (`--scenario kd`): plain distillation of make run's models (the shipped
 `fashion_mnist` teacher and conv student, at its steps) with `KD_TEACHERS`
-teachers and one student seed per trial (seed s learns from teacher s mod 2): the student
-alone (with or without image views, whichever validation prefers), the
-distilled student (alpha, T chosen on validation) and an alpha = 0 control
-trained through the Distiller's own input pipeline (`kd_trial`).
+teachers and one student seed per trial (seed s learns from teacher s mod
+2): the student alone (with or without image views, whichever validation
+prefers), the distilled student (alpha, T chosen on validation) and an
+alpha = 0 control trained through the Distiller's own input pipeline
+(`kd_trial`). At fractions below 1 the Distiller's batches carry the
+unlabeled images too, so the control learns from that fraction of the
+labeled images a step that the student alone does (which drops them):
+against the control a gain is the soft targets' and the transfer set's
+together; against the student alone, what a user would train instead, it
+is the headline. The validation images keep every label at every fraction
+(a user with few labels would have fewer to choose with).
 
 `--scenario methods` (the default) runs Noisy Student, then M-on-M, each at
 its own fractions and step counts (`STEPS`), into one results file.

@@ -36,6 +36,7 @@ def _taxi_dict():
         "fashion_mnist",
         "fashion_mnist_m_on_m",
         "fashion_mnist_noisy_student",
+        "fashion_mnist_scarce",
     ],
 )
 def test_shipped_configs_load(name):
@@ -213,7 +214,7 @@ def test_unknown_config_name_lists_shipped_ones():
     with pytest.raises(
         ConfigError,
         match=r"'nope' is neither a YAML file nor a shipped config \(digits, fashion_mnist, "
-        r"fashion_mnist_m_on_m, fashion_mnist_noisy_student, taxi\)",
+        r"fashion_mnist_m_on_m, fashion_mnist_noisy_student, fashion_mnist_scarce, taxi\)",
     ):
         load_config("nope")
 

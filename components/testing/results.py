@@ -151,6 +151,7 @@ def write(
 # of benchmarks that import it (directly or through another helper); this
 # module records results and measures nothing, so it stales none.
 TESTING_DIR = "components/testing"
+CONFIGS_DIR = "pipelines/configs"
 RECORDING_ONLY = frozenset({"results"})
 
 
@@ -204,14 +205,33 @@ def _declared_paths(path: str) -> set[str]:
     return set()
 
 
+def _string_constants(path: str) -> set[str]:
+    """Every string literal in a Python file (a shipped config is loaded by its name)."""
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return set()
+    return {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+
+
 def _dependencies(script: str, cwd: str) -> tuple[set[str], set[str], set[str]]:
     """What a benchmark script depends on in this repository beyond the product,
     transitively: `(benchmark modules it imports, test helpers it imports less the
-    recording ones, paths these files declare in DEPENDS_ON)`."""
+    recording ones, paths these files declare in DEPENDS_ON and the shipped configs
+    they name)`."""
     scripts, helpers, declared, todo = set(), set(), set(), [script]
     while todo:
         path = todo.pop()
         declared |= _declared_paths(path)
+        declared |= {
+            f"{CONFIGS_DIR}/{name}.yaml"
+            for name in _string_constants(path)
+            if name.isidentifier()
+            and os.path.exists(os.path.join(cwd, CONFIGS_DIR, f"{name}.yaml"))
+        }
         for name in _imports_under(path, "benchmarks"):
             found = os.path.join("benchmarks", *name.split(".")) + ".py"
             if found not in scripts:
@@ -240,9 +260,15 @@ def _measuring(
         or any(f == d or f.startswith(d + "/") for d in declared)
         or (
             not f.startswith(TESTING_DIR + "/")
+            and not _a_shipped_config(f)
             and (f == script or f in scripts or f.split("/", 1)[0] in PRODUCT_PATHS)
         )
     ]
+
+
+def _a_shipped_config(path: str) -> bool:
+    """A shipped YAML config: it counts only for benchmarks that name it (`_dependencies`)."""
+    return os.path.dirname(path) == CONFIGS_DIR and path.endswith(".yaml")
 
 
 def _code_of(source: str) -> str | None:

@@ -200,3 +200,27 @@ def test_a_change_to_docstrings_comments_or_layout_alone_stales_nothing(repo):
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "g")
     record["commit"] = results.commit(str(repo))["commit"]
     assert after('def f(x):\n    x = "b"\n    return x\n') is not None
+
+
+def test_a_shipped_config_stales_only_the_benchmarks_that_name_it(repo):
+    configs = repo / "pipelines" / "configs"
+    configs.mkdir(parents=True)
+    (configs / "taxi.yaml").write_text("name: taxi\n")
+    (configs / "schema.json").write_text("{}\n")
+    (repo / "benchmarks" / "speed.py").write_text('CONFIG = "taxi"\n')
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "configs")
+    record = {"benchmark": "speed", "commit": results.commit(str(repo))["commit"], "dirty": False}
+
+    def after_writing(path: str, text: str) -> str | None:
+        (repo / path).write_text(text)
+        _git(repo, "add", "-A")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", path)
+        return results.staleness(record, str(repo))
+
+    # Another config, new or changed, is not what this benchmark runs.
+    assert after_writing("pipelines/configs/digits.yaml", "name: digits\n") is None
+    assert after_writing("pipelines/configs/digits.yaml", "name: digits2\n") is None
+    # The config it names, and any other file under pipelines/, do count.
+    assert after_writing("pipelines/configs/taxi.yaml", "name: taxi2\n").startswith("1 file(s)")
+    assert after_writing("pipelines/configs/schema.json", "[]\n").startswith("2 file(s)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import datetime
+import functools
 import json
 import os
 import platform
@@ -42,23 +43,21 @@ def commit(cwd: str = REPO_ROOT) -> dict:
     tree differs from it: `dirty`, and `dirty_files` naming what differs (results files not
     yet committed are outputs, not code)."""
     head = _git("rev-parse", "HEAD", cwd=cwd)
-    status = _git(
-        "status",
-        "--porcelain=v1",
-        "-z",
-        "--untracked-files=all",
-        "--",
-        *PRODUCT_PATHS,
-        "benchmarks",
-        ":(exclude)benchmarks/results",
-        cwd=cwd,
-    )
-    files = _status_paths(status.stdout) if status.returncode == 0 else None
+    files = uncommitted(*PRODUCT_PATHS, "benchmarks", ":(exclude)benchmarks/results", cwd=cwd)
     return {
         "commit": head.stdout.strip() if head.returncode == 0 else None,
         "dirty": None if files is None else bool(files),
         "dirty_files": files,
     }
+
+
+def uncommitted(*pathspec: str, cwd: str = REPO_ROOT) -> list[str] | None:
+    """The files under `pathspec` that differ from HEAD in the work tree, untracked ones
+    included; None where git cannot say."""
+    status = _git(
+        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *pathspec, cwd=cwd
+    )
+    return _status_paths(status.stdout) if status.returncode == 0 else None
 
 
 def _status_paths(porcelain_z: str) -> list[str]:
@@ -155,12 +154,20 @@ CONFIGS_DIR = "pipelines/configs"
 RECORDING_ONLY = frozenset({"results"})
 
 
-def _imports_under(path: str, package: str) -> set[str]:
-    """The modules of `package` (dotted) a Python file imports, by name within it."""
+@functools.cache
+def _tree(path: str) -> ast.Module | None:
+    """A Python file's syntax tree, parsed once per `staleness` call (None when unreadable)."""
     try:
         with open(path) as f:
-            tree = ast.parse(f.read())
+            return ast.parse(f.read())
     except (OSError, SyntaxError):
+        return None
+
+
+def _imports_under(path: str, package: str) -> set[str]:
+    """The modules of `package` (dotted) a Python file imports, by name within it."""
+    tree = _tree(path)
+    if tree is None:
         return set()
     names = set()
     for node in ast.walk(tree):
@@ -181,10 +188,8 @@ def _imports_under(path: str, package: str) -> set[str]:
 def _declared_paths(path: str) -> set[str]:
     """The paths a Python file declares it reads (`DEPENDS_ON = ("dir", ...)` at module
     level): module files loaded by path, data it trains on; none when it declares none."""
-    try:
-        with open(path) as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError):
+    tree = _tree(path)
+    if tree is None:
         return set()
     for node in tree.body:
         targets = (
@@ -207,10 +212,8 @@ def _declared_paths(path: str) -> set[str]:
 
 def _string_constants(path: str) -> set[str]:
     """Every string literal in a Python file (a shipped config is loaded by its name)."""
-    try:
-        with open(path) as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError):
+    tree = _tree(path)
+    if tree is None:
         return set()
     return {
         n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
@@ -301,6 +304,7 @@ def _same_code(path: str, recorded: str, cwd: str) -> bool:
 
 def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
     """Why a result no longer describes HEAD, or None when it still does."""
+    _tree.cache_clear()  # files change between calls; within one, each is read once
     recorded = record.get("commit")
     if not recorded:
         return "no commit recorded"

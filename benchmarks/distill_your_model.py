@@ -96,6 +96,7 @@ VALIDATION = 5000
 # (alpha, T) candidates; the older design's fixed 0.5 / 2 is one of them.
 CANDIDATES = ((0.5, 1.0), (0.5, 2.0), (0.9, 4.0))
 CHOICE_SEED = 900
+PIPELINE_NAME = "distill_your_model"
 TEACHER_SEEDS = (100, 101)
 
 
@@ -191,17 +192,7 @@ def code_trees(cwd: str = REPO) -> dict[str, str | None]:
 
 def code_changes(cwd: str = REPO) -> list[str] | None:
     """Uncommitted changes under `CODE_PATHS` (less `NOT_TRAINING`); None where git cannot say."""
-    status = results_lib._git(
-        "status",
-        "--porcelain=v1",
-        "-z",
-        "--untracked-files=all",
-        "--",
-        *CODE_PATHS,
-        *(f":(exclude){p}" for p in NOT_TRAINING),
-        cwd=cwd,
-    )
-    return None if status.returncode != 0 else results_lib._status_paths(status.stdout)
+    return results_lib.uncommitted(*CODE_PATHS, *(f":(exclude){p}" for p in NOT_TRAINING), cwd=cwd)
 
 
 def revision_key(trees: dict[str, str | None] | None = None, dirty: bool | None = None) -> str:
@@ -370,7 +361,7 @@ def create_pipeline(
             ).with_id(node)
     return tfx.dsl.Pipeline(
         # One name for both stages: the trials reuse the choice stage's Transform.
-        pipeline_name="distill_your_model",
+        pipeline_name=PIPELINE_NAME,
         pipeline_root=os.path.join(root, "pipeline_root"),
         components=[example_gen, statistics, schema, transform, *built.values()],
         # Resumes a stopped run; `root` is keyed by the code revision, so nothing
@@ -384,36 +375,25 @@ def create_pipeline(
 
 
 def trained_models(root: str, nodes) -> dict[str, dict]:
-    """Per node of `nodes`, from ML Metadata: the serving model its newest execution
+    """Per node of `nodes`, from ML Metadata (`pipelines.summary`, which the run
+    summary reads the same way): the serving model its execution in the newest run
     output (a cache hit outputs the model an earlier run trained) and the seconds of
     the execution that trained it."""
-    import ml_metadata as mlmd
     from ml_metadata.proto import metadata_store_pb2
 
-    config = metadata_store_pb2.ConnectionConfig()
-    config.sqlite.filename_uri = os.path.join(root, "metadata.db")
-    store = mlmd.MetadataStore(config)
-    done = (metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED)
-    output = metadata_store_pb2.Event.OUTPUT
-    model_type = store.get_artifact_type("Model").id
+    from pipelines import summary
+
+    store = summary.open_store(os.path.join(root, "metadata.db"))
+    executions = summary.latest_run_executions(store, PIPELINE_NAME)
     found = {}
-    for context in store.get_contexts_by_type("node"):
-        node = context.name.split(".", 1)[-1]
-        executions = [
-            e for e in store.get_executions_by_context(context.id) if e.last_known_state in done
-        ]
-        if node not in nodes or not executions:
-            continue
-        last = max(executions, key=lambda e: e.id)
-        outputs = [
-            e.artifact_id for e in store.get_events_by_execution_ids([last.id]) if e.type == output
-        ]
-        (model,) = [a for a in store.get_artifacts_by_id(outputs) if a.type_id == model_type]
+    for node in set(nodes) & set(executions):
+        last = executions[node]
+        ((_, model),) = summary.artifacts_of(store, last.id, "Model")
         producers = store.get_executions_by_id(
             [
                 e.execution_id
                 for e in store.get_events_by_artifact_ids([model.id])
-                if e.type == output
+                if e.type == metadata_store_pb2.Event.OUTPUT
             ]
         )
         (trained,) = [

@@ -213,8 +213,9 @@ def test_each_model_is_what_its_node_output_last_and_its_seconds_those_that_trai
     run_type = store.put_artifact_type(pb.ArtifactType(name="ModelRun"))
     execution_type = store.put_execution_type(pb.ExecutionType(name="Trainer"))
     context_type = store.put_context_type(pb.ContextType(name="node"))
+    run_type_id = store.put_context_type(pb.ContextType(name="pipeline_run"))
 
-    def execute(node, state, artifact=None, uri=""):
+    def execute(node, state, run, artifact=None, uri=""):
         output = pb.Event(type=pb.Event.OUTPUT)
         if artifact is None:
             pairs = [
@@ -226,7 +227,10 @@ def test_each_model_is_what_its_node_output_last_and_its_seconds_those_that_trai
         execution_id, artifacts, _ = store.put_execution(
             pb.Execution(type_id=execution_type, last_known_state=state),
             pairs,
-            [pb.Context(type_id=context_type, name=f"distill_your_model.{node}")],
+            [
+                pb.Context(type_id=context_type, name=f"distill_your_model.{node}"),
+                pb.Context(type_id=run_type_id, name=f"run{run}"),
+            ],
             reuse_context_if_already_exist=True,
         )
         if state == pb.Execution.COMPLETE:
@@ -237,11 +241,14 @@ def test_each_model_is_what_its_node_output_last_and_its_seconds_those_that_trai
             store.put_executions([trained])
         return artifacts[0]
 
-    first = execute("Teacher_100", pb.Execution.COMPLETE, uri="/m/Teacher_100/model/5")
-    execute("Teacher_100", pb.Execution.CACHED, artifact=first)
-    execute("Teacher_100", pb.Execution.FAILED, uri="/m/Teacher_100/model/7")
-    execute("Teacher_101", pb.Execution.COMPLETE, uri="/m/Teacher_101/model/6")
-    execute("Teacher_101", pb.Execution.COMPLETE, uri="/m/Teacher_101/model/9")
+    # Run 1 failed after writing its model directory 7; run 2 trained both teachers;
+    # run 3 (the newest) hit the cache for Teacher_100 and retrained Teacher_101.
+    execute("Teacher_100", pb.Execution.FAILED, 1, uri="/m/Teacher_100/model/7")
+    time.sleep(0.01)
+    first = execute("Teacher_100", pb.Execution.COMPLETE, 2, uri="/m/Teacher_100/model/5")
+    execute("Teacher_101", pb.Execution.COMPLETE, 2, uri="/m/Teacher_101/model/6")
+    execute("Teacher_100", pb.Execution.CACHED, 3, artifact=first)
+    execute("Teacher_101", pb.Execution.COMPLETE, 3, uri="/m/Teacher_101/model/9")
     found = bench.trained_models(str(tmp_path), ["Teacher_100", "Teacher_101"])
     assert found["Teacher_100"]["serving_dir"] == "/m/Teacher_100/model/5/Format-Serving"
     assert found["Teacher_100"]["cached"] is True

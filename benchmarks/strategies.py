@@ -1,6 +1,7 @@
 """Trainer throughput of the taxi teacher under each strategy, and the cost of accumulation.
 
-    .venv/bin/python benchmarks/strategies.py [--steps 200] [--workdir DIR]
+    .venv/bin/python benchmarks/strategies.py [--steps 200] [--repeats 4] [--workdir DIR]
+        [--shared-with TEXT] [--no-results]
 
 One run measures, on the same data (the Chicago taxi CSV that ships in the
 tfx wheel, transformed by the shipped taxi config's real `preprocessing_fn`
@@ -8,17 +9,28 @@ with TFT in-process, written as 4 gzip shards):
 
 - `one_device`: `training.fit` on the CPU;
 - `mirrored`: 2 logical CPU devices in one process;
-- `multi_worker`: two worker processes on localhost (TF_CONFIG, free ports);
-- `grad_accum`: one device, 4 micro-batches of 64 per update vs one batch of
-  256 (the same global batch per optimizer update).
+- `multi_worker`: two worker processes on localhost (TF_CONFIG, ports picked
+  free for each run);
+- `grad_accum_4x64`: one device, 4 micro-batches of 64 per update vs one
+  batch of 256 (the same global batch per optimizer update).
 
-Every mode runs in a fresh process (logical devices and collectives are fixed
-when TensorFlow starts), trains `steps` optimizer steps at the shipped global
+Every run is a fresh process (logical devices and collectives are fixed
+when TensorFlow starts) with its own directories (no backup of an earlier
+run to resume from), trains `steps` optimizer steps at the shipped global
 batch (256) with the input cached in memory (so the figures are about the
 training step, not parsing), and times every epoch after the first (tracing
-and cache filling excluded). Prints JSON lines; the last one is the headline:
-`{"one_device", "mirrored", "multi_worker"}` in examples/s and
-`grad_accum_overhead` = step time with accumulation / without.
+and cache filling excluded). A warm-up run of every mode comes first; then
+`--repeats` rounds (at least 2) run every mode, the order reversed round by
+round (A B C D, D C B A, ...), so drift cannot favour a mode by its
+position. Each round gives each mode's ratio to `one_device` in the same
+round; the headline is their geometric mean with a 95% t interval over the
+rounds.
+
+Prints JSON lines, one per run, the headline last: `{"rounds",
+"examples_per_s": {mode: median}, "mirrored_speedup", "multi_worker_speedup"
+(examples/s over one_device's), "grad_accum_overhead" (step time over
+one_device's), each with `..._ci95`, "load_average_before", "load_average_after"}`.
+The whole output goes to `benchmarks/results/strategies.json`.
 
 When a GPU is visible the same is measured on it with and without
 `mixed_float16`; this machine has none, which the output says.
@@ -30,6 +42,7 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +50,9 @@ import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+
+from components.testing import results as results_lib  # noqa: E402
+from components.testing.stats import alternating_order, ratio_interval  # noqa: E402
 
 GLOBAL_BATCH = 256
 SHARDS = 4
@@ -165,27 +181,29 @@ def worker(spec_path: str) -> None:
         )
 
 
-def run_mode(name: str, config, materialized: dict, workdir: str, tf_configs=(None,)) -> dict:
-    """Runs one mode (one process per TF_CONFIG) and returns the chief's figures."""
+def run_mode(name: str, config, materialized: dict, rundir: str, tf_configs=(None,)) -> dict:
+    """Runs one mode (one process per TF_CONFIG) under `rundir`, which must be new (a
+    backup left there would be resumed), and returns the chief's figures."""
+    os.makedirs(rundir)
     processes, results = [], []
     for index, tf_config in enumerate(tf_configs):
         inputs = {
             "train_files": materialized["train_files"],
             "eval_files": materialized["eval_files"],
             "transform_output": materialized["transform_output"],
-            "serving_model_dir": os.path.join(workdir, name, "serving"),
-            "model_run_dir": os.path.join(workdir, name, f"run{index}"),
+            "serving_model_dir": os.path.join(rundir, "serving"),
+            "model_run_dir": os.path.join(rundir, f"run{index}"),
             "train_steps": config.train.train_steps,
             "eval_steps": config.train.eval_steps,
         }
-        spec_path = os.path.join(workdir, f"{name}{index}.json")
-        result = os.path.join(workdir, f"{name}{index}.result.json")
+        spec_path = os.path.join(rundir, f"spec{index}.json")
+        result = os.path.join(rundir, f"result{index}.json")
         with open(spec_path, "w") as f:
             json.dump({"config": config.to_json(), "inputs": inputs, "result": result}, f)
         env = dict(os.environ)
         if tf_config is not None:
             env["TF_CONFIG"] = json.dumps(tf_config)
-        log = open(os.path.join(workdir, f"{name}{index}.log"), "w")
+        log = open(os.path.join(rundir, f"process{index}.log"), "w")
         processes.append(
             (
                 subprocess.Popen(
@@ -207,105 +225,171 @@ def run_mode(name: str, config, materialized: dict, workdir: str, tf_configs=(No
                 p.kill()
                 p.wait()
             log.close()
-    for (p, _), index in zip(processes, range(len(processes)), strict=True):
+    for index, (p, _) in enumerate(processes):
         if p.returncode != 0:
-            raise RuntimeError(f"{name}: process {index} failed; see {workdir}/{name}{index}.log")
+            raise RuntimeError(f"{name}: process {index} failed; see {rundir}/process{index}.log")
     figures = [json.load(open(r)) for r in results]
     return next(f for f in figures if f["is_chief"])
+
+
+def modes(steps: int, gpus: int) -> dict:
+    """Each mode's config and a function giving its processes' TF_CONFIGs (fresh free
+    ports for every run of a multi-worker mode)."""
+    import portpicker
+
+    def two_workers():
+        cluster = {"worker": [f"localhost:{portpicker.pick_unused_port()}" for _ in range(2)]}
+        return tuple({"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(2))
+
+    def single():
+        return (None,)
+
+    found = {
+        "one_device": (_config(steps, strategy={"kind": "one_device"}), single),
+        "mirrored": (_config(steps, strategy={"kind": "mirrored", "num_cpu_devices": 2}), single),
+        "multi_worker": (
+            _config(steps, strategy={"kind": "multi_worker_mirrored", "workers": 2}),
+            two_workers,
+        ),
+        "grad_accum_4x64": (
+            _config(
+                steps,
+                strategy={"kind": "one_device"},
+                ingestion={"batch_size": GLOBAL_BATCH // 4},
+                train={"grad_accum_steps": 4},
+            ),
+            single,
+        ),
+    }
+    if gpus:
+        found["gpu_float32"] = (_config(steps, strategy={"kind": "one_device"}), single)
+        found["gpu_mixed_float16"] = (
+            _config(
+                steps, strategy={"kind": "one_device"}, train={"mixed_precision": "mixed_float16"}
+            ),
+            single,
+        )
+    return found
+
+
+# Headline ratios: (name, mode, base, figure): the mode's figure over the base's in the
+# same round.
+RATIOS = (
+    ("mirrored_speedup", "mirrored", "one_device", "examples_per_s"),
+    ("multi_worker_speedup", "multi_worker", "one_device", "examples_per_s"),
+    ("grad_accum_overhead", "grad_accum_4x64", "one_device", "step_s"),
+    ("mixed_float16_speedup", "gpu_mixed_float16", "gpu_float32", "examples_per_s"),
+)
+
+
+def summarize(rounds: list[dict]) -> dict:
+    """The headline from `rounds` (each {mode: the chief's figures}): each mode's median
+    examples/s, and per ratio of `RATIOS` whose modes ran, the geometric mean over the
+    rounds of mode / base in the same round with its 95% t interval (None with fewer
+    than 2 rounds)."""
+    names = list(rounds[0])
+    headline = {
+        "rounds": len(rounds),
+        "examples_per_s": {
+            m: round(statistics.median(r[m]["examples_per_s"] for r in rounds), 1) for m in names
+        },
+    }
+    for name, mode, base, figure in RATIOS:
+        if mode not in names or base not in names:
+            continue
+        ratios = [r[mode][figure] / r[base][figure] for r in rounds]
+        if len(ratios) < 2:
+            headline[name], headline[name + "_ci95"] = round(ratios[0], 3), None
+            continue
+        mean, low, high = ratio_interval(ratios)
+        headline[name] = round(mean, 3)
+        headline[name + "_ci95"] = [round(low, 3), round(high, 3)]
+    return headline
+
+
+def _emit(line: dict) -> dict:
+    print(json.dumps(line), flush=True)
+    return line
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument(
+        "--repeats", type=int, default=4, help="rounds of every mode, the order alternated"
+    )
     parser.add_argument("--workdir", default="")
-    parser.add_argument("--worker", default="")
+    parser.add_argument(
+        "--shared-with", default="", help="what else ran on the cores (default: idle)"
+    )
+    parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
+    parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker)
         return
-    import portpicker
+    if args.repeats < 2:
+        parser.error("--repeats: at least 2 (one round has no spread to give an interval)")
     import tensorflow as tf
 
+    load_before = os.getloadavg()[0]
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_strategies_")
     start = time.perf_counter()
     materialized = materialize(os.path.join(workdir, "data"))
-    print(
-        json.dumps(
+    lines = [
+        _emit(
             {
                 "data": "taxi",
                 "rows": materialized["rows"],
                 "shards": SHARDS,
                 "transform_s": round(time.perf_counter() - start, 1),
             }
-        ),
-        flush=True,
-    )
+        )
+    ]
     gpus = len(tf.config.list_physical_devices("GPU"))
-    steps = args.steps
-    figures = {}
-    modes = {
-        "one_device": (_config(steps, strategy={"kind": "one_device"}), (None,)),
-        "mirrored": (_config(steps, strategy={"kind": "mirrored", "num_cpu_devices": 2}), (None,)),
-    }
-    ports = [portpicker.pick_unused_port() for _ in range(2)]
-    cluster = {"worker": [f"localhost:{p}" for p in ports]}
-    modes["multi_worker"] = (
-        _config(steps, strategy={"kind": "multi_worker_mirrored", "workers": 2}),
-        tuple({"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(2)),
-    )
-    modes["grad_accum_4x64"] = (
-        _config(
-            steps,
-            strategy={"kind": "one_device"},
-            ingestion={"batch_size": GLOBAL_BATCH // 4},
-            train={"grad_accum_steps": 4},
-        ),
-        (None,),
-    )
-    if gpus:
-        modes["gpu_float32"] = (_config(steps, strategy={"kind": "one_device"}), (None,))
-        modes["gpu_mixed_float16"] = (
-            _config(
-                steps, strategy={"kind": "one_device"}, train={"mixed_precision": "mixed_float16"}
-            ),
-            (None,),
-        )
-    for name, (config, tf_configs) in modes.items():
-        figures[name] = run_mode(name, config, materialized, workdir, tf_configs)
-        print(
-            json.dumps(
-                {
-                    "mode": name,
-                    **{
-                        k: round(v, 4) if isinstance(v, float) else v
-                        for k, v in figures[name].items()
-                    },
-                }
-            ),
-            flush=True,
-        )
     if not gpus:
-        print(
-            json.dumps(
+        lines.append(
+            _emit(
                 {
                     "gpu": "none visible on this machine; GPU and mixed-precision figures not measured"
                 }
-            ),
-            flush=True,
+            )
         )
-    print(
-        json.dumps(
-            {
-                "one_device": round(figures["one_device"]["examples_per_s"], 1),
-                "mirrored": round(figures["mirrored"]["examples_per_s"], 1),
-                "multi_worker": round(figures["multi_worker"]["examples_per_s"], 1),
-                "grad_accum_overhead": round(
-                    figures["grad_accum_4x64"]["step_s"] / figures["one_device"]["step_s"], 3
-                ),
-            }
-        ),
-        flush=True,
-    )
+    found = modes(args.steps, gpus)
+    # A warm-up run of every mode: file caches, the first TensorFlow import and gRPC setup.
+    for name, (config, tf_configs) in found.items():
+        run_mode(name, config, materialized, os.path.join(workdir, "warmup", name), tf_configs())
+    rounds = []
+    for i, order in enumerate(alternating_order(list(found), args.repeats)):
+        figures = {}
+        for name in order:
+            config, tf_configs = found[name]
+            rundir = os.path.join(workdir, f"round{i}", name)
+            figures[name] = run_mode(name, config, materialized, rundir, tf_configs())
+            lines.append(
+                _emit(
+                    {
+                        "round": i,
+                        "position": order.index(name),
+                        "mode": name,
+                        **{
+                            k: round(v, 6) if isinstance(v, float) else v
+                            for k, v in figures[name].items()
+                        },
+                    }
+                )
+            )
+        rounds.append(figures)
+    headline = summarize(rounds)
+    headline["steps"] = args.steps
+    headline["load_average_before"] = round(load_before, 2)
+    headline["load_average_after"] = round(os.getloadavg()[0], 2)
+    lines.append(_emit(headline))
+    if not args.no_results:
+        path = results_lib.write(
+            "strategies", lines, shared_with=args.shared_with or None, argv=sys.argv[1:]
+        )
+        print(f"# wrote {os.path.relpath(path, REPO_ROOT)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

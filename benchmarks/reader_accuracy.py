@@ -1,7 +1,7 @@
 """Does tfxkit's reader change what a model learns? One Transform output, two readers.
 
     .venv/bin/python -m benchmarks.reader_accuracy [--batch-size 256] [--train-steps 5000]
-        [--repeats 8] [--workdir DIR]
+        [--repeats 8] [--workdir DIR] [--shared-with TEXT] [--no-results]
 
 `benchmarks/drop_in.py` compares whole pipelines, where the Transforms differ
 too. This isolates the reader: TFX's MNIST example (its module's `input_fn`
@@ -10,13 +10,18 @@ and `build_keras_model`, from the tfx wheel, under the `MirroredStrategy` its
 run, once through stock's `tf_dataset_factory` and once through tfxkit's
 (`components.trainer.data_accessor`, the drop-in defaults). Same files, same
 model code, same batch size and steps; both sides are evaluated on the whole
-eval split through stock's reader. Each run is a fresh process; sides
-alternate.
+eval split through stock's reader. Each run is a fresh process; `--repeats`
+pairs (at least 2), the side that runs first alternating pair by pair
+(stock-tfxkit, tfxkit-stock, ...).
 
-Prints one JSON line per run (side, eval accuracy, seconds in `fit`), then the
-headline: each side's accuracy (mean and standard deviation), the difference
-with its standard error, `within_seed_noise` (|difference| <= 2 SE) and the
-ratio of mean `fit` seconds (tfxkit over stock).
+Prints one JSON line per run (pair, which side ran first, side, eval
+accuracy, seconds in `fit`), then the headline: each side's accuracy (mean
+and standard deviation), the difference with its standard error, whether
+the readers are equivalent within +-`ACCURACY_MARGIN` by two one-sided
+tests (`accuracy_equivalent_within_margin`, with the difference's 90%
+interval), and `fit` time, tfxkit over stock: the geometric mean of the
+pairs' ratios with its 95% t interval. The whole output goes to
+`benchmarks/results/reader_accuracy.json`.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ import argparse
 import glob
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -34,9 +38,17 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from components.testing import fresh_process  # noqa: E402
-from components.testing.stats import compare_accuracies  # noqa: E402
+from components.testing import results as results_lib  # noqa: E402
+from components.testing.stats import (  # noqa: E402
+    abba_order,
+    compare_accuracies,
+    equivalent,
+    ratio_interval,
+)
 
 SIDES = ("stock", "tfxkit")
+# The largest accuracy difference still called "the same" (as `drop_in.py`'s).
+ACCURACY_MARGIN = 0.01
 
 
 def transform_once(root: str) -> str:
@@ -118,13 +130,27 @@ def train_once(side: str, pipeline_root: str, batch_size: int, train_steps: int)
 
 
 def headline(runs: list[dict], batch_size: int, train_steps: int) -> dict:
-    """Both sides' accuracies, their difference with its standard error, and the fit ratio."""
+    """Both sides' accuracies, their difference with its standard error and an
+    equivalence test, and the fit time ratio over the pairs (each run carries its
+    `pair`); the tests and intervals are None with one pair."""
     out: dict = {"batch_size": batch_size, "train_steps": train_steps}
     acc = {side: [r["accuracy"] for r in runs if r["side"] == side] for side in SIDES}
     out["repeats"] = min(len(values) for values in acc.values())
     out.update(compare_accuracies(acc, "tfxkit", "stock", lambda side: f"{side}_accuracy"))
-    fit = {side: statistics.fmean(r["fit_s"] for r in runs if r["side"] == side) for side in SIDES}
-    out["fit_ratio_tfxkit_over_stock"] = round(fit["tfxkit"] / fit["stock"], 3)
+    out["accuracy_margin"] = ACCURACY_MARGIN
+    fit = {(r["pair"], r["side"]): r["fit_s"] for r in runs}
+    ratios = [fit[pair, "tfxkit"] / fit[pair, "stock"] for pair in sorted({p for p, _ in fit})]
+    if out["repeats"] < 2:
+        out["accuracy_equivalent_within_margin"] = out["accuracy_diff_ci90"] = None
+        out["fit_ratio_tfxkit_over_stock"] = round(ratios[0], 3)
+        out["fit_ratio_ci95"] = None
+        return out
+    tost = equivalent(acc["tfxkit"], acc["stock"], ACCURACY_MARGIN)
+    out["accuracy_equivalent_within_margin"] = tost["equivalent"]
+    out["accuracy_diff_ci90"] = [round(v, 4) for v in tost["interval"]]
+    mean, low, high = ratio_interval(ratios)
+    out["fit_ratio_tfxkit_over_stock"] = round(mean, 3)
+    out["fit_ratio_ci95"] = [round(low, 3), round(high, 3)]
     return out
 
 
@@ -132,8 +158,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--train-steps", type=int, default=5000)
-    parser.add_argument("--repeats", type=int, default=8, help="runs per side")
+    parser.add_argument(
+        "--repeats", type=int, default=8, help="pairs (a run per side), the first side alternating"
+    )
     parser.add_argument("--workdir", default="")
+    parser.add_argument(
+        "--shared-with", default="", help="what else ran on the cores (default: idle)"
+    )
+    parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
     parser.add_argument("--transform", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--pipeline-root", help=argparse.SUPPRESS)
@@ -145,19 +177,30 @@ def main() -> None:
             result = train_once(args.side, args.pipeline_root, args.batch_size, args.train_steps)
         fresh_process.print_result(result)
         return
+    if args.repeats < 2:
+        parser.error("--repeats: at least 2 (one pair has no spread to give an interval)")
     workdir = args.workdir or tempfile.mkdtemp(prefix="reader_accuracy_")
     this = ["-m", "benchmarks.reader_accuracy"]
     transform = fresh_process.run([*this, "--transform", "--workdir", workdir], "the Transform")
     pipeline_root = transform["pipeline_root"]
     sizes = ["--batch-size", str(args.batch_size), "--train-steps", str(args.train_steps)]
     runs = []
-    for repeat in range(args.repeats):
-        for side in SIDES:
+    for pair, order in enumerate(abba_order(args.repeats, *SIDES)):
+        for side in order:
             child = [*this, "--side", side, "--pipeline-root", pipeline_root, *sizes]
-            result = fresh_process.run(child, f"{side} run {repeat}")
-            runs.append(result)
-            print(json.dumps({"repeat": repeat, **result}), flush=True)
-    print(json.dumps(headline(runs, args.batch_size, args.train_steps)))
+            result = fresh_process.run(child, f"{side} run {pair}")
+            runs.append({"pair": pair, "first": order[0], **result})
+            print(json.dumps(runs[-1]), flush=True)
+    summary = headline(runs, args.batch_size, args.train_steps)
+    print(json.dumps(summary), flush=True)
+    if not args.no_results:
+        path = results_lib.write(
+            "reader_accuracy",
+            [*runs, summary],
+            shared_with=args.shared_with or None,
+            argv=sys.argv[1:],
+        )
+        print(f"# wrote {os.path.relpath(path, REPO_ROOT)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

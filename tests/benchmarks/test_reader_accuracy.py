@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 
 import pytest
 
@@ -14,11 +15,12 @@ from tests.conftest import write_fashion_idx
 
 
 def test_headline_compares_the_two_readers():
+    # Pair 1 ran tfxkit first; fit ratios (tfxkit / stock) 0.5 and 0.6.
     runs = [
-        {"side": "stock", "accuracy": 0.86, "fit_s": 80.0},
-        {"side": "tfxkit", "accuracy": 0.85, "fit_s": 40.0},
-        {"side": "stock", "accuracy": 0.87, "fit_s": 60.0},
-        {"side": "tfxkit", "accuracy": 0.87, "fit_s": 30.0},
+        {"pair": 0, "side": "stock", "accuracy": 0.86, "fit_s": 80.0},
+        {"pair": 0, "side": "tfxkit", "accuracy": 0.85, "fit_s": 40.0},
+        {"pair": 1, "side": "tfxkit", "accuracy": 0.87, "fit_s": 36.0},
+        {"pair": 1, "side": "stock", "accuracy": 0.87, "fit_s": 60.0},
     ]
     out = reader_accuracy.headline(runs, batch_size=256, train_steps=5000)
     assert out["batch_size"] == 256 and out["train_steps"] == 5000 and out["repeats"] == 2
@@ -29,18 +31,48 @@ def test_headline_compares_the_two_readers():
     se = math.sqrt(statistics.variance([0.86, 0.87]) / 2 + statistics.variance([0.85, 0.87]) / 2)
     assert out["accuracy_diff_se"] == round(se, 4)
     assert out["within_seed_noise"] is True
-    assert out["fit_ratio_tfxkit_over_stock"] == 0.5
+    # By hand: SE 0.01118, Welch df 1.47 taken as 1, t(0.95, 1) = 6.3138: -0.005 +- 0.0706,
+    # wider than the 0.01 margin, so not shown equivalent.
+    assert out["accuracy_margin"] == 0.01
+    assert out["accuracy_diff_ci90"] == pytest.approx([-0.0756, 0.0656])
+    assert out["accuracy_equivalent_within_margin"] is False
+    # Geometric mean sqrt(0.3), its interval on the logs with t(0.975, 1) = 12.706.
+    assert out["fit_ratio_tfxkit_over_stock"] == pytest.approx(0.548)
+    assert out["fit_ratio_ci95"] == pytest.approx([0.172, 1.744])
 
 
-def test_one_run_per_side_gives_no_standard_error():
+def test_close_accuracies_over_three_pairs_are_equivalent():
+    accs = {"stock": (0.860, 0.862, 0.861), "tfxkit": (0.861, 0.860, 0.862)}
     runs = [
-        {"side": "stock", "accuracy": 0.9, "fit_s": 2.0},
-        {"side": "tfxkit", "accuracy": 0.8, "fit_s": 1.0},
+        {"pair": i, "side": side, "accuracy": accs[side][i], "fit_s": 10.0}
+        for i in range(3)
+        for side in reader_accuracy.SIDES
+    ]
+    out = reader_accuracy.headline(runs, batch_size=256, train_steps=5000)
+    # By hand: SE 0.000816, df 4, t(0.95, 4) = 2.1318: 0 +- 0.0017.
+    assert out["accuracy_diff_ci90"] == pytest.approx([-0.0017, 0.0017])
+    assert out["accuracy_equivalent_within_margin"] is True
+    assert out["fit_ratio_tfxkit_over_stock"] == 1.0
+
+
+def test_one_pair_gives_no_standard_error_test_or_interval():
+    runs = [
+        {"pair": 0, "side": "stock", "accuracy": 0.9, "fit_s": 2.0},
+        {"pair": 0, "side": "tfxkit", "accuracy": 0.8, "fit_s": 1.0},
     ]
     out = reader_accuracy.headline(runs, batch_size=64, train_steps=10)
     assert out["accuracy_diff"] == -0.1
     assert out["stock_accuracy_std"] is None and out["accuracy_diff_se"] is None
     assert out["within_seed_noise"] is None
+    assert out["accuracy_equivalent_within_margin"] is None and out["fit_ratio_ci95"] is None
+    assert out["fit_ratio_tfxkit_over_stock"] == 0.5
+
+
+def test_fewer_than_2_pairs_is_refused_before_anything_runs(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["reader_accuracy.py", "--repeats", "1"])
+    with pytest.raises(SystemExit):
+        reader_accuracy.main()
+    assert "--repeats: at least 2" in capsys.readouterr().err
 
 
 @pytest.mark.e2e

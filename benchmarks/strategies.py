@@ -1,6 +1,6 @@
 """Trainer throughput of the taxi teacher under each strategy, and the cost of accumulation.
 
-    .venv/bin/python benchmarks/strategies.py [--steps 200] [--repeats 4] [--workdir DIR]
+    .venv/bin/python benchmarks/strategies.py [--steps 500] [--repeats 4] [--workdir DIR]
         [--shared-with TEXT] [--no-results]
 
 One run measures, on the same data (the Chicago taxi CSV that ships in the
@@ -16,23 +16,27 @@ with TFT in-process, written as 4 gzip shards):
 
 Every run is a fresh process (logical devices and collectives are fixed
 when TensorFlow starts) with its own directories (no backup of an earlier
-run to resume from), trains `steps` optimizer steps at the shipped global
-batch (256) with the input cached in memory (so the figures are about the
-training step, not parsing), and times every epoch after the first (tracing
-and cache filling excluded). A warm-up run of every mode comes first; then
-`--repeats` rounds (at least 2) run every mode, the order reversed round by
-round (A B C D, D C B A, ...), so drift cannot favour a mode by its
-position. Each round gives each mode's ratio to `one_device` in the same
-round; the headline is their geometric mean with a 95% t interval over the
-rounds.
+run to resume from), trains `--steps` optimizer steps (5 equal epochs) at
+the shipped global batch (256) with the input cached in memory (so the
+figures are about the training step, not parsing), and times every epoch
+after the first (tracing and cache filling excluded). A warm-up run of
+every mode comes first (not printed); then `--repeats` rounds (at least 2)
+run every mode, the order reversed round by round (A B C D, D C B A, ...),
+so drift cannot favour a mode by its position (exactly so with an even
+count). Each round gives each mode's ratio to its base in the same round;
+the headline is their geometric mean with a 95% t interval over the rounds.
+A failed process fails the run naming its log, and its peers are killed.
 
-Prints JSON lines, one per run, the headline last: `{"rounds",
-"examples_per_s": {mode: median}, "mirrored_speedup", "multi_worker_speedup"
-(examples/s over one_device's), "grad_accum_overhead" (step time over
-one_device's), each with `..._ci95`, "load_average_before", "load_average_after"}`.
-The whole output goes to `benchmarks/results/strategies.json`.
+Prints JSON lines (the data, then one per measured run), the headline last:
+`{"rounds", "examples_per_s": {mode: median}, "mirrored_speedup",
+"multi_worker_speedup" (examples/s over one_device's), "grad_accum_overhead"
+(step time over one_device's), on a GPU "mixed_float16_speedup"
+(examples/s over gpu_float32's), each with `..._ci95`, "steps",
+"load_average_before", "load_average_after" (1, 5 and 15 minutes)}`. The
+whole output goes to `benchmarks/results/strategies.json`.
 
-When a GPU is visible the same is measured on it with and without
+When a GPU is visible, `one_device` and `mirrored` run on the GPUs rather
+than the CPU, and the same model is also measured with and without
 `mixed_float16`; this machine has none, which the output says.
 """
 
@@ -57,6 +61,7 @@ from components.testing.stats import alternating_order, ratio_interval  # noqa: 
 GLOBAL_BATCH = 256
 SHARDS = 4
 EPOCHS = 5
+RUN_TIMEOUT_S = 1800
 
 
 def _config(steps: int, **sections):
@@ -185,51 +190,69 @@ def run_mode(name: str, config, materialized: dict, rundir: str, tf_configs=(Non
     """Runs one mode (one process per TF_CONFIG) under `rundir`, which must be new (a
     backup left there would be resumed), and returns the chief's figures."""
     os.makedirs(rundir)
-    processes, results = [], []
-    for index, tf_config in enumerate(tf_configs):
-        inputs = {
-            "train_files": materialized["train_files"],
-            "eval_files": materialized["eval_files"],
-            "transform_output": materialized["transform_output"],
-            "serving_model_dir": os.path.join(rundir, "serving"),
-            "model_run_dir": os.path.join(rundir, f"run{index}"),
-            "train_steps": config.train.train_steps,
-            "eval_steps": config.train.eval_steps,
-        }
-        spec_path = os.path.join(rundir, f"spec{index}.json")
-        result = os.path.join(rundir, f"result{index}.json")
-        with open(spec_path, "w") as f:
-            json.dump({"config": config.to_json(), "inputs": inputs, "result": result}, f)
-        env = dict(os.environ)
-        if tf_config is not None:
-            env["TF_CONFIG"] = json.dumps(tf_config)
-        log = open(os.path.join(rundir, f"process{index}.log"), "w")
-        processes.append(
-            (
+    processes, logs, results = [], [], []
+    try:
+        for index, tf_config in enumerate(tf_configs):
+            inputs = {
+                "train_files": materialized["train_files"],
+                "eval_files": materialized["eval_files"],
+                "transform_output": materialized["transform_output"],
+                "serving_model_dir": os.path.join(rundir, "serving"),
+                "model_run_dir": os.path.join(rundir, f"run{index}"),
+                "train_steps": config.train.train_steps,
+                "eval_steps": config.train.eval_steps,
+            }
+            spec_path = os.path.join(rundir, f"spec{index}.json")
+            result = os.path.join(rundir, f"result{index}.json")
+            with open(spec_path, "w") as f:
+                json.dump({"config": config.to_json(), "inputs": inputs, "result": result}, f)
+            env = dict(os.environ)
+            if tf_config is not None:
+                env["TF_CONFIG"] = json.dumps(tf_config)
+            logs.append(open(os.path.join(rundir, f"process{index}.log"), "w"))
+            processes.append(
                 subprocess.Popen(
                     [sys.executable, __file__, "--worker", spec_path],
                     env=env,
-                    stdout=log,
+                    stdout=logs[-1],
                     stderr=subprocess.STDOUT,
-                ),
-                log,
+                )
             )
-        )
-        results.append(result)
-    try:
-        for p, _ in processes:
-            p.wait(timeout=1800)
+            results.append(result)
+        _wait_all(name, processes, rundir, RUN_TIMEOUT_S)
     finally:
-        for p, log in processes:
+        # On every path: nothing left running (a worker whose peer failed would wait on
+        # it), every log closed.
+        for p in processes:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        for log in logs:
             log.close()
-    for index, (p, _) in enumerate(processes):
-        if p.returncode != 0:
-            raise RuntimeError(f"{name}: process {index} failed; see {rundir}/process{index}.log")
     figures = [json.load(open(r)) for r in results]
     return next(f for f in figures if f["is_chief"])
+
+
+def _wait_all(name: str, processes: list, rundir: str, timeout_s: float) -> None:
+    """Waits for every process under one deadline.
+
+    Raises:
+      RuntimeError: at the first process that exits non-zero (not after its peers give
+        up on it), naming it and its log; or at the deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        codes = [p.poll() for p in processes]
+        for index, code in enumerate(codes):
+            if code not in (None, 0):
+                raise RuntimeError(
+                    f"{name}: process {index} exited with {code}; see {rundir}/process{index}.log"
+                )
+        if all(code == 0 for code in codes):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name}: not finished after {timeout_s:g} s; see {rundir}/")
+        time.sleep(0.2)
 
 
 def modes(steps: int, gpus: int) -> dict:
@@ -314,7 +337,9 @@ def _emit(line: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument(
+        "--steps", type=int, default=500, help=f"optimizer steps a run (a multiple of {EPOCHS})"
+    )
     parser.add_argument(
         "--repeats", type=int, default=4, help="rounds of every mode, the order alternated"
     )
@@ -330,9 +355,17 @@ def main() -> None:
         return
     if args.repeats < 2:
         parser.error("--repeats: at least 2 (one round has no spread to give an interval)")
+    if args.steps < 2 * EPOCHS or args.steps % EPOCHS:
+        parser.error(
+            f"--steps: a multiple of {EPOCHS}, at least {2 * EPOCHS} (runs train {EPOCHS} "
+            "equal epochs and the first is not timed)"
+        )
+    if args.workdir and os.path.isdir(args.workdir) and os.listdir(args.workdir):
+        parser.error(f"--workdir: {args.workdir!r} is not empty; runs never reuse a directory")
+    # Before this process's own TensorFlow import adds to it.
+    load_before = os.getloadavg()
     import tensorflow as tf
 
-    load_before = os.getloadavg()[0]
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_strategies_")
     start = time.perf_counter()
     materialized = materialize(os.path.join(workdir, "data"))
@@ -382,8 +415,9 @@ def main() -> None:
         rounds.append(figures)
     headline = summarize(rounds)
     headline["steps"] = args.steps
-    headline["load_average_before"] = round(load_before, 2)
-    headline["load_average_after"] = round(os.getloadavg()[0], 2)
+    # 1, 5 and 15 minutes: whether the machine was idle as recorded.
+    headline["load_average_before"] = [round(v, 2) for v in load_before]
+    headline["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
     lines.append(_emit(headline))
     if not args.no_results:
         path = results_lib.write(

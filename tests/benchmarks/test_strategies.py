@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -60,20 +62,128 @@ def test_a_ratio_whose_modes_did_not_run_is_left_out():
     assert "mixed_float16_speedup" not in bench.summarize(ROUNDS)
 
 
+def test_mixed_precision_is_measured_against_float32_on_the_gpu():
+    # gpu_mixed_float16 / gpu_float32 examples/s: 2.0 and 2.5 (one_device is not the base).
+    rounds = [
+        {**r, "gpu_float32": _figures(f32, 0.1), "gpu_mixed_float16": _figures(f16, 0.05)}
+        for r, f32, f16 in zip(ROUNDS[:2], (4000.0, 4000.0), (8000.0, 10000.0), strict=True)
+    ]
+    out = bench.summarize(rounds)
+    # By hand: sqrt(5) = 2.236; logs 0.6931 and 0.9163, SE 0.1116, t(0.975, 1) = 12.706.
+    assert out["mixed_float16_speedup"] == pytest.approx(2.236)
+    assert out["mixed_float16_speedup_ci95"] == pytest.approx([0.542, 9.229])
+
+
 def test_one_round_gives_its_ratios_and_no_interval():
     out = bench.summarize(ROUNDS[:1])
     assert out["mirrored_speedup"] == pytest.approx(1.5)
     assert out["mirrored_speedup_ci95"] is None
 
 
-def test_fewer_than_2_repeats_is_refused_before_anything_runs(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["strategies.py", "--repeats", "1"])
+def _nothing_may_run(*args, **kwargs):
+    raise AssertionError("the benchmark ran although its arguments should be refused")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--repeats", "1"], "--repeats: at least 2"),
+        (["--steps", "203"], "--steps: a multiple of 5, at least 10"),
+        (["--steps", "5"], "--steps: a multiple of 5, at least 10"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_runs(monkeypatch, capsys, argv, message):
+    monkeypatch.setattr(bench, "materialize", _nothing_may_run)
+    monkeypatch.setattr(sys, "argv", ["strategies.py", *argv, "--no-results"])
     with pytest.raises(SystemExit):
         bench.main()
-    assert "--repeats: at least 2" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
+
+
+def test_a_workdir_holding_runs_is_refused_before_anything_runs(monkeypatch, capsys, tmp_path):
+    (tmp_path / "round0").mkdir()
+    monkeypatch.setattr(bench, "materialize", _nothing_may_run)
+    monkeypatch.setattr(sys, "argv", ["strategies.py", "--workdir", str(tmp_path), "--no-results"])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "is not empty; runs never reuse a directory" in capsys.readouterr().err
 
 
 def test_a_run_never_reuses_a_directory(tmp_path):
     # An earlier run's backup there would be resumed instead of trained.
     with pytest.raises(FileExistsError):
         bench.run_mode("one_device", None, {}, str(tmp_path))
+
+
+def test_main_warms_up_then_alternates_the_rounds_each_run_in_a_new_directory(
+    monkeypatch, tmp_path
+):
+    calls, written = [], {}
+    figures = {"a": _figures(1000.0, 0.256), "b": _figures(1500.0, 0.1707)}
+
+    def tf_configs():
+        calls.append("tf_configs")
+        return (None,)
+
+    def run_mode(name, config, materialized, rundir, configs):
+        calls.append((name, os.path.relpath(rundir, tmp_path)))
+        return figures[name]
+
+    monkeypatch.setattr(bench, "materialize", lambda root: {"rows": 3})
+    monkeypatch.setattr(
+        bench, "modes", lambda steps, gpus: {"a": (None, tf_configs), "b": (None, tf_configs)}
+    )
+    monkeypatch.setattr(bench, "run_mode", run_mode)
+
+    def write(name, lines, **kwargs):
+        written.update(name=name, lines=lines)
+        return str(tmp_path / "strategies.json")
+
+    monkeypatch.setattr(bench.results_lib, "write", write)
+    monkeypatch.setattr(
+        sys, "argv", ["strategies.py", "--repeats", "2", "--workdir", str(tmp_path)]
+    )
+    bench.main()
+    runs = [c for c in calls if c != "tf_configs"]
+    assert runs == [
+        ("a", "warmup/a"),
+        ("b", "warmup/b"),
+        ("a", "round0/a"),
+        ("b", "round0/b"),
+        ("b", "round1/b"),
+        ("a", "round1/a"),
+    ]
+    # Fresh TF_CONFIGs (ports) for every run.
+    assert calls.count("tf_configs") == len(runs)
+    assert written["name"] == "strategies"
+    measured = [line for line in written["lines"] if "round" in line]
+    assert [(line["round"], line["position"], line["mode"]) for line in measured] == [
+        (0, 0, "a"),
+        (0, 1, "b"),
+        (1, 0, "b"),
+        (1, 1, "a"),
+    ]
+    assert written["lines"][-1]["rounds"] == 2
+
+
+def test_a_failed_worker_fails_the_run_at_once_naming_it(tmp_path):
+    # Worker 0 fails at once; worker 1 would wait on its peer for a minute.
+    failing = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(RuntimeError, match=r"process 0 exited with 3; see .*process0\.log"):
+            bench._wait_all("multi_worker", [failing, waiting], str(tmp_path), timeout_s=30)
+        assert waiting.poll() is None  # run_mode's cleanup, not _wait_all, kills the peer
+    finally:
+        waiting.kill()
+        waiting.wait()
+
+
+def test_a_run_past_its_deadline_fails_naming_the_mode(tmp_path):
+    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(RuntimeError, match="mirrored: not finished after 0.5 s"):
+            bench._wait_all("mirrored", [waiting], str(tmp_path), timeout_s=0.5)
+    finally:
+        waiting.kill()
+        waiting.wait()

@@ -30,7 +30,7 @@ def test_headline_compares_the_two_readers():
     assert out["accuracy_diff"] == -0.005
     se = math.sqrt(statistics.variance([0.86, 0.87]) / 2 + statistics.variance([0.85, 0.87]) / 2)
     assert out["accuracy_diff_se"] == round(se, 4)
-    assert out["within_seed_noise"] is True
+    assert "within_seed_noise" not in out  # the equivalence test is the verdict
     # By hand: SE 0.01118, Welch df 1.47 taken as 1, t(0.95, 1) = 6.3138: -0.005 +- 0.0706,
     # wider than the 0.01 margin, so not shown equivalent.
     assert out["accuracy_margin"] == 0.01
@@ -63,13 +63,27 @@ def test_one_pair_gives_no_standard_error_test_or_interval():
     out = reader_accuracy.headline(runs, batch_size=64, train_steps=10)
     assert out["accuracy_diff"] == -0.1
     assert out["stock_accuracy_std"] is None and out["accuracy_diff_se"] is None
-    assert out["within_seed_noise"] is None
     assert out["accuracy_equivalent_within_margin"] is None and out["fit_ratio_ci95"] is None
     assert out["fit_ratio_tfxkit_over_stock"] == 0.5
 
 
+def test_fit_ratios_are_over_complete_pairs_only():
+    runs = [
+        {"pair": 0, "side": "stock", "accuracy": 0.86, "fit_s": 80.0},
+        {"pair": 0, "side": "tfxkit", "accuracy": 0.85, "fit_s": 40.0},
+        {"pair": 1, "side": "stock", "accuracy": 0.87, "fit_s": 60.0},
+    ]
+    out = reader_accuracy.headline(runs, batch_size=256, train_steps=5000)
+    assert out["repeats"] == 1 and out["fit_ratio_tfxkit_over_stock"] == 0.5
+
+
+def _nothing_may_run(*args, **kwargs):
+    raise AssertionError("the benchmark ran although its arguments should be refused")
+
+
 def test_fewer_than_2_pairs_is_refused_before_anything_runs(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["reader_accuracy.py", "--repeats", "1"])
+    monkeypatch.setattr(reader_accuracy.fresh_process, "run", _nothing_may_run)
+    monkeypatch.setattr(sys, "argv", ["reader_accuracy.py", "--repeats", "1", "--no-results"])
     with pytest.raises(SystemExit):
         reader_accuracy.main()
     assert "--repeats: at least 2" in capsys.readouterr().err

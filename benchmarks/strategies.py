@@ -27,7 +27,8 @@ count). Each round gives each mode's ratio to its base in the same round;
 the headline is their geometric mean with a 95% t interval over the rounds.
 A failed process fails the run naming its log, and its peers are killed.
 
-Prints JSON lines (the data, then one per measured run), the headline last:
+Prints JSON lines (the data, whether a GPU is visible, then one per measured
+run), the headline last:
 `{"rounds", "examples_per_s": {mode: median}, "mirrored_speedup",
 "multi_worker_speedup" (examples/s over one_device's), "grad_accum_overhead"
 (step time over one_device's), on a GPU "mixed_float16_speedup"
@@ -35,8 +36,9 @@ Prints JSON lines (the data, then one per measured run), the headline last:
 "load_average_before", "load_average_after" (1, 5 and 15 minutes)}`. The
 whole output goes to `benchmarks/results/strategies.json`.
 
-When a GPU is visible, `one_device` and `mirrored` run on the GPUs rather
-than the CPU, and the same model is also measured with and without
+When a GPU is visible, every mode runs on the GPUs rather than the CPU
+(`gpu_float32` then repeats `one_device`'s config as the base of the
+mixed-precision ratio), and the model is also measured with
 `mixed_float16`; this machine has none, which the output says.
 """
 
@@ -221,8 +223,9 @@ def run_mode(name: str, config, materialized: dict, rundir: str, tf_configs=(Non
             results.append(result)
         _wait_all(name, processes, rundir, RUN_TIMEOUT_S)
     finally:
-        # On every path: nothing left running (a worker whose peer failed would wait on
-        # it), every log closed.
+        # On every path this process survives (return or exception; not a SIGKILL or
+        # SIGTERM of the parent itself): nothing left running (a worker whose peer failed
+        # would wait on it), every log closed.
         for p in processes:
             if p.poll() is None:
                 p.kill()
@@ -237,8 +240,10 @@ def _wait_all(name: str, processes: list, rundir: str, timeout_s: float) -> None
     """Waits for every process under one deadline.
 
     Raises:
-      RuntimeError: at the first process that exits non-zero (not after its peers give
-        up on it), naming it and its log; or at the deadline.
+      RuntimeError: at the first poll (every 0.2 s) that finds a process exited
+        non-zero, naming it and its log (the lowest index among those found; a peer
+        that gave up on it within the same 0.2 s may be named instead), rather than
+        after the others finish; or at the deadline.
     """
     deadline = time.monotonic() + timeout_s
     while True:

@@ -1,10 +1,12 @@
-"""`benchmarks/strategies.py`: its per-round ratios and their intervals (no training)."""
+"""`benchmarks/strategies.py`: its per-round ratios and intervals, its argument checks, the\norder of its runs and the cleanup of a failed one (no training)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -80,8 +82,12 @@ def test_one_round_gives_its_ratios_and_no_interval():
     assert out["mirrored_speedup_ci95"] is None
 
 
-def _nothing_may_run(*args, **kwargs):
-    raise AssertionError("the benchmark ran although its arguments should be refused")
+class _Reached(Exception):
+    """The benchmark got past its argument checks (to the transform)."""
+
+
+def _reached(*args, **kwargs):
+    raise _Reached
 
 
 @pytest.mark.parametrize(
@@ -93,16 +99,25 @@ def _nothing_may_run(*args, **kwargs):
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(monkeypatch, capsys, argv, message):
-    monkeypatch.setattr(bench, "materialize", _nothing_may_run)
+    monkeypatch.setattr(bench, "materialize", _reached)
     monkeypatch.setattr(sys, "argv", ["strategies.py", *argv, "--no-results"])
     with pytest.raises(SystemExit):
         bench.main()
     assert message in capsys.readouterr().err
 
 
+def test_the_smallest_steps_and_repeats_are_accepted(monkeypatch):
+    monkeypatch.setattr(bench, "materialize", _reached)
+    monkeypatch.setattr(
+        sys, "argv", ["strategies.py", "--steps", "10", "--repeats", "2", "--no-results"]
+    )
+    with pytest.raises(_Reached):
+        bench.main()
+
+
 def test_a_workdir_holding_runs_is_refused_before_anything_runs(monkeypatch, capsys, tmp_path):
     (tmp_path / "round0").mkdir()
-    monkeypatch.setattr(bench, "materialize", _nothing_may_run)
+    monkeypatch.setattr(bench, "materialize", _reached)
     monkeypatch.setattr(sys, "argv", ["strategies.py", "--workdir", str(tmp_path), "--no-results"])
     with pytest.raises(SystemExit):
         bench.main()
@@ -166,17 +181,60 @@ def test_main_warms_up_then_alternates_the_rounds_each_run_in_a_new_directory(
     assert written["lines"][-1]["rounds"] == 2
 
 
-def test_a_failed_worker_fails_the_run_at_once_naming_it(tmp_path):
-    # Worker 0 fails at once; worker 1 would wait on its peer for a minute.
-    failing = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
-    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+@pytest.mark.parametrize("failing", [0, 1])
+def test_a_failed_worker_fails_the_run_at_once_naming_it(tmp_path, failing):
+    # One worker fails at once; the other would wait on its peer for a minute.
+    codes = ["import time; time.sleep(60)"] * 2
+    codes[failing] = "import sys; sys.exit(3)"
+    processes = [subprocess.Popen([sys.executable, "-c", code]) for code in codes]
     try:
-        with pytest.raises(RuntimeError, match=r"process 0 exited with 3; see .*process0\.log"):
-            bench._wait_all("multi_worker", [failing, waiting], str(tmp_path), timeout_s=30)
-        assert waiting.poll() is None  # run_mode's cleanup, not _wait_all, kills the peer
+        with pytest.raises(
+            RuntimeError, match=rf"process {failing} exited with 3; see .*process{failing}\.log"
+        ):
+            bench._wait_all("multi_worker", processes, str(tmp_path), timeout_s=30)
+        # run_mode's cleanup, not _wait_all, kills the peer.
+        assert processes[1 - failing].poll() is None
     finally:
-        waiting.kill()
-        waiting.wait()
+        for p in processes:
+            p.kill()
+            p.wait()
+
+
+def _open_logs(directory) -> list[str]:
+    fds = "/proc/self/fd"
+    targets = [os.path.realpath(os.path.join(fds, fd)) for fd in os.listdir(fds)]
+    return [t for t in targets if t.startswith(str(directory)) and t.endswith(".log")]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to list open files")
+def test_run_mode_kills_the_peers_and_closes_the_logs_when_a_worker_fails(monkeypatch, tmp_path):
+    started, real_popen = [], subprocess.Popen
+
+    def popen(args, **kwargs):
+        # Worker 0 fails at once; worker 1 would wait for it for a minute.
+        code = "import sys; sys.exit(3)" if not started else "import time; time.sleep(60)"
+        started.append(real_popen([sys.executable, "-c", code], **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(bench.subprocess, "Popen", popen)
+    config = types.SimpleNamespace(
+        to_json=lambda: "{}", train=types.SimpleNamespace(train_steps=10, eval_steps=1)
+    )
+    materialized = {"train_files": [], "eval_files": [], "transform_output": ""}
+    rundir = tmp_path / "multi_worker"
+    try:
+        with pytest.raises(RuntimeError, match="multi_worker: process 0 exited with 3") as raised:
+            bench.run_mode("multi_worker", config, materialized, str(rundir), (None, None))
+        assert len(started) == 2
+        assert started[1].poll() == -signal.SIGKILL  # killed, not left waiting (or waited on)
+        # Closed by run_mode, not by the garbage collector: the traceback `raised` holds
+        # keeps run_mode's frame, and so any log it left open, alive.
+        assert _open_logs(rundir) == [] and raised.traceback
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def test_a_run_past_its_deadline_fails_naming_the_mode(tmp_path):

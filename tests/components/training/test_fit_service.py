@@ -229,10 +229,12 @@ def _assert_one_job_read_by(iterations: dict[str, set[str]], readers: int, repor
 
 def test_multi_worker_mirrored_workers_train_from_one_service_job(setup, launcher):
     config, data, root, _ = setup
-    cluster = local_cluster.free_cluster(2)
     # A service of its own, whose dispatcher log is about this run alone; two
     # service workers, between which the job's files are handed out too.
     with LocalService(os.path.join(root, "mwms_servers"), workers=2) as local, launcher.scope():
+        # Picked once the service's servers listen: each binds an OS-assigned port,
+        # which could otherwise be one picked here before its task bound it.
+        cluster = local_cluster.free_cluster(2)
         served = _on_service(config, local, kind="multi_worker_mirrored", workers=2)
         inputs = penguins.inputs_for(data, root, "mwms_service", served)
         workers = [
@@ -261,9 +263,10 @@ def test_multi_worker_mirrored_workers_train_from_one_service_job(setup, launche
 
 def test_parameter_server_workers_train_from_the_service(setup, launcher):
     config, data, root, _ = setup
-    cluster = local_cluster.free_cluster(2, ps=1, chief=True)
     servers = [("ps", 0), ("worker", 0), ("worker", 1)]
     with LocalService(os.path.join(root, "ps_servers"), workers=1) as local, launcher.scope():
+        # After the service listens, as in the multi-worker test above.
+        cluster = local_cluster.free_cluster(2, ps=1, chief=True)
         served = _on_service(config, local, kind="parameter_server", workers=2, parameter_servers=1)
         inputs = penguins.inputs_for(data, root, "ps_service", served)
         tasks = [

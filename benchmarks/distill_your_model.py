@@ -56,9 +56,16 @@ trained by other code or another recipe is reused. Each model measured is
 the one ML Metadata says its node's newest execution output. If the code
 changes while the benchmark runs, it writes nothing.
 
+The work directory does not outlive its machine, and one setting outlasts a
+working session here (its choice stage took 50 minutes, its trials about two
+hours more); so each setting's choice is also committed,
+`benchmarks/results/distill_your_model_choice_<setting>.json`, with the keys
+of the code and recipe that made it, and a run with the same keys starts at
+the trials (`--choice-only` stops after the choices).
+
     python -m benchmarks.distill_your_model [--settings scarce,all] [--seeds 5]
         [--teacher-steps 6000] [--student-steps 12000] [--workdir DIR]
-        [--shared-with TEXT] [--no-results]
+        [--shared-with TEXT] [--no-results] [--choice-only]
 
 JSON lines: one per model, one per setting (with the latency ratios at
 batch 256: one median a model, in a fixed order, an indication only), and
@@ -587,24 +594,82 @@ def run_stage(args, name: str, root: str, data: str, nodes: dict, split: str) ->
     return models
 
 
-def run_setting(args, setting: str, revision: str) -> dict:
+def choice_stem(setting: str) -> str:
+    """The committed file of a setting's choice, without `.json`."""
+    return f"distill_your_model_choice_{setting}"
+
+
+def committed_choice(
+    setting: str, revision: str, recipe: str, results_dir: str = results_lib.RESULTS_DIR
+) -> dict | None:
+    """The choice a run committed for this setting, code and recipe, or None.
+
+    The work directory does not outlive a machine, and one setting (a 50-minute
+    choice stage, then about two hours of trials here) outlasts a working session;
+    so the choice is committed with the keys of the code and recipe that made it,
+    and a later run (another session, another machine) starts at its trials. A
+    choice from other code or another recipe is not used: that run chooses again.
+    """
+    path = os.path.join(results_dir, f"{choice_stem(setting)}.json")
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None
+    saved = record["headline"]
+    if saved.get("revision") != revision or saved.get("recipe") != recipe:
+        return None
+    source = {"file": os.path.relpath(path, REPO), "commit": record["commit"]}
+    return {**saved["choice"], "from": {**source, "date": record["date"]}}
+
+
+def run_setting(
+    args,
+    setting: str,
+    revision: str,
+    unchanged=lambda: None,
+    results_dir: str = results_lib.RESULTS_DIR,
+) -> dict:
+    """One setting: its choice (from its work directory, the committed choice for this
+    code and recipe, or its choice stage), then, unless `args.choice_only`, its trials.
+    `unchanged` raises `CodeChanged` if the code changed since the run started; it is
+    called before a choice is committed."""
     fraction = SETTINGS[setting]
-    root = os.path.join(args.workdir, revision, recipe_key(args, setting))
+    recipe = recipe_key(args, setting)
+    root = os.path.join(args.workdir, revision, recipe)
     data = os.path.join(root, "data")
     if not os.path.exists(os.path.join(data, "test", "data.tfrecord")):
         write_examples(data, fraction, args.limit)
     choice_file = os.path.join(root, "choice.json")
+    committed = None if args.limit else committed_choice(setting, revision, recipe, results_dir)
     if os.path.exists(choice_file):
         with open(choice_file) as f:
             choice = json.load(f)
+    elif committed is not None:
+        choice = committed
     else:
         validation = run_stage(args, "choice", root, data, choice_nodes(), "eval")
         choice = choose({k: v["accuracy"] for k, v in validation.items() if k != "_seconds"})
         choice["seconds"] = validation["_seconds"]
+    if not os.path.exists(choice_file):
         with open(choice_file + ".tmp", "w") as f:
             json.dump(choice, f, indent=1)
         os.replace(choice_file + ".tmp", choice_file)
+    if committed is None and not args.no_results and not args.limit:
+        unchanged()
+        line = {"setting": setting, "revision": revision, "recipe": recipe, "choice": choice}
+        path = results_lib.write(
+            "distill_your_model",
+            [line],
+            shared_with=args.shared_with or None,
+            results_dir=results_dir,
+            argv=args.argv,
+            stem=choice_stem(setting),
+        )
+        print(f"# wrote {os.path.relpath(path, REPO)}", file=sys.stderr)
     emit({"setting": setting, "choice": choice})
+    if args.choice_only:
+        return {"setting": setting, "choice": choice}
     seeds = list(range(args.seeds))
     models = run_stage(args, "trials", root, data, trial_nodes(seeds, choice), "test")
     summary = summarize(setting, fraction, seeds, choice, models)
@@ -670,7 +735,14 @@ def main(argv: list[str] | None = None) -> None:
         help="what else ran on the cores (recorded; accuracy does not need an idle machine)",
     )
     parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
+    parser.add_argument(
+        "--choice-only",
+        action="store_true",
+        help="stop after each setting's choice (committed to benchmarks/results for the trials "
+        "of a later run)",
+    )
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     keys = [s for s in args.settings.split(",") if s]
     unknown = sorted(set(keys) - set(SETTINGS))
@@ -685,8 +757,14 @@ def main(argv: list[str] | None = None) -> None:
     started = results_lib.commit()
     trees = code_trees()
     revision = revision_key(trees)
-    summaries = [run_setting(args, setting, revision) for setting in keys]
-    check_unchanged(started, trees, results_lib.commit(), code_trees())
+
+    def unchanged() -> None:
+        check_unchanged(started, trees, results_lib.commit(), code_trees())
+
+    summaries = [run_setting(args, setting, revision, unchanged) for setting in keys]
+    unchanged()
+    if args.choice_only:
+        return
     headline = {"settings": [{k: s.get(k) for k in HEADLINE_KEYS} for s in summaries]}
     emit(headline)
     if not args.no_results and not args.limit:
@@ -694,7 +772,7 @@ def main(argv: list[str] | None = None) -> None:
             "distill_your_model",
             [*summaries, headline],
             shared_with=args.shared_with or None,
-            argv=sys.argv[1:] if argv is None else argv,
+            argv=args.argv,
         )
         print(f"# wrote {os.path.relpath(path, REPO)}", file=sys.stderr)
 

@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks import distill_your_model as bench
 from components.config import payload
+from components.testing import results as results_lib
 
 
 def _model(accuracy, params=56_000, model_ms=1.0, serving_ms=3.0):
@@ -160,6 +161,80 @@ def test_results_are_refused_when_the_code_changed_during_the_run():
     ):
         with pytest.raises(bench.CodeChanged, match=r"started at a{40}\); nothing is written"):
             bench.check_unchanged(started, trees, now, now_trees)
+
+
+def test_a_committed_choice_serves_only_the_code_and_recipe_that_made_it(tmp_path):
+    line = {"setting": "scarce", "revision": "r1", "recipe": "scarce-x", "choice": CHOICE}
+    results_lib.write(
+        "distill_your_model",
+        [line],
+        shared_with=None,
+        results_dir=str(tmp_path),
+        stem=bench.choice_stem("scarce"),
+    )
+    saved = bench.committed_choice("scarce", "r1", "scarce-x", str(tmp_path))
+    assert {k: saved[k] for k in CHOICE} == CHOICE
+    assert saved["from"]["file"].endswith("distill_your_model_choice_scarce.json")
+    assert {"commit", "date"} <= set(saved["from"])
+    assert bench.committed_choice("scarce", "r2", "scarce-x", str(tmp_path)) is None
+    assert bench.committed_choice("scarce", "r1", "scarce-y", str(tmp_path)) is None
+    assert bench.committed_choice("all", "r1", "scarce-x", str(tmp_path)) is None
+
+
+def _workdir(tmp_path, name, revision, recipe, choice=None):
+    """A setting's work directory with its data written (empty files: nothing reads
+    them here) and, optionally, its choice."""
+    root = tmp_path / name / revision / recipe
+    (root / "data" / "test").mkdir(parents=True)
+    (root / "data" / "test" / "data.tfrecord").write_bytes(b"")
+    if choice is not None:
+        (root / "choice.json").write_text(json.dumps(choice))
+    return root
+
+
+def test_a_later_run_elsewhere_starts_at_the_trials_from_the_committed_choice(
+    tmp_path, monkeypatch
+):
+    def the_choice_stage(*args, **kwargs):
+        raise AssertionError("the choice stage ran")
+
+    monkeypatch.setattr(bench, "run_stage", the_choice_stage)
+    args = argparse.Namespace(
+        limit=0,
+        teacher_steps=6000,
+        student_steps=12000,
+        eval_steps=20,
+        seeds=5,
+        workdir=str(tmp_path / "first"),
+        no_results=False,
+        choice_only=True,
+        shared_with="",
+        argv=["--choice-only"],
+    )
+    recipe = bench.recipe_key(args, "scarce")
+    results = str(tmp_path / "results")
+    checked = []
+    # A run that stopped after its choice, resumed: the choice is committed, after
+    # the code check.
+    _workdir(tmp_path, "first", "r1", recipe, {**CHOICE, "seconds": {"pipeline_wall": 1.0}})
+    out = bench.run_setting(args, "scarce", "r1", lambda: checked.append("first"), results)
+    assert out == {"setting": "scarce", "choice": {**CHOICE, "seconds": {"pipeline_wall": 1.0}}}
+    assert checked == ["first"]
+    with open(tmp_path / "results" / "distill_your_model_choice_scarce.json") as f:
+        record = json.load(f)
+    assert record["headline"]["revision"] == "r1" and record["headline"]["recipe"] == recipe
+    # Another machine, an empty work directory, the same code: no choice stage, and
+    # the choice lands in the work directory for the trials.
+    second = argparse.Namespace(**{**vars(args), "workdir": str(tmp_path / "second")})
+    root = _workdir(tmp_path, "second", "r1", recipe)
+    out = bench.run_setting(second, "scarce", "r1", lambda: checked.append("second"), results)
+    assert out["choice"]["alpha"] == 0.9 and out["choice"]["from"]["commit"] == record["commit"]
+    assert json.loads((root / "choice.json").read_text())["temperature"] == 4.0
+    assert checked == ["first"]  # nothing committed again
+    # Other code: the choice stage runs again.
+    _workdir(tmp_path, "second", "r2", recipe)
+    with pytest.raises(AssertionError, match="the choice stage ran"):
+        bench.run_setting(second, "scarce", "r2", lambda: None, results)
 
 
 def test_another_recipe_gets_a_directory_of_its_own():

@@ -58,10 +58,16 @@ changes while the benchmark runs, it writes nothing.
 
 The work directory does not outlive its machine, and one setting outlasts a
 working session here (its choice stage took 50 minutes, its trials about two
-hours more); so each setting's choice is also committed,
-`benchmarks/results/distill_your_model_choice_<setting>.json`, with the keys
-of the code and recipe that made it, and a run with the same keys starts at
-the trials (`--choice-only` stops after the choices).
+hours more); so each setting's choice is also written to
+`benchmarks/results/distill_your_model_choice_<setting>.json` (a results
+file: git-commit it after the run or after a `--choice-only` run, since a
+commit during a run changes the commit the final check compares), with the
+keys of the code, the recipe and the scoring that made it and the commit,
+date and machine of its choice stage (`measured`), and a run with the same
+keys starts at the trials (`--choice-only` stops after the choices). A
+choice written before a later setting's code check fails stays: it was
+checked when written. `make bench-report` marks such a file STALE on any
+change to this script or the product, more strictly than the keys.
 
     python -m benchmarks.distill_your_model [--settings scarce,all] [--seeds 5]
         [--teacher-steps 6000] [--student-steps 12000] [--workdir DIR]
@@ -73,7 +79,8 @@ last `{"settings": [...]}` with per setting `labeled_fraction`, `seeds`,
 `teachers`, `teacher_acc`, `alone_acc`, `distilled_acc`, `control_acc`,
 `distilled_minus_alone` and `distilled_minus_control` (each with its
 `_ci95`), `per_teacher`, `gap_recovered`, `param_ratio`; the file
-`benchmarks/results/distill_your_model.json` (not with `--limit`).
+`benchmarks/results/distill_your_model.json` and the choice files (neither
+with `--limit` or `--no-results`).
 """
 
 from __future__ import annotations
@@ -599,6 +606,17 @@ def choice_stem(setting: str) -> str:
     return f"distill_your_model_choice_{setting}"
 
 
+def scoring_key() -> str:
+    """A digest of the code that turns trained models into the choice's scores (the
+    recipe covers the data, the pipeline and `choose`): a committed choice outlives
+    its work directory, so it is keyed by these too."""
+    code = [
+        results_lib._code_of(textwrap.dedent(inspect.getsource(fn)))
+        for fn in (run_stage, trained_models, split_examples, measure)
+    ]
+    return hashlib.sha256(json.dumps(code).encode()).hexdigest()[:12]
+
+
 def committed_choice(
     setting: str, revision: str, recipe: str, results_dir: str = results_lib.RESULTS_DIR
 ) -> dict | None:
@@ -606,9 +624,10 @@ def committed_choice(
 
     The work directory does not outlive a machine, and one setting (a 50-minute
     choice stage, then about two hours of trials here) outlasts a working session;
-    so the choice is committed with the keys of the code and recipe that made it,
-    and a later run (another session, another machine) starts at its trials. A
-    choice from other code or another recipe is not used: that run chooses again.
+    so the choice is committed with the keys of the code, the recipe and the
+    scoring that made it, and a later run (another session, another machine)
+    starts at its trials. A choice that differs in any key, or a file that is not
+    such a choice, is not used: that run chooses again.
     """
     path = os.path.join(results_dir, f"{choice_stem(setting)}.json")
     try:
@@ -616,11 +635,14 @@ def committed_choice(
             record = json.load(f)
     except FileNotFoundError:
         return None
-    saved = record["headline"]
-    if saved.get("revision") != revision or saved.get("recipe") != recipe:
+    saved = record.get("headline") or {}
+    keys = {"revision": revision, "recipe": recipe, "scoring": scoring_key()}
+    if record.get("benchmark") != "distill_your_model" or "choice" not in saved:
         return None
-    source = {"file": os.path.relpath(path, REPO), "commit": record["commit"]}
-    return {**saved["choice"], "from": {**source, "date": record["date"]}}
+    if any(saved.get(name) != value for name, value in keys.items()):
+        return None
+    source = {"file": os.path.relpath(path, REPO), "commit": record.get("commit")}
+    return {**saved["choice"], "from": {**source, "date": record.get("date")}}
 
 
 def run_setting(
@@ -633,7 +655,9 @@ def run_setting(
     """One setting: its choice (from its work directory, the committed choice for this
     code and recipe, or its choice stage), then, unless `args.choice_only`, its trials.
     `unchanged` raises `CodeChanged` if the code changed since the run started; it is
-    called before a choice is committed."""
+    called before a choice is written to `results_dir`, which happens when none there
+    matches, results are on, and the code is committed (a `-dirty-` revision no run
+    can match)."""
     fraction = SETTINGS[setting]
     recipe = recipe_key(args, setting)
     root = os.path.join(args.workdir, revision, recipe)
@@ -651,13 +675,28 @@ def run_setting(
         validation = run_stage(args, "choice", root, data, choice_nodes(), "eval")
         choice = choose({k: v["accuracy"] for k, v in validation.items() if k != "_seconds"})
         choice["seconds"] = validation["_seconds"]
+        # The file that commits the choice records the run that writes it, which may
+        # be a later one (resumed from this work directory): this is the stage's own.
+        choice["measured"] = {
+            "commit": results_lib.commit()["commit"],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": results_lib.machine(),
+        }
     if not os.path.exists(choice_file):
         with open(choice_file + ".tmp", "w") as f:
             json.dump(choice, f, indent=1)
         os.replace(choice_file + ".tmp", choice_file)
-    if committed is None and not args.no_results and not args.limit:
+    clean = "-dirty-" not in revision
+    if committed is None and clean and not args.no_results and not args.limit:
         unchanged()
-        line = {"setting": setting, "revision": revision, "recipe": recipe, "choice": choice}
+        choice = {k: v for k, v in choice.items() if k != "from"}
+        line = {
+            "setting": setting,
+            "revision": revision,
+            "recipe": recipe,
+            "scoring": scoring_key(),
+            "choice": choice,
+        }
         path = results_lib.write(
             "distill_your_model",
             [line],

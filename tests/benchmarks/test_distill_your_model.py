@@ -163,15 +163,22 @@ def test_results_are_refused_when_the_code_changed_during_the_run():
             bench.check_unchanged(started, trees, now, now_trees)
 
 
-def test_a_committed_choice_serves_only_the_code_and_recipe_that_made_it(tmp_path):
-    line = {"setting": "scarce", "revision": "r1", "recipe": "scarce-x", "choice": CHOICE}
+def _commit_choice(directory, name="distill_your_model", **keys):
+    line = {
+        "setting": "scarce",
+        "revision": "r1",
+        "recipe": "scarce-x",
+        "scoring": bench.scoring_key(),
+        "choice": CHOICE,
+        **keys,
+    }
     results_lib.write(
-        "distill_your_model",
-        [line],
-        shared_with=None,
-        results_dir=str(tmp_path),
-        stem=bench.choice_stem("scarce"),
+        name, [line], shared_with=None, results_dir=str(directory), stem=bench.choice_stem("scarce")
     )
+
+
+def test_a_committed_choice_serves_only_the_code_recipe_and_scoring_that_made_it(tmp_path):
+    _commit_choice(tmp_path)
     saved = bench.committed_choice("scarce", "r1", "scarce-x", str(tmp_path))
     assert {k: saved[k] for k in CHOICE} == CHOICE
     assert saved["from"]["file"].endswith("distill_your_model_choice_scarce.json")
@@ -179,6 +186,10 @@ def test_a_committed_choice_serves_only_the_code_and_recipe_that_made_it(tmp_pat
     assert bench.committed_choice("scarce", "r2", "scarce-x", str(tmp_path)) is None
     assert bench.committed_choice("scarce", "r1", "scarce-y", str(tmp_path)) is None
     assert bench.committed_choice("all", "r1", "scarce-x", str(tmp_path)) is None
+    _commit_choice(tmp_path / "scored", scoring="0" * 12)
+    assert bench.committed_choice("scarce", "r1", "scarce-x", str(tmp_path / "scored")) is None
+    _commit_choice(tmp_path / "other", name="distillation")
+    assert bench.committed_choice("scarce", "r1", "scarce-x", str(tmp_path / "other")) is None
 
 
 def _workdir(tmp_path, name, revision, recipe, choice=None):
@@ -235,6 +246,43 @@ def test_a_later_run_elsewhere_starts_at_the_trials_from_the_committed_choice(
     _workdir(tmp_path, "second", "r2", recipe)
     with pytest.raises(AssertionError, match="the choice stage ran"):
         bench.run_setting(second, "scarce", "r2", lambda: None, results)
+
+
+def test_no_choice_is_written_from_changed_or_uncommitted_code_a_smoke_run_or_without_results(
+    tmp_path,
+):
+    base = argparse.Namespace(
+        limit=0,
+        teacher_steps=6000,
+        student_steps=12000,
+        eval_steps=20,
+        seeds=5,
+        workdir=str(tmp_path / "work"),
+        no_results=False,
+        choice_only=True,
+        shared_with="",
+        argv=[],
+    )
+    results = tmp_path / "results"
+
+    def changed():
+        raise bench.CodeChanged("the code changed")
+
+    cases = (
+        ("r1", {}, changed),
+        ("r2-dirty-0123abcd", {}, lambda: None),
+        ("r3", {"no_results": True}, lambda: None),
+        ("r4", {"limit": 100}, lambda: None),
+    )
+    for revision, change, unchanged in cases:
+        args = argparse.Namespace(**{**vars(base), **change})
+        _workdir(tmp_path, "work", revision, bench.recipe_key(args, "scarce"), CHOICE)
+        if unchanged is changed:
+            with pytest.raises(bench.CodeChanged):
+                bench.run_setting(args, "scarce", revision, unchanged, str(results))
+        else:
+            assert bench.run_setting(args, "scarce", revision, unchanged, str(results))["choice"]
+        assert not results.exists(), revision
 
 
 def test_another_recipe_gets_a_directory_of_its_own():

@@ -203,6 +203,24 @@ def _workdir(tmp_path, name, revision, recipe, choice=None):
     return root
 
 
+def _choice_only_args(workdir, **change):
+    """A `--choice-only` run's arguments at the default steps, writing its work under
+    `workdir`."""
+    args = dict(
+        limit=0,
+        teacher_steps=6000,
+        student_steps=12000,
+        eval_steps=20,
+        seeds=5,
+        workdir=str(workdir),
+        no_results=False,
+        choice_only=True,
+        shared_with="",
+        argv=["--choice-only"],
+    )
+    return argparse.Namespace(**{**args, **change})
+
+
 def test_a_later_run_elsewhere_starts_at_the_trials_from_the_committed_choice(
     tmp_path, monkeypatch
 ):
@@ -210,18 +228,7 @@ def test_a_later_run_elsewhere_starts_at_the_trials_from_the_committed_choice(
         raise AssertionError("the choice stage ran")
 
     monkeypatch.setattr(bench, "run_stage", the_choice_stage)
-    args = argparse.Namespace(
-        limit=0,
-        teacher_steps=6000,
-        student_steps=12000,
-        eval_steps=20,
-        seeds=5,
-        workdir=str(tmp_path / "first"),
-        no_results=False,
-        choice_only=True,
-        shared_with="",
-        argv=["--choice-only"],
-    )
+    args = _choice_only_args(tmp_path / "first")
     recipe = bench.recipe_key(args, "scarce")
     results = str(tmp_path / "results")
     checked = []
@@ -251,18 +258,7 @@ def test_a_later_run_elsewhere_starts_at_the_trials_from_the_committed_choice(
 def test_no_choice_is_written_from_changed_or_uncommitted_code_a_smoke_run_or_without_results(
     tmp_path,
 ):
-    base = argparse.Namespace(
-        limit=0,
-        teacher_steps=6000,
-        student_steps=12000,
-        eval_steps=20,
-        seeds=5,
-        workdir=str(tmp_path / "work"),
-        no_results=False,
-        choice_only=True,
-        shared_with="",
-        argv=[],
-    )
+    base = _choice_only_args(tmp_path / "work")
     results = tmp_path / "results"
 
     def changed():

@@ -4,7 +4,8 @@
 `python -m components.testing.results` (`make bench-report`) prints every
 committed headline without running anything, marking a file stale when the
 product, its benchmark or a test helper it imports changed since the commit
-it records.
+it records, unless `NEUTRAL_FILE` declares that change does not touch any
+figure (and the report then prints the declaration).
 """
 
 from __future__ import annotations
@@ -152,6 +153,12 @@ def write(
 TESTING_DIR = "components/testing"
 CONFIGS_DIR = "pipelines/configs"
 RECORDING_ONLY = frozenset({"results"})
+# Commits declared not to touch any benchmark's figures, each for the paths it
+# names, with why (a message's wording, say): `{"changes": [{"commit": full sha,
+# "paths": [...], "why": "..."}]}`. A result crosses such a change without
+# going stale, and `report` prints the declaration under it; any other commit
+# to the same path since the result's own still stales it.
+NEUTRAL_FILE = "benchmarks/neutral_changes.json"
 
 
 @functools.cache
@@ -302,14 +309,47 @@ def _same_code(path: str, recorded: str, cwd: str) -> bool:
     return code is not None and code == _code_of(after.stdout)
 
 
+def _neutral_changes(cwd: str) -> dict[str, dict[str, str]]:
+    """`NEUTRAL_FILE` as path -> {full commit: why}; empty where there is none."""
+    try:
+        with open(os.path.join(cwd, NEUTRAL_FILE)) as f:
+            entries = json.load(f)["changes"]
+    except FileNotFoundError:
+        return {}
+    declared: dict[str, dict[str, str]] = {}
+    for entry in entries:
+        for path in entry["paths"]:
+            declared.setdefault(path, {})[entry["commit"]] = entry["why"]
+    return declared
+
+
+def _declared_neutral(path: str, recorded: str, cwd: str, declared: dict) -> list[str] | None:
+    """When every commit that changed `path` since `recorded` is declared in
+    `NEUTRAL_FILE` for that path, one line per commit saying so; otherwise None."""
+    if path not in declared:
+        return None
+    log = _git("log", "--format=%H", f"{recorded}..HEAD", "--", path, cwd=cwd)
+    commits = log.stdout.split()
+    if log.returncode != 0 or not commits or any(c not in declared[path] for c in commits):
+        return None
+    return [f"{path} at {c[:10]}: {declared[path][c]}" for c in commits]
+
+
 def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
     """Why a result no longer describes HEAD, or None when it still does."""
+    return assess(record, cwd)[0]
+
+
+def assess(record: dict, cwd: str = REPO_ROOT) -> tuple[str | None, list[str]]:
+    """`(staleness, declared)`: why a result no longer describes HEAD (None when it
+    still does), and the changes since its commit that count for it but that
+    `NEUTRAL_FILE` declares do not touch what it measures, one line each."""
     _tree.cache_clear()  # files change between calls; within one, each is read once
     recorded = record.get("commit")
     if not recorded:
-        return "no commit recorded"
+        return "no commit recorded", []
     if _git("cat-file", "-e", f"{recorded}^{{commit}}", cwd=cwd).returncode != 0:
-        return f"commit {recorded[:10]} is not in this history"
+        return f"commit {recorded[:10]} is not in this history", []
     script = os.path.join("benchmarks", f"{record['benchmark']}.py")
     scripts, helpers, declared = _dependencies(os.path.join(cwd, script), cwd)
     changed = _git(
@@ -330,17 +370,27 @@ def staleness(record: dict, cwd: str = REPO_ROOT) -> str | None:
         for f in _measuring(changed.stdout.split("\0"), script, scripts, helpers, declared)
         if not _same_code(f, recorded, cwd)
     ]
+    neutral = _neutral_changes(cwd)
+    crossed: list[str] = []
+    for f in list(files):
+        lines = _declared_neutral(f, recorded, cwd, neutral)
+        if lines is not None:
+            files.remove(f)
+            crossed += lines
     if files:
-        return f"{len(files)} file(s) of the product or the benchmark changed since {recorded[:10]}"
+        stale = (
+            f"{len(files)} file(s) of the product or the benchmark changed since {recorded[:10]}"
+        )
+        return stale, crossed
     dirty_files = record.get("dirty_files")
     if dirty_files is None and record.get("dirty") is not False:
         # Recorded before results named the uncommitted files, or git could not say:
         # any of them may count.
-        return f"measured on uncommitted changes to {recorded[:10]} (or none recorded)"
+        return f"measured on uncommitted changes to {recorded[:10]} (or none recorded)", crossed
     dirty = _measuring(dirty_files or [], script, scripts, helpers, declared)
     if dirty:
-        return f"measured on uncommitted changes to {len(dirty)} file(s) it depends on"
-    return None
+        return f"measured on uncommitted changes to {len(dirty)} file(s) it depends on", crossed
+    return None, crossed
 
 
 def report(results_dir: str = RESULTS_DIR, cwd: str = REPO_ROOT) -> list[str]:
@@ -353,7 +403,7 @@ def report(results_dir: str = RESULTS_DIR, cwd: str = REPO_ROOT) -> list[str]:
             continue
         with open(os.path.join(results_dir, entry)) as f:
             record = json.load(f)
-        stale = staleness(record, cwd)
+        stale, crossed = assess(record, cwd)
         where = record["machine"]
         out.append(
             f"== {record['benchmark']} ({entry}): commit {str(record.get('commit'))[:10]}, "
@@ -361,6 +411,7 @@ def report(results_dir: str = RESULTS_DIR, cwd: str = REPO_ROOT) -> list[str]:
             + ("idle" if record.get("idle") else f"shared with {record.get('shared_with')}")
             + (f"; STALE: {stale}" if stale else "")
         )
+        out += [f"   declared not to touch its figures ({NEUTRAL_FILE}): {c}" for c in crossed]
         out.append(json.dumps(record["headline"], sort_keys=True))
     return out or [f"no results in {os.path.relpath(results_dir, cwd)}"]
 

@@ -224,3 +224,51 @@ def test_a_shipped_config_stales_only_the_benchmarks_that_name_it(repo):
     # The config it names, and any other file under pipelines/, do count.
     assert after_writing("pipelines/configs/taxi.yaml", "name: taxi2\n").startswith("1 file(s)")
     assert after_writing("pipelines/configs/schema.json", "[]\n").startswith("2 file(s)")
+
+
+def test_a_change_declared_neutral_stales_nothing_and_is_reported_beside_the_result(tmp_path, repo):
+    def commit(text: str) -> str:
+        (repo / "components" / "core.py").write_text(text)
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "edit")
+        return results.commit(str(repo))["commit"]
+
+    def declare(*changes: tuple[str, str]) -> None:
+        entries = [{"commit": c, "paths": [p], "why": "wording only"} for c, p in changes]
+        (repo / results.NEUTRAL_FILE).write_text(json.dumps({"changes": entries}))
+
+    measured = results.commit(str(repo))["commit"]
+    (repo / "r").mkdir()
+    (repo / "r" / "speed.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "speed",
+                "commit": measured,
+                "dirty": False,
+                "dirty_files": [],
+                "date": "d",
+                "machine": {"cores": 2, "cpu": "c"},
+                "idle": True,
+                "headline": {"ratio": 0.5},
+            }
+        )
+    )
+    record = json.loads((repo / "r" / "speed.json").read_text())
+    wording = commit('X = 1\nMESSAGE = "no lead to recover"\n')
+    stale = f"1 file(s) of the product or the benchmark changed since {measured[:10]}"
+    assert results.staleness(record, str(repo)) == stale
+    # Declared for another path, it does not count for this one.
+    declare((wording, "components/other.py"))
+    assert results.staleness(record, str(repo)) == stale
+    declare((wording, "components/core.py"))
+    assert results.assess(record, str(repo)) == (
+        None,
+        [f"components/core.py at {wording[:10]}: wording only"],
+    )
+    assert results.report(str(repo / "r"), str(repo))[:2] == [
+        "== speed (speed.json): commit " + measured[:10] + ", d, 2 cores c, idle",
+        "   declared not to touch its figures (benchmarks/neutral_changes.json): "
+        f"components/core.py at {wording[:10]}: wording only",
+    ]
+    # A later change to the same path that nobody declared stales it again.
+    commit('X = 2\nMESSAGE = "no lead to recover"\n')
+    assert results.assess(record, str(repo))[0] == stale

@@ -156,8 +156,10 @@ RECORDING_ONLY = frozenset({"results"})
 # Commits declared not to touch any benchmark's figures, each for the paths it
 # names, with why (a message's wording, say): `{"changes": [{"commit": full sha,
 # "paths": [...], "why": "..."}]}`. A result crosses such a change without
-# going stale, and `report` prints the declaration under it; any other commit
-# to the same path since the result's own still stales it.
+# going stale, and `report` prints the declaration under it, when every commit
+# to that path since the result's own (merges included; under a rename, the old
+# path's too) is declared for it and the result's commit is an ancestor of HEAD.
+# Read as committed at HEAD.
 NEUTRAL_FILE = "benchmarks/neutral_changes.json"
 
 
@@ -310,25 +312,42 @@ def _same_code(path: str, recorded: str, cwd: str) -> bool:
 
 
 def _neutral_changes(cwd: str) -> dict[str, dict[str, str]]:
-    """`NEUTRAL_FILE` as path -> {full commit: why}; empty where there is none."""
-    try:
-        with open(os.path.join(cwd, NEUTRAL_FILE)) as f:
-            entries = json.load(f)["changes"]
-    except FileNotFoundError:
+    """`NEUTRAL_FILE` as committed at HEAD (an uncommitted edit spares nothing), as
+    path -> {full commit: why}; empty where there is none.
+
+    Raises:
+      ValueError: naming the file, the entry and the fix, when it is not of
+        `NEUTRAL_FILE`'s form.
+    """
+    shown = _git("show", f"HEAD:{NEUTRAL_FILE}", cwd=cwd)
+    if shown.returncode != 0:
         return {}
     declared: dict[str, dict[str, str]] = {}
-    for entry in entries:
-        for path in entry["paths"]:
-            declared.setdefault(path, {})[entry["commit"]] = entry["why"]
+    try:
+        entries = json.loads(shown.stdout)["changes"]
+        for i, entry in enumerate(entries):
+            sha, paths, why = entry["commit"], entry["paths"], entry["why"]
+            if not (
+                isinstance(sha, str) and len(sha) == 40 and set(sha) <= set("0123456789abcdef")
+            ):
+                raise ValueError(f"changes[{i}].commit: expected a full 40-hex sha, got {sha!r}")
+            for path in paths:
+                declared.setdefault(path, {})[sha] = why
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f'{NEUTRAL_FILE}: {e}; expected {{"changes": [{{"commit": full sha, '
+            '"paths": [...], "why": "..."}]}'
+        ) from e
     return declared
 
 
 def _declared_neutral(path: str, recorded: str, cwd: str, declared: dict) -> list[str] | None:
-    """When every commit that changed `path` since `recorded` is declared in
-    `NEUTRAL_FILE` for that path, one line per commit saying so; otherwise None."""
+    """When every commit that changed `path` since `recorded` (merges included) is
+    declared in `NEUTRAL_FILE` for that path, one line per commit saying so;
+    otherwise None. `recorded` must be an ancestor of HEAD."""
     if path not in declared:
         return None
-    log = _git("log", "--format=%H", f"{recorded}..HEAD", "--", path, cwd=cwd)
+    log = _git("log", "--full-history", "--format=%H", f"{recorded}..HEAD", "--", path, cwd=cwd)
     commits = log.stdout.split()
     if log.returncode != 0 or not commits or any(c not in declared[path] for c in commits):
         return None
@@ -356,6 +375,8 @@ def assess(record: dict, cwd: str = REPO_ROOT) -> tuple[str | None, list[str]]:
         "diff",
         "-z",
         "--name-only",
+        # A rename lists both paths: the old one's history counts too.
+        "--no-renames",
         recorded,
         "HEAD",
         "--",
@@ -370,7 +391,10 @@ def assess(record: dict, cwd: str = REPO_ROOT) -> tuple[str | None, list[str]]:
         for f in _measuring(changed.stdout.split("\0"), script, scripts, helpers, declared)
         if not _same_code(f, recorded, cwd)
     ]
-    neutral = _neutral_changes(cwd)
+    # Only a result measured on HEAD's own history can cross a declared change:
+    # on another line, `recorded..HEAD` would miss what HEAD lacks of it.
+    ancestor = _git("merge-base", "--is-ancestor", recorded, "HEAD", cwd=cwd).returncode == 0
+    neutral = _neutral_changes(cwd) if ancestor else {}
     crossed: list[str] = []
     for f in list(files):
         lines = _declared_neutral(f, recorded, cwd, neutral)

@@ -226,49 +226,126 @@ def test_a_shipped_config_stales_only_the_benchmarks_that_name_it(repo):
     assert after_writing("pipelines/configs/schema.json", "[]\n").startswith("2 file(s)")
 
 
-def test_a_change_declared_neutral_stales_nothing_and_is_reported_beside_the_result(tmp_path, repo):
-    def commit(text: str) -> str:
-        (repo / "components" / "core.py").write_text(text)
-        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "edit")
-        return results.commit(str(repo))["commit"]
+def _commit_all(repo, message: str = "edit") -> str:
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+    return results.commit(str(repo))["commit"]
 
-    def declare(*changes: tuple[str, str]) -> None:
-        entries = [{"commit": c, "paths": [p], "why": "wording only"} for c, p in changes]
-        (repo / results.NEUTRAL_FILE).write_text(json.dumps({"changes": entries}))
 
+def _declare(repo, *changes: tuple[str, str]) -> str:
+    """Commits `benchmarks/neutral_changes.json` declaring each `(commit, path)`."""
+    entries = [{"commit": c, "paths": [p], "why": "wording only"} for c, p in changes]
+    (repo / results.NEUTRAL_FILE).write_text(json.dumps({"changes": entries}))
+    return _commit_all(repo, "declare")
+
+
+def test_a_change_declared_neutral_stales_nothing_and_is_reported_beside_the_result(repo):
+    core, other = repo / "components" / "core.py", repo / "components" / "other.py"
     measured = results.commit(str(repo))["commit"]
+    record = {
+        "benchmark": "speed",
+        "commit": measured,
+        "dirty": False,
+        "dirty_files": [],
+        "date": "d",
+        "machine": {"cores": 2, "cpu": "c"},
+        "idle": True,
+        "headline": {"ratio": 0.5},
+    }
     (repo / "r").mkdir()
-    (repo / "r" / "speed.json").write_text(
-        json.dumps(
-            {
-                "benchmark": "speed",
-                "commit": measured,
-                "dirty": False,
-                "dirty_files": [],
-                "date": "d",
-                "machine": {"cores": 2, "cpu": "c"},
-                "idle": True,
-                "headline": {"ratio": 0.5},
-            }
-        )
-    )
-    record = json.loads((repo / "r" / "speed.json").read_text())
-    wording = commit('X = 1\nMESSAGE = "no lead to recover"\n')
-    stale = f"1 file(s) of the product or the benchmark changed since {measured[:10]}"
-    assert results.staleness(record, str(repo)) == stale
-    # Declared for another path, it does not count for this one.
-    declare((wording, "components/other.py"))
-    assert results.staleness(record, str(repo)) == stale
-    declare((wording, "components/core.py"))
+    (repo / "r" / "speed.json").write_text(json.dumps(record))
+    core.write_text('X = 1\nMESSAGE = "no lead to recover"\n')
+    other.write_text("Y = 2\n")
+    both = _commit_all(repo)
+    stale = f"{{}} file(s) of the product or the benchmark changed since {measured[:10]}"
+    assert results.staleness(record, str(repo)) == stale.format(2)
+    # Declared for one of the two paths it changed, the other still counts.
+    _declare(repo, (both, "components/core.py"))
     assert results.assess(record, str(repo)) == (
-        None,
-        [f"components/core.py at {wording[:10]}: wording only"],
+        stale.format(1),
+        [f"components/core.py at {both[:10]}: wording only"],
     )
+    _declare(repo, (both, "components/core.py"), (both, "components/other.py"))
+    assert results.staleness(record, str(repo)) is None
     assert results.report(str(repo / "r"), str(repo))[:2] == [
         "== speed (speed.json): commit " + measured[:10] + ", d, 2 cores c, idle",
         "   declared not to touch its figures (benchmarks/neutral_changes.json): "
-        f"components/core.py at {wording[:10]}: wording only",
+        f"components/core.py at {both[:10]}: wording only",
     ]
+    # An uncommitted declaration spares nothing: the committed one is read.
+    (repo / results.NEUTRAL_FILE).write_text(json.dumps({"changes": []}))
+    assert results.staleness(record, str(repo)) is None
+    _git(repo, "checkout", "-q", "--", results.NEUTRAL_FILE)
     # A later change to the same path that nobody declared stales it again.
-    commit('X = 2\nMESSAGE = "no lead to recover"\n')
-    assert results.assess(record, str(repo))[0] == stale
+    core.write_text('X = 2\nMESSAGE = "no lead to recover"\n')
+    _commit_all(repo)
+    assert results.staleness(record, str(repo)) == stale.format(1)
+
+
+def test_a_declaration_spares_nothing_across_a_rename_a_merge_or_another_line(repo):
+    core = repo / "components" / "core.py"
+    before = results.commit(str(repo))["commit"]
+
+    # A merge that takes the other line's file undoes the measured change: the
+    # merge itself changed the path and must be declared.
+    core.write_text("X = 5\n")
+    measured = _commit_all(repo)
+    record = {"benchmark": "speed", "commit": measured, "dirty": False, "dirty_files": []}
+    _git(repo, "checkout", "-q", "-b", "side", before)
+    core.write_text('X = 1\nMESSAGE = "a"\n')
+    wording = _commit_all(repo)
+    _git(repo, "checkout", "-q", "-")
+    _git(
+        repo,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "merge",
+        "-q",
+        "-s",
+        "ours",
+        "--no-commit",
+        "side",
+    )
+    _git(repo, "checkout", "side", "--", "components/core.py")
+    _commit_all(repo, "merge side, its core.py")
+    _declare(repo, (wording, "components/core.py"))
+    assert results.staleness(record, str(repo)) is not None
+
+    # A result measured on another line: HEAD lacks its change, whatever is declared.
+    _git(repo, "checkout", "-q", "-b", "lone", before)
+    core.write_text("X = 7\n")
+    lone = _commit_all(repo)
+    _git(repo, "checkout", "-q", "-b", "declared", before)
+    core.write_text('X = 1\nMESSAGE = "c"\n')
+    reworded = _commit_all(repo)
+    _declare(repo, (reworded, "components/core.py"))
+    assert results.staleness({**record, "commit": before}, str(repo)) is None
+    assert results.staleness({**record, "commit": lone}, str(repo)) is not None
+
+    # A rename (git sees one: most lines stay) after an undeclared edit of the
+    # old path: that edit still counts.
+    _git(repo, "checkout", "-q", "-b", "renames", measured)
+    body = "".join(f"V{i} = {i}\n" for i in range(20))
+    core.write_text(body + "X = 5\n")
+    renaming_from = _commit_all(repo)
+    core.write_text(body + "X = 99\n")
+    _commit_all(repo)
+    _git(repo, "mv", "components/core.py", "components/core2.py")
+    renamed = _commit_all(repo)
+    _declare(repo, (renamed, "components/core2.py"), (renamed, "components/core.py"))
+    from_there = {**record, "commit": renaming_from}
+    assert results.staleness(from_there, str(repo)) is not None
+
+
+def test_a_malformed_declaration_is_refused_naming_the_file_and_the_form(repo):
+    _declare(repo, ("abc123", "components/core.py"))
+    core = repo / "components" / "core.py"
+    record = {"benchmark": "speed", "commit": results.commit(str(repo))["commit"], "dirty": False}
+    core.write_text("X = 3\n")
+    _commit_all(repo)
+    with pytest.raises(
+        ValueError, match=r"neutral_changes\.json: changes\[0\]\.commit: expected a full"
+    ):
+        results.staleness(record, str(repo))

@@ -151,6 +151,8 @@ def write(
 # of benchmarks that import it (directly or through another helper); this
 # module records results and measures nothing, so it stales none.
 TESTING_DIR = "components/testing"
+# Every directory of such helpers: the product's runs never import them.
+TESTING_DIRS = (TESTING_DIR, "pipelines/testing")
 CONFIGS_DIR = "pipelines/configs"
 RECORDING_ONLY = frozenset({"results"})
 # Commits declared not to touch any benchmark's figures, each for the paths it
@@ -249,14 +251,19 @@ def _dependencies(script: str, cwd: str) -> tuple[set[str], set[str], set[str]]:
             if found not in scripts:
                 scripts.add(found)
                 todo.append(os.path.join(cwd, found))
-        for name in _imports_under(path, TESTING_DIR.replace("/", ".")) - RECORDING_ONLY:
-            found = os.path.join(TESTING_DIR, *name.split(".")) + ".py"
-            if found not in helpers:
-                helpers.add(found)
-                todo.append(os.path.join(cwd, found))
-    if helpers:
-        # Runs on every import of a helper.
-        helpers.add(os.path.join(TESTING_DIR, "__init__.py"))
+        for testing in TESTING_DIRS:
+            imported = _imports_under(path, testing.replace("/", "."))
+            for name in imported - (RECORDING_ONLY if testing == TESTING_DIR else set()):
+                found = os.path.join(testing, *name.split(".")) + ".py"
+                if found not in helpers:
+                    helpers.add(found)
+                    todo.append(os.path.join(cwd, found))
+    # Runs on every import of a helper of its directory.
+    helpers |= {
+        os.path.join(testing, "__init__.py")
+        for testing in TESTING_DIRS
+        if any(h.startswith(testing + "/") for h in helpers)
+    }
     return scripts, helpers, declared
 
 
@@ -271,7 +278,7 @@ def _measuring(
         if f in helpers
         or any(f == d or f.startswith(d + "/") for d in declared)
         or (
-            not f.startswith(TESTING_DIR + "/")
+            not any(f.startswith(testing + "/") for testing in TESTING_DIRS)
             and not _a_shipped_config(f)
             and (f == script or f in scripts or f.split("/", 1)[0] in PRODUCT_PATHS)
         )

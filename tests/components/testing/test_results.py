@@ -158,6 +158,36 @@ def test_a_test_helper_stales_only_the_results_of_benchmarks_that_import_it(repo
     assert after_changing("benchmarks/common.py").startswith("2 file(s)")
 
 
+def test_the_pipelines_test_helpers_stale_only_the_results_of_benchmarks_that_import_them(repo):
+    testing = repo / "pipelines" / "testing"
+    testing.mkdir(parents=True)
+    (testing / "__init__.py").write_text("")
+    (testing / "cases.py").write_text("CASES = 1\n")
+    (testing / "other.py").write_text("O = 1\n")
+    (repo / "pipelines" / "runner.py").write_text("R = 1\n")
+    (repo / "benchmarks" / "catalogue.py").write_text("from pipelines.testing.cases import CASES\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "helpers")
+    measured = results.commit(str(repo))["commit"]
+    speed, catalogue = (
+        {"benchmark": name, "commit": measured, "dirty": False} for name in ("speed", "catalogue")
+    )
+
+    def after_changing(path: str) -> tuple[str | None, str | None]:
+        (repo / path).write_text((repo / path).read_text() + "CHANGED = 1\n")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", path)
+        return results.staleness(speed, str(repo)), results.staleness(catalogue, str(repo))
+
+    # No product run imports them: a helper nobody imports stales nothing.
+    assert after_changing("pipelines/testing/other.py") == (None, None)
+    # The one a benchmark imports stales its results only.
+    stale_speed, stale_catalogue = after_changing("pipelines/testing/cases.py")
+    assert stale_speed is None and stale_catalogue.startswith("1 file(s)")
+    # The rest of pipelines/ is the product: it stales both.
+    stale_speed, stale_catalogue = after_changing("pipelines/runner.py")
+    assert stale_speed.startswith("1 file(s)") and stale_catalogue.startswith("2 file(s)")
+
+
 def test_one_benchmark_keeps_a_file_per_stem(tmp_path, repo):
     for example in ("taxi", "penguin"):
         results.write(

@@ -136,6 +136,20 @@ def test_the_library_does_not_import_the_pipelines():
     assert not found, found
 
 
+def test_no_product_module_imports_the_test_helpers():
+    """`make bench-report` counts `components/testing/` and `pipelines/testing/` for
+    a benchmark only when it imports them (components/testing/results.py): that
+    holds while no product module does."""
+    found = sorted(
+        f"{module} -> {target}"
+        for module, (top, lazy) in _graph().items()
+        if "testing" not in module.split(".")
+        for target in top | lazy
+        if target.startswith(("components.testing", "pipelines.testing"))
+    )
+    assert not found, found
+
+
 # The layers of `components/`, lowest first: a module may import its own
 # layer and the ones below, never one above (docs/architecture.md). The TFX
 # components (and the helpers shared by tests and benchmarks) are the top.

@@ -162,7 +162,9 @@ def test_the_pipelines_test_helpers_stale_only_the_results_of_benchmarks_that_im
     testing = repo / "pipelines" / "testing"
     testing.mkdir(parents=True)
     (testing / "__init__.py").write_text("")
-    (testing / "cases.py").write_text("CASES = 1\n")
+    (testing / "cases.py").write_text("from components.testing import disk\n\nCASES = 1\n")
+    (repo / "components" / "testing").mkdir()
+    (repo / "components" / "testing" / "disk.py").write_text("D = 1\n")
     (testing / "other.py").write_text("O = 1\n")
     (repo / "pipelines" / "runner.py").write_text("R = 1\n")
     (repo / "benchmarks" / "catalogue.py").write_text("from pipelines.testing.cases import CASES\n")
@@ -183,9 +185,12 @@ def test_the_pipelines_test_helpers_stale_only_the_results_of_benchmarks_that_im
     # The one a benchmark imports stales its results only.
     stale_speed, stale_catalogue = after_changing("pipelines/testing/cases.py")
     assert stale_speed is None and stale_catalogue.startswith("1 file(s)")
+    # So do the helpers it imports, of either directory, and its package's __init__.
+    assert after_changing("components/testing/disk.py")[0] is None
+    assert after_changing("pipelines/testing/__init__.py")[0] is None
     # The rest of pipelines/ is the product: it stales both.
     stale_speed, stale_catalogue = after_changing("pipelines/runner.py")
-    assert stale_speed.startswith("1 file(s)") and stale_catalogue.startswith("2 file(s)")
+    assert stale_speed.startswith("1 file(s)") and stale_catalogue.startswith("4 file(s)")
 
 
 def test_one_benchmark_keeps_a_file_per_stem(tmp_path, repo):

@@ -154,7 +154,7 @@ TESTING_DIR = "components/testing"
 # Every directory of such helpers: the product's runs never import them.
 TESTING_DIRS = (TESTING_DIR, "pipelines/testing")
 CONFIGS_DIR = "pipelines/configs"
-RECORDING_ONLY = frozenset({"results"})
+RECORDING_ONLY = frozenset({f"{TESTING_DIR}/results.py"})
 # Commits declared not to touch any benchmark's figures, each for the paths it
 # names, with why (a message's wording, say): `{"changes": [{"commit": full sha,
 # "paths": [...], "why": "..."}]}`. A result crosses such a change without
@@ -252,10 +252,9 @@ def _dependencies(script: str, cwd: str) -> tuple[set[str], set[str], set[str]]:
                 scripts.add(found)
                 todo.append(os.path.join(cwd, found))
         for testing in TESTING_DIRS:
-            imported = _imports_under(path, testing.replace("/", "."))
-            for name in imported - (RECORDING_ONLY if testing == TESTING_DIR else set()):
+            for name in _imports_under(path, testing.replace("/", ".")):
                 found = os.path.join(testing, *name.split(".")) + ".py"
-                if found not in helpers:
+                if found not in helpers and found not in RECORDING_ONLY:
                     helpers.add(found)
                     todo.append(os.path.join(cwd, found))
     # Runs on every import of a helper of its directory.

@@ -248,7 +248,8 @@ CLI_RUN_TIMEOUT_SECONDS = 2400
 
 @pytest.fixture(scope="session")
 def tiny_taxi_run(tmp_path_factory, taxi_config):
-    """The tiny taxi pipeline on the taxi CSV's first rows, started through the
+    """The tiny taxi pipeline on the taxi CSV's first rows and the reliability
+    catalogue's eight features (`reliability_cases.baseline_config`), started through the
     console script as a user starts it (`tfxkit run --config FILE --output DIR`),
     once per test run (see `once_per_run`): it pushed one model. The taxi tests
     of tests/pipelines/test_local_runner.py read it, and every reliability test

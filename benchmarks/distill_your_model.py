@@ -79,8 +79,9 @@ last `{"settings": [...]}` with per setting `labeled_fraction`, `seeds`,
 `teachers`, `teacher_acc`, `alone_acc`, `distilled_acc`, `control_acc`,
 `distilled_minus_alone` and `distilled_minus_control` (each with its
 `_ci95`), `per_teacher`, `gap_recovered`, `param_ratio`; the file
-`benchmarks/results/distill_your_model.json` and the choice files (neither
-with `--limit` or `--no-results`).
+`benchmarks/results/distill_your_model_<setting>.json` (that setting's line
+and its headline) and the choice files (neither with `--limit` or
+`--no-results`).
 """
 
 from __future__ import annotations
@@ -722,7 +723,7 @@ def run_setting(
 # The latency ratios stay in each setting's line: they are one median a model, taken
 # in a fixed order on whatever shared the cores, not a timing to headline.
 HEADLINE_KEYS = (
-    "labeled_fraction seeds teachers teacher_acc alone_acc distilled_acc control_acc "
+    "setting labeled_fraction seeds teachers teacher_acc alone_acc distilled_acc control_acc "
     "distilled_minus_alone distilled_minus_alone_ci95 distilled_minus_control "
     "distilled_minus_control_ci95 per_teacher gap_recovered param_ratio"
 ).split()
@@ -804,16 +805,19 @@ def main(argv: list[str] | None = None) -> None:
     unchanged()
     if args.choice_only:
         return
-    headline = {"settings": [{k: s.get(k) for k in HEADLINE_KEYS} for s in summaries]}
-    emit(headline)
+    emit({"settings": [{k: s.get(k) for k in HEADLINE_KEYS} for s in summaries]})
     if not args.no_results and not args.limit:
-        path = results_lib.write(
-            "distill_your_model",
-            [*summaries, headline],
-            shared_with=args.shared_with or None,
-            argv=args.argv,
-        )
-        print(f"# wrote {os.path.relpath(path, REPO)}", file=sys.stderr)
+        # One file per setting: a setting outlasts a working session, so the
+        # settings run apart, and one's run must not overwrite the other's result.
+        for summary in summaries:
+            path = results_lib.write(
+                "distill_your_model",
+                [summary, {"settings": [{k: summary.get(k) for k in HEADLINE_KEYS}]}],
+                shared_with=args.shared_with or None,
+                argv=args.argv,
+                stem=f"distill_your_model_{summary['setting']}",
+            )
+            print(f"# wrote {os.path.relpath(path, REPO)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

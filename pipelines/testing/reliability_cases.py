@@ -63,8 +63,8 @@ CATALOGUE_FEATURES = (
     "company",
 )
 # Free space Transform's output root keeps on the full disk: room for the
-# launcher's bookkeeping, far less than one Transform writes (about 600 KiB
-# for the tiny run), so Transform's own executor hits the full disk.
+# launcher's bookkeeping, less than one Transform writes (about 250 KiB for
+# the catalogue's tiny run), so Transform's own executor hits the full disk.
 FULL_DISK_MARGIN_KIB = 128
 
 

@@ -49,7 +49,7 @@ USER_MODULE = os.path.join(
 DTYPES = {"float": tf.float32, "int_categorical": tf.int64, "string_categorical": tf.string}
 # The reliability catalogue's 8 taxi features: one of each kind and transform,
 # with the three z-scored floats the stock user module trains on. TFT traces
-# every feature several times per run, and this module runs Transform three times.
+# every feature several times per run, and this module runs Transform twice.
 
 
 @pytest.fixture(scope="module")

@@ -807,17 +807,27 @@ def main(argv: list[str] | None = None) -> None:
         return
     emit({"settings": [{k: s.get(k) for k in HEADLINE_KEYS} for s in summaries]})
     if not args.no_results and not args.limit:
-        # One file per setting: a setting outlasts a working session, so the
-        # settings run apart, and one's run must not overwrite the other's result.
-        for summary in summaries:
-            path = results_lib.write(
-                "distill_your_model",
-                [summary, {"settings": [{k: summary.get(k) for k in HEADLINE_KEYS}]}],
-                shared_with=args.shared_with or None,
-                argv=args.argv,
-                stem=f"distill_your_model_{summary['setting']}",
-            )
+        for path in write_results(summaries, args):
             print(f"# wrote {os.path.relpath(path, REPO)}", file=sys.stderr)
+
+
+def write_results(
+    summaries: list[dict], args, results_dir: str = results_lib.RESULTS_DIR
+) -> list[str]:
+    """Writes each setting's line and headline to `distill_your_model_<setting>.json`:
+    a setting outlasts a working session, so the settings run apart, and one's run
+    must not overwrite the other's result. Returns the files written."""
+    return [
+        results_lib.write(
+            "distill_your_model",
+            [summary, {"settings": [{k: summary.get(k) for k in HEADLINE_KEYS}]}],
+            shared_with=args.shared_with or None,
+            results_dir=results_dir,
+            argv=args.argv,
+            stem=f"distill_your_model_{summary['setting']}",
+        )
+        for summary in summaries
+    ]
 
 
 if __name__ == "__main__":

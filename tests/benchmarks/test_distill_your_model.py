@@ -65,6 +65,28 @@ def test_the_summary_pairs_each_seed_and_gives_a_t_interval_on_n_minus_1():
     assert out["serving_latency_ratio_b256"] == pytest.approx(0.25)
 
 
+def test_each_setting_writes_its_own_results_file_naming_it(tmp_path):
+    scarce = bench.summarize(
+        "scarce", 0.1, range(5), CHOICE, _trial_models([0.88] * 5, [0.89] * 5, [0.87] * 5)
+    )
+    every = bench.summarize(
+        "all", 1.0, range(5), CHOICE, _trial_models([0.92] * 5, [0.925] * 5, [0.92] * 5)
+    )
+    args = argparse.Namespace(shared_with="a test", argv=["--settings", "scarce,all"])
+    paths = bench.write_results([scarce, every], args, results_dir=str(tmp_path))
+    assert [p.rsplit("/", 1)[1] for p in paths] == [
+        "distill_your_model_scarce.json",
+        "distill_your_model_all.json",
+    ]
+    for path, setting, fraction in zip(paths, ("scarce", "all"), (0.1, 1.0), strict=True):
+        with open(path) as f:
+            record = json.load(f)
+        assert record["benchmark"] == "distill_your_model"
+        assert [line["setting"] for line in record["lines"][:-1]] == [setting]
+        (headline,) = record["headline"]["settings"]
+        assert (headline["setting"], headline["labeled_fraction"]) == (setting, fraction)
+
+
 def test_one_seed_gives_no_interval_and_no_lead_gives_no_gap_recovered():
     out = bench.summarize(
         "all", 1.0, [0], CHOICE, _trial_models([0.95], [0.96], [0.95], teachers=(0.94, 0.94))

@@ -75,7 +75,7 @@ change to this script or the product, more strictly than the keys.
 
 JSON lines: one per model, one per setting (with the latency ratios at
 batch 256: one median a model, in a fixed order, an indication only), and
-last `{"settings": [...]}` with per setting `labeled_fraction`, `seeds`,
+last `{"settings": [...]}` with per setting `setting`, `labeled_fraction`, `seeds`,
 `teachers`, `teacher_acc`, `alone_acc`, `distilled_acc`, `control_acc`,
 `distilled_minus_alone` and `distilled_minus_control` (each with its
 `_ci95`), `per_teacher`, `gap_recovered`, `param_ratio`; the file

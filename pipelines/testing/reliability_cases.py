@@ -49,9 +49,7 @@ BASE_ROWS = 2000
 # feature a case or a reliability test reads (trip_seconds: a float column whose
 # cells are whole numbers); the other feature columns are excluded. Transform
 # traces every feature several times, and the catalogue runs the whole pipeline
-# a dozen times: one tiny run took 61-63 s of CPU on these 8 against 84-85 s on
-# all 16 (two runs of each, alternated, on 2 cores shared with an accuracy
-# benchmark).
+# a dozen times (what that saves: docs/performance.md, "The test suite").
 CATALOGUE_FEATURES = (
     "fare",
     "trip_miles",

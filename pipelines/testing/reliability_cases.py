@@ -21,7 +21,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -143,15 +143,20 @@ def with_data(config: PipelineConfig, path: str, fmt: str = "csv") -> PipelineCo
     )
 
 
-def _csv_case(
-    mutate: Callable[[list[str], list[dict[str, str]]], tuple[list[str], list[dict[str, str]]]],
-):
-    def make(work: str, base: PipelineConfig) -> PipelineConfig:
-        fields, rows = read_taxi_rows()
-        fields, rows = mutate(fields, [dict(r) for r in rows])
-        return with_data(base, write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows))
+Rows = tuple[list[str], list[dict[str, str]]]
 
-    return make
+
+@dataclasses.dataclass(frozen=True)
+class CsvRows:
+    """A case's `make` that writes the taxi rows, changed by `mutate(fields, rows)`,
+    as the run's CSV; `together` chains the mutations of several cases."""
+
+    mutate: Callable[[list[str], list[dict[str, str]]], Rows]
+
+    def __call__(self, work: str, base: PipelineConfig) -> PipelineConfig:
+        fields, rows = read_taxi_rows()
+        fields, rows = self.mutate(fields, [dict(r) for r in rows])
+        return with_data(base, write_csv(os.path.join(work, "data", "taxi.csv"), fields, rows))
 
 
 def _every(rows, step, **values):
@@ -692,7 +697,7 @@ CASES: tuple[Case, ...] = (
         "fails",
         r"data\.features\[0\]: 'fare' is configured as float but split '\w+' has STRING values",
         "DataGate fails naming the feature, its configured kind and the type found",
-        _csv_case(lambda f, r: (f, _every(r, 50, fare="abc"))),
+        CsvRows(lambda f, r: (f, _every(r, 50, fare="abc"))),
         failed_at="DataGate",
     ),
     Case(
@@ -702,7 +707,7 @@ CASES: tuple[Case, ...] = (
         "",
         "run succeeds: non-finite values are treated as missing and imputed with the mean "
         "(in training and by the pushed model)",
-        _csv_case(lambda f, r: (f, _every(_every(r, 7, fare="nan"), 11, trip_miles="inf"))),
+        CsvRows(lambda f, r: (f, _every(_every(r, 7, fare="nan"), 11, trip_miles="inf"))),
         check=_non_finite_imputed_with_the_mean,
     ),
     Case(
@@ -711,7 +716,7 @@ CASES: tuple[Case, ...] = (
         "fails",
         r"DataGate: \d problem\(s\) in the input data; nothing was trained or pushed:[\s\S]*split 'train' has no examples",
         "the run fails before Transform naming the empty split",
-        _csv_case(lambda f, r: (f, [])),
+        CsvRows(lambda f, r: (f, [])),
         failed_at="DataGate",
     ),
     Case(
@@ -720,7 +725,7 @@ CASES: tuple[Case, ...] = (
         "fails",
         r"data\.label\.num_classes: label 'big_tipper' takes values in \[0, 2\]",
         "DataGate fails naming the label, the range found and the configured classes",
-        _csv_case(lambda f, r: (f, _every(r, 13, big_tipper="2"))),
+        CsvRows(lambda f, r: (f, _every(r, 13, big_tipper="2"))),
         failed_at="DataGate",
     ),
     Case(
@@ -729,9 +734,7 @@ CASES: tuple[Case, ...] = (
         "proceeds",
         "",
         "run succeeds: the new value maps to an out-of-vocabulary bucket",
-        _csv_case(
-            lambda f, r: (f, _every(r, 5, company="Brand New Cab Co", payment_type="Crypto"))
-        ),
+        CsvRows(lambda f, r: (f, _every(r, 5, company="Brand New Cab Co", payment_type="Crypto"))),
     ),
     Case(
         "dropped_excluded_column",
@@ -740,7 +743,7 @@ CASES: tuple[Case, ...] = (
         "",
         "run succeeds: excluded columns are dropped at ExampleGen, so no component (statistics, schema, drift "
         "check, Transform, serving signature, Evaluator) depends on them",
-        _csv_case(lambda f, r: ([c for c in f if c != "trip_start_timestamp"], r)),
+        CsvRows(lambda f, r: ([c for c in f if c != "trip_start_timestamp"], r)),
     ),
     Case(
         "unused_csv_column",
@@ -750,7 +753,7 @@ CASES: tuple[Case, ...] = (
         "run succeeds with a warning naming the columns and the fix (add them to data.features, or "
         "to data.exclude to silence it); they are dropped at ExampleGen, so the pushed model serves "
         "examples without them",
-        _csv_case(_with_unused_columns),
+        CsvRows(_with_unused_columns),
         check=_serves_without_unused_columns,
     ),
     Case(
@@ -759,7 +762,7 @@ CASES: tuple[Case, ...] = (
         "rejected",
         r"data\.features: feature column 'company' is not in '.*taxi\.csv'",
         "refused before any component runs, naming the file and the column",
-        _csv_case(lambda f, r: ([c for c in f if c != "company"], r)),
+        CsvRows(lambda f, r: ([c for c in f if c != "company"], r)),
     ),
     Case(
         "corrupt_tfrecord_shard",
@@ -793,7 +796,7 @@ CASES: tuple[Case, ...] = (
         r"data\.label\.name: label 'big_tipper' has FLOAT values \(between 0 and 1\.9\) in split '\w+'; .*"
         r"fractional labels are refused, not truncated",
         "DataGate fails naming the label and the values found: fractional labels are refused, never truncated",
-        _csv_case(lambda f, r: (f, _every(_every(r, 13, big_tipper="0.7"), 17, big_tipper="1.9"))),
+        CsvRows(lambda f, r: (f, _every(_every(r, 13, big_tipper="0.7"), 17, big_tipper="1.9"))),
         failed_at="DataGate",
     ),
     Case(
@@ -802,7 +805,7 @@ CASES: tuple[Case, ...] = (
         "fails",
         r"data\.label\.name: label 'big_tipper' has STRING values in split '\w+'; labels must be integer class ids",
         "DataGate fails naming the label and the fix (map class names to ids)",
-        _csv_case(
+        CsvRows(
             lambda f, r: (
                 f,
                 [{**row, "big_tipper": "yes" if row["big_tipper"] == "1" else "no"} for row in r],
@@ -816,7 +819,7 @@ CASES: tuple[Case, ...] = (
         "fails",
         r"data\.label\.name: label 'big_tipper' is empty or missing in some examples of split '\w+'",
         "DataGate fails naming the label (before Transform, not deep inside the Trainer)",
-        _csv_case(lambda f, r: (f, _every(r, 13, big_tipper=""))),
+        CsvRows(lambda f, r: (f, _every(r, 13, big_tipper=""))),
         failed_at="DataGate",
     ),
     Case(
@@ -860,7 +863,7 @@ CASES: tuple[Case, ...] = (
         r"data\.features\[\d+\]\.num_buckets: 'trip_start_hour' \(transform 'identity'\) takes values in \[\d+, 30\] "
         r"in split '\w+', outside its ids \[0, 24\); set num_buckets: 31 or more",
         "DataGate fails naming the feature, the largest value seen and the num_buckets that fits",
-        _csv_case(lambda f, r: (f, _every(r, 13, trip_start_hour="30"))),
+        CsvRows(lambda f, r: (f, _every(r, 13, trip_start_hour="30"))),
         failed_at="DataGate",
     ),
     Case(
@@ -899,7 +902,7 @@ CASES: tuple[Case, ...] = (
         r"data\.label\.name: label column 'big_tipper' is not in '.*taxi\.csv'",
         "refused before any component runs; summary.json is this run's: status failed, the error, "
         "no pushed_model (the previous run's result does not survive)",
-        _csv_case(_without_label),
+        CsvRows(_without_label),
         check=_own_failed_summary(r"label column 'big_tipper' is not in"),
     ),
     Case(
@@ -922,7 +925,7 @@ CASES: tuple[Case, ...] = (
         "",
         "run succeeds: a label column whose values are all whole numbers is read as the class ids "
         "it holds (one fractional value keeps it refused, as fractional_label)",
-        _csv_case(_whole_number_floats),
+        CsvRows(_whole_number_floats),
     ),
     Case(
         "column_names_with_spaces",
@@ -1086,6 +1089,48 @@ def run_case(case: Case, baseline_dir: str, work: str, base: PipelineConfig) -> 
         wrongly,
         lost,
         f"{outcome}: {detail[:2000]}",
+    )
+
+
+def together(cases: Sequence[Case]) -> Case:
+    """One case for several cases documented to proceed whose bad input is a change to
+    the CSV's rows (`CsvRows`): one run on the rows with every change applied, in turn,
+    which must push, and every case's own check on it.
+
+    What the test suite runs instead of one whole run per case (docs/reliability.md);
+    benchmarks/reliability.py still runs each case on its own.
+    """
+    for case in cases:
+        if case.outcome != "proceeds" or not isinstance(case.make, CsvRows):
+            raise ValueError(
+                f"{case.name}: only cases that proceed on changed CSV rows go together"
+            )
+        if case.execute or case.output:
+            raise ValueError(f"{case.name}: a case with its own execute or output runs alone")
+    mutations = [case.make.mutate for case in cases]
+
+    def mutate(fields: list[str], rows: list[dict[str, str]]) -> Rows:
+        for change in mutations:
+            fields, rows = change(fields, rows)
+        return fields, rows
+
+    checked = [case for case in cases if case.check]
+
+    def check(out: str, baseline_dir: str) -> str:
+        return "; ".join(
+            f"{case.name}: {problem}"
+            for case in checked
+            if (problem := case.check(out, baseline_dir))
+        )
+
+    return Case(
+        "+".join(case.name for case in cases),
+        "; ".join(case.what for case in cases),
+        "proceeds",
+        "",
+        "; ".join(case.sees for case in cases),
+        CsvRows(mutate),
+        check=check if checked else None,
     )
 
 

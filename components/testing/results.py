@@ -305,16 +305,28 @@ def _code_of(source: str) -> str | None:
     return ast.dump(tree)
 
 
+def _data_of(source: str) -> str | None:
+    """A YAML file's data (comments and layout are not in it); None when it does not parse."""
+    import yaml
+
+    try:
+        return json.dumps(yaml.safe_load(source), sort_keys=True)
+    except (yaml.YAMLError, TypeError, ValueError):
+        return None
+
+
 def _same_code(path: str, recorded: str, cwd: str) -> bool:
     """Whether a Python file changed only in docstrings, comments or layout since
-    `recorded` (what it runs is the same); False for any other file."""
-    if not path.endswith(".py"):
+    `recorded` (what it runs is the same), or a YAML file (a shipped config) only in
+    comments or layout (the same data); False for any other file."""
+    parse = {".py": _code_of, ".yaml": _data_of}.get(os.path.splitext(path)[1])
+    if parse is None:
         return False
     before, after = (_git("show", f"{rev}:{path}", cwd=cwd) for rev in (recorded, "HEAD"))
     if before.returncode != 0 or after.returncode != 0:
         return False
-    code = _code_of(before.stdout)
-    return code is not None and code == _code_of(after.stdout)
+    code = parse(before.stdout)
+    return code is not None and code == parse(after.stdout)
 
 
 def _neutral_changes(cwd: str) -> dict[str, dict[str, str]]:

@@ -261,6 +261,26 @@ def test_a_shipped_config_stales_only_the_benchmarks_that_name_it(repo):
     assert after_writing("pipelines/configs/schema.json", "[]\n").startswith("2 file(s)")
 
 
+def test_a_config_whose_comments_or_layout_alone_changed_stales_nothing(repo):
+    configs = repo / "pipelines" / "configs"
+    configs.mkdir(parents=True)
+    (configs / "taxi.yaml").write_text("name: taxi\ntrain: {steps: 10}\n")
+    (repo / "benchmarks" / "speed.py").write_text('CONFIG = "taxi"\n')
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "configs")
+    record = {"benchmark": "speed", "commit": results.commit(str(repo))["commit"], "dirty": False}
+
+    def after(text: str) -> str | None:
+        (configs / "taxi.yaml").write_text(text)
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "edit")
+        return results.staleness(record, str(repo))
+
+    assert after("# Measured: see the results.\nname: taxi\ntrain:\n  steps: 10  # why\n") is None
+    assert after("name: taxi\ntrain: {steps: 20}\n").startswith("1 file(s)")
+    # A file that no longer parses is a change.
+    assert after("name: [taxi\n").startswith("1 file(s)")
+
+
 def _commit_all(repo, message: str = "edit") -> str:
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)

@@ -306,12 +306,13 @@ def _code_of(source: str) -> str | None:
 
 
 def _data_of(source: str) -> str | None:
-    """A YAML file's data (comments and layout are not in it); None when it does not parse."""
+    """A YAML file's data (comments and layout are not in it; keys keep their types);
+    None when it does not parse."""
     import yaml
 
     try:
-        return json.dumps(yaml.safe_load(source), sort_keys=True)
-    except (yaml.YAMLError, TypeError, ValueError):
+        return yaml.safe_dump(yaml.safe_load(source), sort_keys=True)
+    except (yaml.YAMLError, TypeError):
         return None
 
 
@@ -319,8 +320,11 @@ def _same_code(path: str, recorded: str, cwd: str) -> bool:
     """Whether a Python file changed only in docstrings, comments or layout since
     `recorded` (what it runs is the same), or a YAML file (a shipped config) only in
     comments or layout (the same data); False for any other file."""
-    parse = {".py": _code_of, ".yaml": _data_of}.get(os.path.splitext(path)[1])
-    if parse is None:
+    if path.endswith(".py"):
+        parse = _code_of
+    elif _a_shipped_config(path):
+        parse = _data_of
+    else:
         return False
     before, after = (_git("show", f"{rev}:{path}", cwd=cwd) for rev in (recorded, "HEAD"))
     if before.returncode != 0 or after.returncode != 0:

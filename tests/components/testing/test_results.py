@@ -277,8 +277,21 @@ def test_a_config_whose_comments_or_layout_alone_changed_stales_nothing(repo):
 
     assert after("# Measured: see the results.\nname: taxi\ntrain:\n  steps: 10  # why\n") is None
     assert after("name: taxi\ntrain: {steps: 20}\n").startswith("1 file(s)")
-    # A file that no longer parses is a change.
+    # A key of another type is other data; a file that no longer parses is a change.
+    assert after("name: taxi\ntrain: {steps: 20}\n1: a\n").startswith("1 file(s)")
+    record["commit"] = results.commit(str(repo))["commit"]
+    assert after("name: taxi\ntrain: {steps: 20}\n'1': a\n").startswith("1 file(s)")
     assert after("name: [taxi\n").startswith("1 file(s)")
+
+
+def test_a_yaml_file_other_than_a_shipped_config_counts_by_its_text(repo):
+    (repo / "components" / "settings.yaml").write_text("a: 1\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "settings")
+    record = {"benchmark": "speed", "commit": results.commit(str(repo))["commit"], "dirty": False}
+    (repo / "components" / "settings.yaml").write_text("# why\na: 1\n")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "comment")
+    assert results.staleness(record, str(repo)).startswith("1 file(s)")
 
 
 def _commit_all(repo, message: str = "edit") -> str:

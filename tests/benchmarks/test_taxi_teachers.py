@@ -145,3 +145,29 @@ def test_a_teacher_trains_for_its_own_steps_not_the_benchmark_configs(monkeypatc
     config, paths, workdir, choice = bench.teacher_bench(Bench, longer)
     assert config.train.train_steps == 3000 and config.name == Bench.config.name
     assert (paths, workdir, choice) == (Bench.paths, Bench.workdir, Bench.choice)
+
+
+def test_the_teacher_bench_gives_a_teacher_its_candidates_steps(tmp_path, monkeypatch):
+    """What a bench trains a teacher for: `Bench.inputs(run)`'s steps (no steps given)."""
+
+    class Splits:  # a Measured without the splits its constructor reads
+        def __init__(self, config, paths, workdir, choice):
+            self.config, self.paths, self.workdir, self.choice = config, paths, workdir, choice
+
+        inputs = bench.bench_lib.Bench.inputs
+
+    config = bench.base_config("/data/splits")
+    paths = {"train": "t", "eval": "e", "transform_graph": "g"}
+    base = Splits(config, paths, str(tmp_path), None)
+    monkeypatch.setattr(bench.methods, "Measured", Splits)
+    for steps in (1000, 3000):
+        teacher = bench.shaped(config, "teacher", bench.SHIPPED_TEACHER, steps)
+        assert bench.teacher_bench(base, teacher).inputs("teacher").train_steps == steps
+
+
+def test_results_are_written_only_for_a_run_one_clean_commit_trained():
+    assert bench.why_unwritable("f79c2c8212f2", "f79c2c8212f2") == ""
+    assert bench.why_unwritable("f79c2c8212f2", "58aaa9e00000") == (
+        "HEAD moved from f79c2c8212f2 to 58aaa9e00000 during the run"
+    )
+    assert "uncommitted" in bench.why_unwritable("dirty-1", "dirty-2")

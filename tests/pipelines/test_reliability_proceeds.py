@@ -52,10 +52,28 @@ def test_cases_together_write_every_change_in_one_csv(tmp_path):
 
 
 def test_cases_together_report_each_failed_check_by_case():
-    broken = dataclasses.replace(_case("new_category"), check=lambda out, base: "no OOV bucket")
-    case = together([_case("dropped_excluded_column"), broken])
-    assert case.check("out", "baseline") == "new_category: no OOV bucket"
+    def failing(name, problem):
+        return dataclasses.replace(_case(name), check=lambda out, base: problem)
+
+    case = together(
+        [
+            failing("nan_inf_floats", "NaN kept"),
+            failing("dropped_excluded_column", ""),
+            failing("new_category", "no OOV bucket"),
+        ]
+    )
+    assert case.check("out", "baseline") == "nan_inf_floats: NaN kept; new_category: no OOV bucket"
     assert together([_case("dropped_excluded_column")]).check is None
+
+
+def test_the_two_test_modules_run_every_case_of_the_catalogue_once():
+    names = [
+        name
+        for proceeds in (True, False)
+        for param in case_params(proceeds)
+        for name in param.values[0].name.split("+")
+    ]
+    assert sorted(names) == sorted(c.name for c in CASES)
 
 
 @pytest.mark.parametrize("name", ["wrong_type", "bom_csv_beside_readme"])

@@ -270,6 +270,16 @@ def run_key() -> str:
     return f"dirty-{time.time_ns()}"
 
 
+def why_unwritable(started: str, now: str) -> str:
+    """Why a run keyed `started` (`run_key` when it began) writes no results when
+    `run_key` is `now` at its end; '' when it may."""
+    if started.startswith("dirty-"):
+        return "the code had uncommitted changes when the run started"
+    if now != started:
+        return f"HEAD moved from {started} to {now} during the run"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -289,8 +299,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.seeds < 2:
         parser.error("--seeds: at least 2, or the paired intervals mean nothing")
-    key = run_key() + (f"-max{args.max_steps}" if args.max_steps else "")
-    workdir = os.path.join(args.workdir, key)
+    started = run_key()
+    workdir = os.path.join(
+        args.workdir, started + (f"-max{args.max_steps}" if args.max_steps else "")
+    )
     data = write_splits(os.path.join(workdir, "data"))
     config = base_config(data.input_base)
     paths = bench_lib.run_transform(config, workdir, data)
@@ -313,6 +325,12 @@ def main(argv: list[str] | None = None) -> None:
     for line in lines[1:]:
         bench_lib.emit(line)
     if not args.no_results and not args.max_steps:
+        problem = why_unwritable(started, run_key())
+        if problem:
+            raise SystemExit(
+                f"taxi_teachers: no results written: {problem}, so no one commit trained "
+                "these models; commit, then run again"
+            )
         path = results_lib.write(
             "taxi_teachers",
             lines,

@@ -26,8 +26,12 @@ means something):
 The distillation settings (alpha, T) are chosen before the trials, on the
 validation split, per fraction: one teacher and one student per candidate
 (seeds outside the trials'). Step counts are fixed by this machine's budget,
-not chosen. Each finished trial is saved under `--workdir` (keyed by the
-settings) and reused, so the benchmark resumes across sessions.
+not chosen. Each finished trial is saved under `--workdir`, in a directory
+of the commit that trains it (`benchmarks/revision.py`; a run with
+uncommitted code gets a new one), keyed by the settings, and reused, so the
+benchmark resumes across sessions on one commit and never reuses a model
+other code trained; results are written only when one clean commit
+trained everything.
 
 Noisy Student (`--scenario noisy_student`, fractions 0.01 and 0.1): per
 seed, a teacher on the labels, the rounds with the student's noise and
@@ -80,6 +84,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import distillation as bench_lib  # noqa: E402
+from benchmarks.revision import run_key, why_unwritable  # noqa: E402
 from components.config import PipelineConfig, from_dict, payload, to_dict  # noqa: E402
 from components.data.sources import ResolvedInput, image_example  # noqa: E402
 from components.distiller.run_fn import member_inputs, train_m_on_m  # noqa: E402
@@ -810,6 +815,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     global SAVED_ONLY
     SAVED_ONLY = args.saved_only
+    started = run_key()
+    args.workdir = os.path.join(args.workdir, started)
 
     data = write_splits(os.path.join(args.workdir, "data"))
     # Transform's output does not depend on step counts: fixed ones keep its cached run.
@@ -822,6 +829,9 @@ def main(argv: list[str] | None = None) -> None:
         lines += scenario_lines
     bench_lib.emit(headline)
     if not args.no_results:
+        problem = why_unwritable(started, run_key())
+        if problem:
+            raise SystemExit(f"distillation_methods: no results written: {problem}")
         path = results_lib.write(
             "distillation",
             [*lines, headline],

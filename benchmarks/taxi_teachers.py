@@ -37,7 +37,6 @@ import csv
 import dataclasses
 import os
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +46,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import distillation as bench_lib  # noqa: E402
 from benchmarks import distillation_methods as methods  # noqa: E402
+from benchmarks.revision import run_key, why_unwritable  # noqa: E402
 from components.config import PipelineConfig, from_dict, to_dict  # noqa: E402
 from components.data.sources import ResolvedInput, taxi_csv_path  # noqa: E402
 from components.testing import results as results_lib  # noqa: E402
@@ -260,24 +260,6 @@ def headline(rows: list[dict], choice: dict, rules: dict[str, float]) -> dict:
     out.update(rules)
     out["choice"] = {k: choice[k] for k in ("teacher", "small", "alpha", "temperature")}
     return out
-
-
-def run_key() -> str:
-    """The directory of this code's runs: the commit, or a new name when files are uncommitted."""
-    recorded = results_lib.commit()
-    if recorded.get("dirty") is False and recorded.get("commit"):
-        return recorded["commit"][:12]
-    return f"dirty-{time.time_ns()}"
-
-
-def why_unwritable(started: str, now: str) -> str:
-    """Why a run keyed `started` (`run_key` when it began) writes no results when
-    `run_key` is `now` at its end; '' when it may."""
-    if started.startswith("dirty-"):
-        return "the code had uncommitted changes when the run started"
-    if now != started:
-        return f"HEAD moved from {started} to {now} during the run"
-    return ""
 
 
 def main(argv: list[str] | None = None) -> None:

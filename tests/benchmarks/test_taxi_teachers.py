@@ -163,11 +163,3 @@ def test_the_teacher_bench_gives_a_teacher_its_candidates_steps(tmp_path, monkey
     for steps in (1000, 3000):
         teacher = bench.shaped(config, "teacher", bench.SHIPPED_TEACHER, steps)
         assert bench.teacher_bench(base, teacher).inputs("teacher").train_steps == steps
-
-
-def test_results_are_written_only_for_a_run_one_clean_commit_trained():
-    assert bench.why_unwritable("f79c2c8212f2", "f79c2c8212f2") == ""
-    assert bench.why_unwritable("f79c2c8212f2", "58aaa9e00000") == (
-        "HEAD moved from f79c2c8212f2 to 58aaa9e00000 during the run"
-    )
-    assert "uncommitted" in bench.why_unwritable("dirty-1", "dirty-2")

@@ -97,6 +97,7 @@ import time
 
 import numpy as np
 
+from benchmarks import revision as revision_lib
 from components.testing import results as results_lib
 from components.testing.stats import TooFewError, t_interval
 
@@ -187,27 +188,13 @@ NOT_TRAINING = ("components/testing",)
 LOCKS = ("requirements.lock",)
 
 
+CODE = revision_lib.Code(CODE_PATHS, NOT_TRAINING, files=LOCKS)
+
+
 def code_trees(cwd: str = REPO) -> dict[str, str | None]:
     """The git object id at HEAD of each entry of `CODE_PATHS` (a directory's entries one
     by one, less `NOT_TRAINING`); None where git cannot say."""
-    trees: dict[str, str | None] = {}
-    for path in CODE_PATHS:
-        listing = results_lib._git(
-            "ls-tree", "-z", "HEAD", path if path in LOCKS else path + "/", cwd=cwd
-        )
-        if listing.returncode != 0 or not listing.stdout:
-            trees[path] = None
-            continue
-        for entry in filter(None, listing.stdout.split("\0")):
-            meta, name = entry.split("\t", 1)
-            if name not in NOT_TRAINING:
-                trees[name] = meta.split()[2]
-    return trees
-
-
-def code_changes(cwd: str = REPO) -> list[str] | None:
-    """Uncommitted changes under `CODE_PATHS` (less `NOT_TRAINING`); None where git cannot say."""
-    return results_lib.uncommitted(*CODE_PATHS, *(f":(exclude){p}" for p in NOT_TRAINING), cwd=cwd)
+    return CODE.trees(cwd)
 
 
 def revision_key(trees: dict[str, str | None] | None = None, dirty: bool | None = None) -> str:
@@ -215,14 +202,7 @@ def revision_key(trees: dict[str, str | None] | None = None, dirty: bool | None 
     run resumes across commits that change none of them; with changes to them not
     committed (or no git), a name no other run shares, so no model trained by other code
     is reused."""
-    trees = code_trees() if trees is None else trees
-    if dirty is None:
-        changes = code_changes()
-        dirty = changes is None or bool(changes)
-    key = hashlib.sha256(json.dumps(trees, sort_keys=True).encode()).hexdigest()[:12]
-    if dirty is not False or not trees or None in trees.values():
-        key += "-dirty-" + hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:8]
-    return key
+    return CODE.key(trees, dirty)
 
 
 def recipe_key(args, setting: str) -> str:
@@ -730,27 +710,8 @@ HEADLINE_KEYS = (
 MIN_SEEDS = 5
 
 
-class CodeChanged(RuntimeError):
-    """The code the models depend on changed while the benchmark ran."""
-
-
-def check_unchanged(started: dict, trees: dict, now: dict, now_trees: dict) -> None:
-    """Refuses results when the commit, the work tree's state or the code the models
-    depend on differ between the start (`started`, `trees`) and the end (`now`,
-    `now_trees`): models trained under one key by different code, or results credited
-    to another commit. Any edit under `benchmarks/` counts, even another benchmark's
-    (the results file names its commit and changes, so they must hold throughout); an
-    edit made and reverted within the run is not seen.
-
-    Raises:
-      CodeChanged: naming the start's commit and what to do.
-    """
-    if now != started or now_trees != trees:
-        raise CodeChanged(
-            f"the code changed while the benchmark ran (started at {started['commit']}); "
-            "nothing is written: commit or revert, then run again (finished models resume "
-            "only where their code is unchanged)"
-        )
+CodeChanged = revision_lib.CodeChanged
+check_unchanged = revision_lib.check_unchanged
 
 
 def main(argv: list[str] | None = None) -> None:

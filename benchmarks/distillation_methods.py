@@ -27,11 +27,11 @@ The distillation settings (alpha, T) are chosen before the trials, on the
 validation split, per fraction: one teacher and one student per candidate
 (seeds outside the trials'). Step counts are fixed by this machine's budget,
 not chosen. Each finished trial is saved under `--workdir`, in a directory
-of the commit that trains it (`benchmarks/revision.py`; a run with
-uncommitted code gets a new one), keyed by the settings, and reused, so the
-benchmark resumes across sessions on one commit and never reuses a model
-other code trained; results are written only when one clean commit
-trained everything.
+named by the code that trains it (`CODE`, `benchmarks/revision.py`; a run
+with uncommitted code gets a new one), keyed by the settings, and reused, so
+the benchmark resumes across sessions and commits that leave that code
+alone and never reuses a model other code trained; results are written only
+when the run began on committed code that did not change while it ran.
 
 Noisy Student (`--scenario noisy_student`, fractions 0.01 and 0.1): per
 seed, a teacher on the labels, the rounds with the student's noise and
@@ -84,7 +84,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import distillation as bench_lib  # noqa: E402
-from benchmarks.revision import run_key, why_unwritable  # noqa: E402
+from benchmarks import revision  # noqa: E402
 from components.config import PipelineConfig, from_dict, payload, to_dict  # noqa: E402
 from components.data.sources import ResolvedInput, image_example  # noqa: E402
 from components.distiller.run_fn import member_inputs, train_m_on_m  # noqa: E402
@@ -96,6 +96,14 @@ from pipelines import report  # noqa: E402
 from pipelines.configs import load_config  # noqa: E402
 
 VALIDATION_IMAGES = 5000
+# What the trained models depend on: the product less its test helpers (the
+# shipped configs included), the benchmark code that trains and the lock.
+BENCH_FILES = ("benchmarks/distillation.py", "benchmarks/distillation_methods.py")
+CODE = revision.Code(
+    ("components", "pipelines", *BENCH_FILES, "requirements.lock"),
+    not_training=("components/testing", "pipelines/testing"),
+    files=(*BENCH_FILES, "requirements.lock"),
+)
 # The shipped fashion_mnist config, read once: every scenario's base.
 _SHIPPED = to_dict(load_config("fashion_mnist"))
 SPLITS = (("train", "train/*.tfrecord"), ("eval", "eval/*.tfrecord"), ("test", "test/*.tfrecord"))
@@ -815,8 +823,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     global SAVED_ONLY
     SAVED_ONLY = args.saved_only
-    started = run_key()
-    args.workdir = os.path.join(args.workdir, started)
+    started, trees = results_lib.commit(), CODE.trees()
+    key = CODE.key(trees)
+    args.workdir = os.path.join(args.workdir, key)
 
     data = write_splits(os.path.join(args.workdir, "data"))
     # Transform's output does not depend on step counts: fixed ones keep its cached run.
@@ -829,9 +838,7 @@ def main(argv: list[str] | None = None) -> None:
         lines += scenario_lines
     bench_lib.emit(headline)
     if not args.no_results:
-        problem = why_unwritable(started, run_key())
-        if problem:
-            raise SystemExit(f"distillation_methods: no results written: {problem}")
+        revision.check_writable(key, started, trees, CODE)
         path = results_lib.write(
             "distillation",
             [*lines, headline],

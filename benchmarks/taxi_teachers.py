@@ -26,8 +26,10 @@ Output: one JSON line per choice and trial, then the headline: test
 accuracies (means over seeds), the paired differences teacher - alone and
 distilled - alone with 95% t intervals over seeds, the rules, the choices
 and parameter counts. Runs are saved under `--workdir`, in a directory
-keyed by the commit (a run with uncommitted changes gets a new one), and
-resume there.
+named by the code that trains them (`CODE`, `benchmarks/revision.py`; a run
+with uncommitted changes gets a new one), and resume there; results are
+written only when the run began on committed code that did not change
+while it ran.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import distillation as bench_lib  # noqa: E402
 from benchmarks import distillation_methods as methods  # noqa: E402
-from benchmarks.revision import run_key, why_unwritable  # noqa: E402
+from benchmarks import revision  # noqa: E402
 from components.config import PipelineConfig, from_dict, to_dict  # noqa: E402
 from components.data.sources import ResolvedInput, taxi_csv_path  # noqa: E402
 from components.testing import results as results_lib  # noqa: E402
@@ -78,6 +80,12 @@ SMALL = tuple(
 # (alpha, T) of the distilled student, chosen on validation.
 CANDIDATES = ((0.5, 1.0), (0.9, 2.0), (0.9, 4.0))
 CHOICE_SEED = 900
+# What the trained models depend on: the methods benchmark's code and this script.
+CODE = revision.Code(
+    (*methods.CODE.paths, "benchmarks/taxi_teachers.py"),
+    methods.CODE.not_training,
+    (*methods.CODE.files, "benchmarks/taxi_teachers.py"),
+)
 RULE_COLUMN, RULE_VALUE = "payment_type", "Credit Card"
 
 
@@ -281,10 +289,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.seeds < 2:
         parser.error("--seeds: at least 2, or the paired intervals mean nothing")
-    started = run_key()
-    workdir = os.path.join(
-        args.workdir, started + (f"-max{args.max_steps}" if args.max_steps else "")
-    )
+    started, trees = results_lib.commit(), CODE.trees()
+    key = CODE.key(trees)
+    workdir = os.path.join(args.workdir, key + (f"-max{args.max_steps}" if args.max_steps else ""))
     data = write_splits(os.path.join(workdir, "data"))
     config = base_config(data.input_base)
     paths = bench_lib.run_transform(config, workdir, data)
@@ -307,12 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     for line in lines[1:]:
         bench_lib.emit(line)
     if not args.no_results and not args.max_steps:
-        problem = why_unwritable(started, run_key())
-        if problem:
-            raise SystemExit(
-                f"taxi_teachers: no results written: {problem}, so no one commit trained "
-                "these models; commit, then run again"
-            )
+        revision.check_writable(key, started, trees, CODE)
         path = results_lib.write(
             "taxi_teachers",
             lines,

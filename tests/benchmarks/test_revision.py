@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from benchmarks import revision
+from components.testing import results as results_lib
 
 
 def _git(root, *args):
@@ -15,31 +18,57 @@ def _git(root, *args):
 def _commit(root, message):
     _git(root, "add", "-A")
     _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
-    return subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True, text=True
-    ).stdout.strip()
 
 
-def test_a_clean_tree_is_keyed_by_its_commit_and_uncommitted_code_by_a_new_name(tmp_path):
+@pytest.fixture
+def repo(tmp_path):
     root = tmp_path / "repo"
-    (root / "components").mkdir(parents=True)
+    (root / "components" / "testing").mkdir(parents=True)
     (root / "components" / "core.py").write_text("X = 1\n")
+    (root / "components" / "testing" / "helper.py").write_text("H = 1\n")
+    (root / "requirements.lock").write_text("tensorflow==2.16.2\n")
     _git(root, "init", "-q")
-    head = _commit(root, "code")
-    assert revision.run_key(str(root)) == head[:12]
-    # Results files and docs are not code; a change to the product is.
-    (root / "README.md").write_text("notes\n")
-    assert revision.run_key(str(root)) == head[:12]
-    (root / "components" / "core.py").write_text("X = 2\n")
-    first, second = revision.run_key(str(root)), revision.run_key(str(root))
-    assert first.startswith("dirty-") and second.startswith("dirty-") and first != second
-    committed = _commit(root, "change")
-    assert revision.run_key(str(root)) == committed[:12]
+    _commit(root, "code")
+    return root
 
 
-def test_results_are_written_only_for_a_run_one_clean_commit_trained():
-    assert revision.why_unwritable("f79c2c8212f2", "f79c2c8212f2") == ""
-    assert revision.why_unwritable("f79c2c8212f2", "58aaa9e00000") == (
-        "HEAD moved from f79c2c8212f2 to 58aaa9e00000 during the run"
-    )
-    assert "uncommitted" in revision.why_unwritable("dirty-1", "dirty-2")
+CODE = revision.Code(
+    ("components", "requirements.lock"),
+    not_training=("components/testing",),
+    files=("requirements.lock",),
+)
+
+
+def test_the_key_follows_the_code_not_the_commit_and_uncommitted_code_gets_a_new_name(repo):
+    trees = CODE.trees(str(repo))
+    assert set(trees) == {"components/core.py", "requirements.lock"}
+    key = revision.revision_key(trees, dirty=False)
+    assert "-dirty-" not in key
+    # Docs and test helpers are not code the models depend on: same key.
+    (repo / "README.md").write_text("notes\n")
+    (repo / "components" / "testing" / "helper.py").write_text("H = 2\n")
+    assert CODE.changes(str(repo)) == []
+    _commit(repo, "docs and a helper")
+    assert CODE.trees(str(repo)) == trees
+    # A change to the product, uncommitted, then committed.
+    (repo / "components" / "core.py").write_text("X = 2\n")
+    assert CODE.changes(str(repo)) == ["components/core.py"]
+    first, second = (revision.revision_key(trees, dirty=True) for _ in range(2))
+    assert first.startswith(key + "-dirty-") and first != second
+    _commit(repo, "product")
+    assert revision.revision_key(CODE.trees(str(repo)), dirty=False) != key
+    assert "-dirty-" in revision.revision_key({"components": None}, dirty=False)
+
+
+def test_results_are_written_only_for_a_run_begun_on_committed_code_left_unchanged(repo):
+    started, trees = results_lib.commit(str(repo)), CODE.trees(str(repo))
+    key = revision.revision_key(trees, dirty=False)
+    revision.check_writable(key, started, trees, CODE, str(repo))  # unchanged: written
+    dirty = revision.revision_key(trees, dirty=True)
+    with pytest.raises(revision.CodeChanged, match="uncommitted changes when the benchmark"):
+        revision.check_writable(dirty, started, trees, CODE, str(repo))
+    # HEAD moved during the run (the code too).
+    (repo / "components" / "core.py").write_text("X = 3\n")
+    _commit(repo, "moved on")
+    with pytest.raises(revision.CodeChanged, match=r"started at [0-9a-f]{40}\); nothing is"):
+        revision.check_writable(key, started, trees, CODE, str(repo))

@@ -204,11 +204,17 @@ class Bench:
         )
         return inputs.serving_model_dir
 
+    @staticmethod
+    def role_steps(config: PipelineConfig, role: str) -> int:
+        """The steps `role` trains for under `config` (the one given, not the bench's):
+        the teacher's `train.train_steps`, a student's `student_train_steps()`."""
+        return config.train.train_steps if role == "teacher" else config.student_train_steps()
+
     def train_classifier(self, config: PipelineConfig, role: str, run: str) -> str:
         """Trains on hard labels: the teacher, or the student from scratch with the
         distilled student's steps, schedule and augmentation."""
         shape = config.teacher if role == "teacher" else config.student
-        inputs = self.inputs(run, 0 if role == "teacher" else config.student_train_steps())
+        inputs = self.inputs(run, self.role_steps(config, role))
 
         def build_and_compile():
             model = training.build_model(config, self.tft_output, shape, role)

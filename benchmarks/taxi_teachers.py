@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import os
 import sys
 
@@ -150,28 +149,13 @@ def shaped(
     return from_dict(data)
 
 
-def teacher_bench(bench: methods.Measured, config: PipelineConfig) -> methods.Measured:
-    """`bench`, training a teacher for `config`'s `train.train_steps`: a bench trains
-    teachers for its own config's steps, not for those of the config it is given."""
-    if config.train.train_steps == bench.config.train.train_steps:
-        return bench
-    return methods.Measured(
-        dataclasses.replace(bench.config, train=config.train),
-        bench.paths,
-        bench.workdir,
-        bench.choice,
-    )
-
-
 def choose(bench: methods.Measured, config: PipelineConfig, cap: int = 0) -> dict:
     """The teacher, the small model alone and (alpha, T), each by validation accuracy."""
     scores: dict[str, list] = {"teacher_scores": [], "small_scores": [], "distil_scores": []}
     dirs = {}
     for name, shape, steps in TEACHERS:
         cfg = bench_lib.with_seed(shaped(config, "teacher", shape, steps, cap), CHOICE_SEED)
-        dirs[name] = teacher_bench(bench, cfg).train_classifier(
-            cfg, "teacher", f"choice/teacher_{name}"
-        )
+        dirs[name] = bench.train_classifier(cfg, "teacher", f"choice/teacher_{name}")
         acc = bench.measure(dirs[name], latency=False)["accuracy"]
         scores["teacher_scores"].append({"name": name, "validation_acc": acc})
         print(f"# choice teacher {name}: validation {acc:.4f}", file=sys.stderr, flush=True)
@@ -219,9 +203,7 @@ def trial(
     teacher_config = bench_lib.with_seed(
         shaped(config, "teacher", teacher_shape, teacher_steps, cap), seed
     )
-    teacher = teacher_bench(bench, teacher_config).train_classifier(
-        teacher_config, "teacher", f"seed{seed}/teacher"
-    )
+    teacher = bench.train_classifier(teacher_config, "teacher", f"seed{seed}/teacher")
     alone = bench.train_classifier(
         bench_lib.with_seed(shaped(config, "student", small_shape, small_steps, cap), seed),
         "student",

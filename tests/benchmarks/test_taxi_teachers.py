@@ -132,34 +132,20 @@ def test_a_shape_and_its_steps_go_to_the_role_and_a_cap_bounds_the_steps():
     assert student.distillation.alpha == 0.9 and student.train.train_steps == 1000
 
 
-def test_a_teacher_trains_for_its_own_steps_not_the_benchmark_configs(monkeypatch):
-    class Bench:  # what teacher_bench reads of a bench
+def test_a_teacher_trains_for_its_candidates_steps_not_the_benchmark_configs(tmp_path):
+    """What a bench trains a role for (`Bench.train_classifier`): the inputs of
+    `Bench.role_steps` under the config it is given, whatever the bench's own."""
+
+    class Splits:  # a bench without the splits its constructor reads
         config = bench.base_config("/data/splits")
-        paths, workdir, choice = {"train": "t"}, "/work", None
-
-    same = bench.shaped(Bench.config, "teacher", bench.SHIPPED_TEACHER, 1000)
-    assert bench.teacher_bench(Bench, same) is Bench
-    # A new bench (its constructor reads the splits) for the longer teacher.
-    monkeypatch.setattr(bench.methods, "Measured", lambda *args: args)
-    longer = bench.shaped(Bench.config, "teacher", bench.SHIPPED_TEACHER, 3000)
-    config, paths, workdir, choice = bench.teacher_bench(Bench, longer)
-    assert config.train.train_steps == 3000 and config.name == Bench.config.name
-    assert (paths, workdir, choice) == (Bench.paths, Bench.workdir, Bench.choice)
-
-
-def test_the_teacher_bench_gives_a_teacher_its_candidates_steps(tmp_path, monkeypatch):
-    """What a bench trains a teacher for: `Bench.inputs(run)`'s steps (no steps given)."""
-
-    class Splits:  # a Measured without the splits its constructor reads
-        def __init__(self, config, paths, workdir, choice):
-            self.config, self.paths, self.workdir, self.choice = config, paths, workdir, choice
-
+        paths = {"train": "t", "eval": "e", "transform_graph": "g"}
+        workdir = str(tmp_path)
         inputs = bench.bench_lib.Bench.inputs
 
-    config = bench.base_config("/data/splits")
-    paths = {"train": "t", "eval": "e", "transform_graph": "g"}
-    base = Splits(config, paths, str(tmp_path), None)
-    monkeypatch.setattr(bench.methods, "Measured", Splits)
+    assert Splits.config.train.train_steps == 1000
     for steps in (1000, 3000):
-        teacher = bench.shaped(config, "teacher", bench.SHIPPED_TEACHER, steps)
-        assert bench.teacher_bench(base, teacher).inputs("teacher").train_steps == steps
+        teacher = bench.shaped(Splits.config, "teacher", bench.SHIPPED_TEACHER, steps)
+        role_steps = bench.bench_lib.Bench.role_steps(teacher, "teacher")
+        assert Splits().inputs("teacher", role_steps).train_steps == steps
+    student = bench.shaped(Splits.config, "student", {"hidden_units": [16]}, 3000)
+    assert bench.bench_lib.Bench.role_steps(student, "student") == 3000

@@ -148,8 +148,7 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
     """
     from kfp.compiler import pipeline_spec_builder
     from kfp.pipeline_spec import pipeline_spec_pb2
-    from tfx import v1 as tfx
-    from tfx.orchestration.kubeflow.v2 import pipeline_builder
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner, pipeline_builder
 
     if not output_path.endswith((".yaml", ".yml")):
         raise ConfigError(
@@ -173,8 +172,8 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
     keys = placement_ids(config, pipeline)
     placed = {node_id: kf.placements[key] for node_id, key in keys.items()}
     images = {name: p.image for name, p in placed.items() if p.image}
-    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+    runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
+        config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
             default_image={**images, pipeline_builder.DEFAULT_IMAGE_PATH_KEY: kf.image},
             use_pipeline_spec_2_1=True,
         ),

@@ -81,8 +81,8 @@ def _finish(summary: dict[str, Any], output_dir: str, stream, run_log: RunLog) -
 def _run_locked(
     config: PipelineConfig, output_dir: str, runner: str, stream, run_log: RunLog
 ) -> dict[str, Any]:
-    from tfx import v1 as tfx
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
     from components.compat import beam_signatures
 
@@ -110,7 +110,7 @@ def _run_locked(
                 run_log,
             )
             raise
-    dag_runner = BeamDagRunner() if runner == "beam" else tfx.orchestration.LocalDagRunner()
+    dag_runner = BeamDagRunner() if runner == "beam" else LocalDagRunner()
 
     error = None
     # Every component runs in this process; Beam's signature reads are

@@ -10,7 +10,13 @@ from __future__ import annotations
 import dataclasses
 
 import tensorflow_model_analysis as tfma
-from tfx import v1 as tfx
+from tfx import components as stock
+from tfx.dsl.components.common.resolver import Resolver
+from tfx.dsl.input_resolution.strategies.latest_artifact_strategy import LatestArtifactStrategy
+from tfx.orchestration import metadata as tfx_metadata
+from tfx.orchestration import pipeline as tfx_pipeline
+from tfx.proto import example_gen_pb2, pusher_pb2
+from tfx.types import channel, standard_artifacts
 
 from components.config import M_ON_M, NOISY_STUDENT, AugmentationConfig, PipelineConfig
 from components.data.sources import ResolvedInput
@@ -184,20 +190,25 @@ def example_gen(config: PipelineConfig, data: ResolvedInput):
         "custom_config": ExampleRules.from_data(config.data).custom_config(),
     }
     if data.splits:
-        input_config = tfx.proto.Input(
+        input_config = example_gen_pb2.Input(
             splits=[
-                tfx.proto.Input.Split(name=name, pattern=pattern) for name, pattern in data.splits
+                example_gen_pb2.Input.Split(name=name, pattern=pattern)
+                for name, pattern in data.splits
             ]
         )
         return cls(input_config=input_config, **common)
-    input_config = tfx.proto.Input(
-        splits=[tfx.proto.Input.Split(name="single_split", pattern=data.pattern)]
+    input_config = example_gen_pb2.Input(
+        splits=[example_gen_pb2.Input.Split(name="single_split", pattern=data.pattern)]
     )
-    output_config = tfx.proto.Output(
-        split_config=tfx.proto.SplitConfig(
+    output_config = example_gen_pb2.Output(
+        split_config=example_gen_pb2.SplitConfig(
             splits=[
-                tfx.proto.SplitConfig.Split(name="train", hash_buckets=config.data.train_buckets),
-                tfx.proto.SplitConfig.Split(name="eval", hash_buckets=config.data.eval_buckets),
+                example_gen_pb2.SplitConfig.Split(
+                    name="train", hash_buckets=config.data.train_buckets
+                ),
+                example_gen_pb2.SplitConfig.Split(
+                    name="eval", hash_buckets=config.data.eval_buckets
+                ),
             ]
         )
     )
@@ -210,7 +221,7 @@ def create_pipeline(
     paths: PipelinePaths,
     beam_pipeline_args: list[str] | None = None,
     enable_cache: bool = True,
-) -> tfx.dsl.Pipeline:
+) -> tfx_pipeline.Pipeline:
     """Builds the pipeline for a validated config.
 
     Args:
@@ -225,18 +236,16 @@ def create_pipeline(
     """
     config.require_data("the tfxkit pipeline")
     gen = example_gen(config, data)
-    statistics = tfx.components.StatisticsGen(examples=gen.outputs["examples"])
-    schema = tfx.components.SchemaGen(
-        statistics=statistics.outputs["statistics"], infer_feature_shape=True
-    )
-    validator = tfx.components.ExampleValidator(
+    statistics = stock.StatisticsGen(examples=gen.outputs["examples"])
+    schema = stock.SchemaGen(statistics=statistics.outputs["statistics"], infer_feature_shape=True)
+    validator = stock.ExampleValidator(
         statistics=statistics.outputs["statistics"], schema=schema.outputs["schema"]
     )
     # The drift baseline: the schema of the last run whose data passed the gate.
-    baseline_schema = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestArtifactStrategy,
-        schema=tfx.dsl.Channel(
-            type=tfx.types.standard_artifacts.Schema,
+    baseline_schema = Resolver(
+        strategy_class=LatestArtifactStrategy,
+        schema=channel.Channel(
+            type=standard_artifacts.Schema,
             producer_component_id=GATE_ID,
             output_key=GATE_SCHEMA_KEY,
         ),
@@ -280,7 +289,7 @@ def create_pipeline(
             trainer.outputs["model"],
             distillation_eval_config(config),
         )
-    evaluator = tfx.components.Evaluator(
+    evaluator = stock.Evaluator(
         examples=gen.outputs["examples"],
         model=candidate,
         baseline_model=baseline,
@@ -289,8 +298,8 @@ def create_pipeline(
     pusher = Pusher(
         model=candidate,
         model_blessing=evaluator.outputs["blessing"],
-        push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=paths.serving_dir)
+        push_destination=pusher_pb2.PushDestination(
+            filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=paths.serving_dir)
         ),
     )
     components = [
@@ -307,11 +316,11 @@ def create_pipeline(
         pusher,
     ]
     metadata = (
-        tfx.orchestration.metadata.sqlite_metadata_connection_config(paths.metadata_path)
+        tfx_metadata.sqlite_metadata_connection_config(paths.metadata_path)
         if paths.metadata_path
         else None
     )
-    return tfx.dsl.Pipeline(
+    return tfx_pipeline.Pipeline(
         pipeline_name=config.name,
         pipeline_root=paths.pipeline_root,
         components=components,

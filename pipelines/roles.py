@@ -7,7 +7,7 @@ TFX resolves the drift baseline by producer id.
 
 from __future__ import annotations
 
-from tfx import v1 as tfx
+from tfx import components as stock
 
 from components.distiller.component import Distiller, EnsembleStudent, StudentRound
 from components.trainer import executor as trainer_executor
@@ -40,8 +40,8 @@ _SCRATCH_TYPE = StudentBaseline.get_class_type()
 _MODEL_BASELINE_TYPE = ModelBaseline.get_class_type()
 _ENSEMBLE_STUDENT_TYPE = EnsembleStudent.get_class_type()
 _ROUND_TYPE = StudentRound.get_class_type()
-EVALUATOR_TYPE = tfx.components.Evaluator.get_class_type()
-PUSHER_TYPE = tfx.components.Pusher.get_class_type()
+EVALUATOR_TYPE = stock.Evaluator.get_class_type()
+PUSHER_TYPE = stock.Pusher.get_class_type()
 GATE_TYPE = DataGate.get_class_type()
 
 

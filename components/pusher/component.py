@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from tfx import v1 as tfx
+from tfx import components as stock
 from tfx.dsl.components.base import executor_spec
 
 from components.pusher import executor
 
 
-class Pusher(tfx.components.Pusher):
+class Pusher(stock.Pusher):
     """Stock Pusher spec; pushes only blessed models, atomically."""
 
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)

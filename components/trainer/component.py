@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfx import v1 as tfx
+from tfx import components as stock
 from tfx.dsl.components.base import executor_spec
+from tfx.proto import trainer_pb2
 from tfx.types import BaseChannel
 
 from components.config import ConfigError, PipelineConfig, payload, stock_args
@@ -19,7 +20,7 @@ from components.trainer import executor
 DEFAULT_RUN_FN = "components.trainer.run_fn.run_fn"
 
 
-class Trainer(tfx.components.Trainer):
+class Trainer(stock.Trainer):
     """Trains the configured model, or the user's `run_fn` under tfxkit's strategy and input pipeline.
 
     Args:
@@ -86,9 +87,9 @@ class Trainer(tfx.components.Trainer):
                 # `fit(steps_per_epoch=fn_args.train_steps)` no step count for
                 # the repeating `tf_dataset_factory` dataset.
                 if train_args is None:
-                    train_args = tfx.proto.TrainArgs(num_steps=full.train.train_steps)
+                    train_args = trainer_pb2.TrainArgs(num_steps=full.train.train_steps)
                 if eval_args is None:
-                    eval_args = tfx.proto.EvalArgs(num_steps=full.train.eval_steps)
+                    eval_args = trainer_pb2.EvalArgs(num_steps=full.train.eval_steps)
         else:
             if not isinstance(config, PipelineConfig):
                 raise ConfigError(
@@ -100,10 +101,10 @@ class Trainer(tfx.components.Trainer):
             stock_args.check_steps(train_args, eval_args, config)
             custom_config = payload.encode(custom_config, config=config)
             run_fn = DEFAULT_RUN_FN
-            train_args = train_args or tfx.proto.TrainArgs(
+            train_args = train_args or trainer_pb2.TrainArgs(
                 splits=["train"], num_steps=config.train.train_steps
             )
-            eval_args = eval_args or tfx.proto.EvalArgs(
+            eval_args = eval_args or trainer_pb2.EvalArgs(
                 splits=["eval"], num_steps=config.train.eval_steps
             )
         super().__init__(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfx import v1 as tfx
+from tfx import components as stock
 from tfx.dsl.components.base import executor_spec
 from tfx.types import BaseChannel
 
@@ -19,7 +19,7 @@ from components.transform import executor
 DEFAULT_PREPROCESSING_FN = "components.data.preprocessing.preprocessing_fn"
 
 
-class Transform(tfx.components.Transform):
+class Transform(stock.Transform):
     """Transform whose output is ingestion-ready; a user module works unchanged.
 
     Args:

@@ -150,6 +150,56 @@ def test_no_product_module_imports_the_test_helpers():
     assert not found, found
 
 
+def _tfx_v1_imports(source: str) -> list[int]:
+    """Lines of `source` that import `tfx.v1` (or a module under it), in any form and
+    at any depth (inside functions too)."""
+
+    def is_v1(name: str) -> bool:
+        return name == "tfx.v1" or name.startswith("tfx.v1.")
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(is_v1(a.name) for a in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            base = node.module or ""
+            if is_v1(base) or (base == "tfx" and any(a.name == "v1" for a in node.names)):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_product_module_imports_tfx_v1():
+    """`tfx.v1` imports TFX's Google Cloud extensions (google.cloud.aiplatform and
+    BigQuery's client): seconds of every process's start that a local run and a
+    compile never use. The product imports what it uses from `tfx.components` and
+    the other modules `tfx.v1` re-exports; the test helpers, which write a user's
+    pipeline script, may import it."""
+    found = sorted(
+        f"{module}:{line}"
+        for module, path in _modules().items()
+        if "testing" not in module.split(".")
+        for line in _tfx_v1_imports(path.read_text())
+    )
+    assert not found, found
+
+
+def test_the_tfx_v1_check_sees_every_form():
+    source = textwrap.dedent(
+        """
+        from tfx import v1 as tfx
+        import tfx.v1
+        from tfx.v1 import components
+        import tfx.v1.dsl as dsl
+        def later():
+            from tfx import v1
+        from tfx import components as stock
+        from tfx.components import Trainer
+        import tfx
+        """
+    )
+    assert _tfx_v1_imports(source) == [2, 3, 4, 5, 7]
+
+
 # The layers of `components/`, lowest first: a module may import its own
 # layer and the ones below, never one above (docs/architecture.md). The TFX
 # components (and the helpers shared by tests and benchmarks) are the top.

@@ -188,21 +188,8 @@ NOT_TRAINING = ("components/testing",)
 LOCKS = ("requirements.lock",)
 
 
+# A run's directory is named by `CODE.key()` (benchmarks/revision.py).
 CODE = revision_lib.Code(CODE_PATHS, NOT_TRAINING, files=LOCKS)
-
-
-def code_trees(cwd: str = REPO) -> dict[str, str | None]:
-    """The git object id at HEAD of each entry of `CODE_PATHS` (a directory's entries one
-    by one, less `NOT_TRAINING`); None where git cannot say."""
-    return CODE.trees(cwd)
-
-
-def revision_key(trees: dict[str, str | None] | None = None, dirty: bool | None = None) -> str:
-    """The directory name of this code's runs: a digest of the `CODE_PATHS` trees, so a
-    run resumes across commits that change none of them; with changes to them not
-    committed (or no git), a name no other run shares, so no model trained by other code
-    is reused."""
-    return CODE.key(trees, dirty)
 
 
 def recipe_key(args, setting: str) -> str:
@@ -635,10 +622,10 @@ def run_setting(
 ) -> dict:
     """One setting: its choice (from its work directory, the committed choice for this
     code and recipe, or its choice stage), then, unless `args.choice_only`, its trials.
-    `unchanged` raises `CodeChanged` if the code changed since the run started; it is
-    called before a choice is written to `results_dir`, which happens when none there
-    matches, results are on, and the code is committed (a `-dirty-` revision no run
-    can match)."""
+    `unchanged` raises `revision_lib.CodeChanged` if the code changed since the run
+    started; it is called before a choice is written to `results_dir`, which happens
+    when none there matches, results are on, and the code is committed (a `-dirty-`
+    revision no run can match)."""
     fraction = SETTINGS[setting]
     recipe = recipe_key(args, setting)
     root = os.path.join(args.workdir, revision, recipe)
@@ -710,10 +697,6 @@ HEADLINE_KEYS = (
 MIN_SEEDS = 5
 
 
-CodeChanged = revision_lib.CodeChanged
-check_unchanged = revision_lib.check_unchanged
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--settings", default="scarce,all")
@@ -755,12 +738,11 @@ def main(argv: list[str] | None = None) -> None:
             f"--seeds: at least {MIN_SEEDS} for an interval that means something "
             "(2 in a smoke run with --limit)"
         )
-    started = results_lib.commit()
-    trees = code_trees()
-    revision = revision_key(trees)
+    started, trees = results_lib.commit(), CODE.trees()
+    revision = CODE.key(trees)
 
     def unchanged() -> None:
-        check_unchanged(started, trees, results_lib.commit(), code_trees())
+        revision_lib.check_unchanged(started, trees, results_lib.commit(), CODE.trees())
 
     summaries = [run_setting(args, setting, revision, unchanged) for setting in keys]
     unchanged()

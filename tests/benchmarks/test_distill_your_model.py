@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks import distill_your_model as bench
+from benchmarks import revision as revision_lib
 from components.config import payload
 from components.testing import results as results_lib
 
@@ -152,37 +153,12 @@ def test_validation_is_carved_from_training_and_only_train_labels_are_masked():
     assert (bench.masked_labels(labels, 1.0) == labels).all()
 
 
-def test_runs_resume_across_commits_that_keep_the_code_and_never_reuse_other_code():
-    trees = {"components/config": "a" * 40, "requirements.lock": "b" * 40}
-    key = bench.revision_key(trees, dirty=False)
-    assert bench.revision_key(dict(trees), dirty=False) == key
-    changed = bench.revision_key({**trees, "components/config": "c" * 40}, dirty=False)
-    assert changed != key
-    first, second = bench.revision_key(trees, dirty=True), bench.revision_key(trees, dirty=True)
-    assert first.startswith(key + "-dirty-") and first != second
-    assert "-dirty-" in bench.revision_key({**trees, "requirements.lock": None}, dirty=False)
-    assert "-dirty-" in bench.revision_key({}, dirty=False)
-
-
 def test_the_code_key_reads_the_product_less_its_test_helpers_the_modules_and_the_lock():
-    trees = bench.code_trees()
+    trees = bench.CODE.trees()
     assert "requirements.lock" in trees and "components/training" in trees
     assert "benchmarks/your_model/student.py" in trees
     assert not any(name.startswith("components/testing") for name in trees)
     assert all(len(tree) == 40 for tree in trees.values())
-
-
-def test_results_are_refused_when_the_code_changed_during_the_run():
-    started = {"commit": "a" * 40, "dirty": False, "dirty_files": []}
-    trees = {"components/config": "b" * 40}
-    bench.check_unchanged(started, trees, dict(started), dict(trees))
-    for now, now_trees in (
-        ({**started, "commit": "c" * 40}, trees),
-        ({**started, "dirty": True, "dirty_files": ["benchmarks/other.py"]}, trees),
-        (started, {"components/config": "d" * 40}),
-    ):
-        with pytest.raises(bench.CodeChanged, match=r"started at a{40}\); nothing is written"):
-            bench.check_unchanged(started, trees, now, now_trees)
 
 
 def _commit_choice(directory, name="distill_your_model", **keys):
@@ -284,7 +260,7 @@ def test_no_choice_is_written_from_changed_or_uncommitted_code_a_smoke_run_or_wi
     results = tmp_path / "results"
 
     def changed():
-        raise bench.CodeChanged("the code changed")
+        raise revision_lib.CodeChanged("the code changed")
 
     cases = (
         ("r1", {}, changed),
@@ -296,7 +272,7 @@ def test_no_choice_is_written_from_changed_or_uncommitted_code_a_smoke_run_or_wi
         args = argparse.Namespace(**{**vars(base), **change})
         _workdir(tmp_path, "work", revision, bench.recipe_key(args, "scarce"), CHOICE)
         if unchanged is changed:
-            with pytest.raises(bench.CodeChanged):
+            with pytest.raises(revision_lib.CodeChanged):
                 bench.run_setting(args, "scarce", revision, unchanged, str(results))
         else:
             assert bench.run_setting(args, "scarce", revision, unchanged, str(results))["choice"]

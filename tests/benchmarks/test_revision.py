@@ -72,3 +72,31 @@ def test_results_are_written_only_for_a_run_begun_on_committed_code_left_unchang
     _commit(repo, "moved on")
     with pytest.raises(revision.CodeChanged, match=r"started at [0-9a-f]{40}\); nothing is"):
         revision.check_writable(key, started, trees, CODE, str(repo))
+
+
+def test_runs_resume_across_commits_that_keep_the_code_and_never_reuse_other_code():
+    trees = {"components/config": "a" * 40, "requirements.lock": "b" * 40}
+    key = revision.revision_key(trees, dirty=False)
+    assert revision.revision_key(dict(trees), dirty=False) == key
+    changed = revision.revision_key({**trees, "components/config": "c" * 40}, dirty=False)
+    assert changed != key
+    first, second = (
+        revision.revision_key(trees, dirty=True),
+        revision.revision_key(trees, dirty=True),
+    )
+    assert first.startswith(key + "-dirty-") and first != second
+    assert "-dirty-" in revision.revision_key({**trees, "requirements.lock": None}, dirty=False)
+    assert "-dirty-" in revision.revision_key({}, dirty=False)
+
+
+def test_results_are_refused_when_the_code_changed_during_the_run():
+    started = {"commit": "a" * 40, "dirty": False, "dirty_files": []}
+    trees = {"components/config": "b" * 40}
+    revision.check_unchanged(started, trees, dict(started), dict(trees))
+    for now, now_trees in (
+        ({**started, "commit": "c" * 40}, trees),
+        ({**started, "dirty": True, "dirty_files": ["benchmarks/other.py"]}, trees),
+        (started, {"components/config": "d" * 40}),
+    ):
+        with pytest.raises(revision.CodeChanged, match=r"started at a{40}\); nothing is written"):
+            revision.check_unchanged(started, trees, now, now_trees)

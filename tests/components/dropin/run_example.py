@@ -40,6 +40,9 @@ def main(spec_path: str) -> None:
         spec["root"],
         spec["data_root"],
         enable_tuning=spec.get("enable_tuning", False),
+        # The DirectRunner's defaults (in memory, one worker) without TFX packaging
+        # itself for every Beam executor (`tfx_examples.create_pipeline`).
+        beam_pipeline_args=(),
     )
     if spec.get("distill_steps"):
         tfx_examples.add_distillation(example, pipeline, spec["root"], spec["distill_steps"])

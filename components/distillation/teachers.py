@@ -457,11 +457,27 @@ def class_logits(outputs: tf.Tensor, output: str, width: int) -> tf.Tensor:
 
 
 def conform(features: Mapping[str, tf.Tensor], spec: tf.TensorSpec) -> tf.Tensor:
-    """A transformed feature as a Keras input of `spec` takes it (rank and dtype), as Keras's fit does."""
+    """A transformed feature as a Keras input of `spec` takes it (rank and dtype), as Keras's fit does.
+
+    Raises:
+      ValueError: naming the feature, where no cast turns its dtype into the
+        input's (strings and numbers). Keras's fit fails on the same cast only
+        where the model reads the input; an exported teacher is called with
+        every input its signature declares.
+    """
     value = tf.convert_to_tensor(features[spec.name])
     if spec.shape.rank is not None and value.shape.rank == spec.shape.rank - 1:
         value = tf.expand_dims(value, -1)
-    return tf.cast(value, spec.dtype) if value.dtype != spec.dtype else value
+    if value.dtype == spec.dtype:
+        return value
+    if (value.dtype == tf.string) != (spec.dtype == tf.string):
+        raise ValueError(
+            f"distillation: the teacher's input {spec.name!r} takes {spec.dtype.name} but the Transform "
+            f"output holds it as {value.dtype.name}, which no cast turns into {spec.dtype.name}; give the "
+            "raw column the teacher's type in the schema the Transform reads (SchemaGen infers a column "
+            "without values as a string)"
+        )
+    return tf.cast(value, spec.dtype)
 
 
 class ExportedTeacher(keras.layers.Layer):

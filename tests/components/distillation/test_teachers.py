@@ -49,6 +49,24 @@ def test_a_logits_teacher_distils_its_softened_logits(tmp_path):
     np.testing.assert_allclose(_targets(path, info), _softmax(z / T), rtol=1e-5)
 
 
+def test_a_feature_no_cast_turns_into_the_teachers_input_is_refused_naming_it(tmp_path):
+    """A string where the teacher takes floats (a column SchemaGen typed as a string)."""
+    path, _ = save_teacher(tmp_path / "t")
+    teacher = teachers_lib.ExportedTeacher(path, teachers_lib.describe_teacher(path))
+    strings = {"x_xf": np.full((6, 4), b"", dtype=object)}
+    with pytest.raises(
+        ValueError,
+        match=r"^distillation: the teacher's input 'x_xf' takes float32 but the Transform output "
+        r"holds it as string, which no cast",
+    ):
+        teacher.outputs_of(strings)
+    # A numeric dtype is cast, as Keras's fit casts it.
+    as_float64 = {"x_xf": features()["x_xf"].astype(np.float64)}
+    np.testing.assert_allclose(
+        teacher.outputs_of(as_float64).numpy(), teacher.outputs_of(features()).numpy(), rtol=1e-6
+    )
+
+
 def test_a_softmax_teacher_is_read_as_probabilities(tmp_path):
     path, model = save_teacher(tmp_path / "t", activation="softmax")
     info = teachers_lib.describe_teacher(path)

@@ -471,11 +471,15 @@ def conform(features: Mapping[str, tf.Tensor], spec: tf.TensorSpec) -> tf.Tensor
     if value.dtype == spec.dtype:
         return value
     if (value.dtype == tf.string) != (spec.dtype == tf.string):
+        why = (
+            " (SchemaGen infers a column without values as a string)"
+            if value.dtype == tf.string
+            else ""
+        )
         raise ValueError(
             f"distillation: the teacher's input {spec.name!r} takes {spec.dtype.name} but the Transform "
             f"output holds it as {value.dtype.name}, which no cast turns into {spec.dtype.name}; give the "
-            "raw column the teacher's type in the schema the Transform reads (SchemaGen infers a column "
-            "without values as a string)"
+            f"raw column the teacher's type in the schema the Transform reads{why}"
         )
     return tf.cast(value, spec.dtype)
 

@@ -60,6 +60,14 @@ def test_a_feature_no_cast_turns_into_the_teachers_input_is_refused_naming_it(tm
         r"holds it as string, which no cast",
     ):
         teacher.outputs_of(strings)
+    # A string of one rank less is refused too (after the rank is conformed).
+    with pytest.raises(ValueError, match=r"takes float32 but .* holds it as string"):
+        teachers_lib.conform(
+            {"f": np.array([b"", b""], dtype=object)}, tf.TensorSpec([None, 1], tf.float32, "f")
+        )
+    # Numbers where the input takes strings: no SchemaGen hint, which is about strings.
+    with pytest.raises(ValueError, match=r"takes string but .* holds it as float32, .* reads$"):
+        teachers_lib.conform(features(), tf.TensorSpec([None, 4], tf.string, "x_xf"))
     # A numeric dtype is cast, as Keras's fit casts it.
     as_float64 = {"x_xf": features()["x_xf"].astype(np.float64)}
     np.testing.assert_allclose(

@@ -238,7 +238,8 @@ def create_pipeline(
     hyperparameters its Trainer trains with. `beam_pipeline_args` replace
     the example's multi-process ones; empty, the DirectRunner's defaults run
     the same way (in memory, one worker), and TFX's Beam executors skip
-    packaging TFX as an sdist, which non-empty args make each of them do
+    packaging TFX as an sdist, which each of them does for non-empty args
+    that name no package, setup or requirements file or SDK container
     (`tfx.utils.dependency_utils`: about 2 s of CPU and 51 MB left in the
     temp directory per executor).
     """

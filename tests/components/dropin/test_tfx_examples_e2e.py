@@ -2,8 +2,9 @@
 
 The penguin Keras and taxi native-Keras pipelines are taken from the tfx
 wheel as they are, with only their `Transform` / `Trainer` imports changed
-(and tiny step counts, one in-memory Beam worker); every component must run, the model must be pushed,
-and its serving signatures must be those the stock Trainer's model has.
+(and tiny step counts, one in-memory Beam worker); every component must
+run, the model must be pushed, and its serving signatures must be those the
+stock Trainer's model has.
 """
 
 from __future__ import annotations

@@ -38,23 +38,27 @@ def _modules() -> dict[str, Path]:
     return modules
 
 
+def _names(node: ast.Import | ast.ImportFrom, module: str | None = None) -> list[str]:
+    """The dotted names an import statement may load; `module` (the importing one) resolves
+    a relative import."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = module.split(".")
+        if _modules()[module].name != "__init__.py":
+            package = package[:-1]
+        package = package[: len(package) - node.level + 1]
+        base = ".".join([*package, base] if base else package)
+    # `from package import name` loads the submodule `name` when there is one.
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
 def _targets(node: ast.Import | ast.ImportFrom, module: str) -> set[str]:
     """The project modules an import statement executes (packages on the way included)."""
     modules = _modules()
-    if isinstance(node, ast.Import):
-        names = [alias.name for alias in node.names]
-    else:
-        base = node.module or ""
-        if node.level:
-            package = module.split(".")
-            if modules[module].name != "__init__.py":
-                package = package[:-1]
-            package = package[: len(package) - node.level + 1]
-            base = ".".join([*package, base] if base else package)
-        # `from package import name` loads the submodule `name` when there is one.
-        names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
     targets = set()
-    for name in names:
+    for name in _names(node, module):
         parts = name.split(".")
         targets |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & modules.keys()
     return targets
@@ -157,15 +161,14 @@ def _tfx_v1_imports(source: str) -> list[int]:
     def is_v1(name: str) -> bool:
         return name == "tfx.v1" or name.startswith("tfx.v1.")
 
-    lines = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import) and any(is_v1(a.name) for a in node.names):
-            lines.append(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and not node.level:
-            base = node.module or ""
-            if is_v1(base) or (base == "tfx" and any(a.name == "v1" for a in node.names)):
-                lines.append(node.lineno)
-    return lines
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        # A relative import is the project's own, never tfx's.
+        and not getattr(node, "level", 0)
+        and any(is_v1(name) for name in _names(node))
+    ]
 
 
 def test_no_product_module_imports_tfx_v1():

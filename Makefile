@@ -67,10 +67,10 @@ bench: setup
 # Every committed result's headline, with its commit, date and machine, and
 # whether the product or the benchmark changed since (stale); runs nothing.
 bench-report: setup
-	$(BIN)/python -m components.testing.results
+	$(BIN)/python -m testkit.results
 
 # Format check, then lint: both gate CI (.ci/run) before the tests.
-LINT_PATHS := components pipelines tests benchmarks
+LINT_PATHS := components pipelines testkit tests benchmarks
 lint: setup
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/ruff check $(LINT_PATHS)

@@ -98,8 +98,8 @@ import time
 import numpy as np
 
 from benchmarks import revision as revision_lib
-from components.testing import results as results_lib
-from components.testing.stats import TooFewError, t_interval
+from testkit import results as results_lib
+from testkit.stats import TooFewError, t_interval
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = os.path.join(REPO, "benchmarks", "your_model")
@@ -179,17 +179,16 @@ def write_examples(directory: str, labeled_fraction: float, limit: int = 0) -> N
 
 
 # What the trained models depend on beyond the pipeline's own arguments (which
-# TFX's cache keys on): the product (less its test helpers, which train
-# nothing here), the user's module files (loaded by path, so `make
+# TFX's cache keys on): the product, the user's module files (loaded by path, so `make
 # bench-report` is told through DEPENDS_ON) and the locked dependencies.
+# The test helpers (`testkit/`) train nothing and lie outside these paths.
 DEPENDS_ON = ("benchmarks/your_model",)
 CODE_PATHS = ("components", "benchmarks/your_model", "requirements.lock")
-NOT_TRAINING = ("components/testing",)
 LOCKS = ("requirements.lock",)
 
 
 # A run's directory is named by `CODE.key()` (benchmarks/revision.py).
-CODE = revision_lib.Code(CODE_PATHS, NOT_TRAINING, files=LOCKS)
+CODE = revision_lib.Code(CODE_PATHS, files=LOCKS)
 
 
 def recipe_key(args, setting: str) -> str:

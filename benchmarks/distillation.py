@@ -55,13 +55,13 @@ import tf_keras as keras  # noqa: E402
 
 from components.config import PipelineConfig, from_dict, payload, to_dict  # noqa: E402
 from components.distiller.run_fn import train_student  # noqa: E402
-from components.testing.stats import mean_std  # noqa: E402
 from components.training import fit as training  # noqa: E402
 from components.training import strategies  # noqa: E402
 from components.training import task as task_lib  # noqa: E402
 from components.training.export import export_serving_model  # noqa: E402
 from pipelines import report  # noqa: E402
 from pipelines.configs import load_config  # noqa: E402
+from testkit.stats import mean_std  # noqa: E402
 
 MNIST_PATH = os.path.join(REPO, "tests", "data", "mnist_1000.tfrecord")
 TEMPERATURES = (1.0, 2.0, 5.0, 10.0, 20.0)

@@ -88,20 +88,20 @@ from benchmarks import revision  # noqa: E402
 from components.config import PipelineConfig, from_dict, payload, to_dict  # noqa: E402
 from components.data.sources import ResolvedInput, image_example  # noqa: E402
 from components.distiller.run_fn import member_inputs, train_m_on_m  # noqa: E402
-from components.testing import results as results_lib  # noqa: E402
-from components.testing.stats import mean_std, t_interval  # noqa: E402
 from components.training import strategies  # noqa: E402
 from components.training import task as task_lib  # noqa: E402
 from pipelines import report  # noqa: E402
 from pipelines.configs import load_config  # noqa: E402
+from testkit import results as results_lib  # noqa: E402
+from testkit.stats import mean_std, t_interval  # noqa: E402
 
 VALIDATION_IMAGES = 5000
-# What the trained models depend on: the product less its test helpers (the
-# shipped configs included), the benchmark code that trains and the lock.
+# What the trained models depend on: the product (the shipped configs
+# included; the test helpers in `testkit/` train nothing), the benchmark code
+# that trains and the lock.
 BENCH_FILES = ("benchmarks/distillation.py", "benchmarks/distillation_methods.py")
 CODE = revision.Code(
     ("components", "pipelines", *BENCH_FILES, "requirements.lock"),
-    not_training=("components/testing", "pipelines/testing"),
     files=(*BENCH_FILES, "requirements.lock"),
 )
 # The shipped fashion_mnist config, read once: every scenario's base.

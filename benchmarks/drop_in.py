@@ -4,7 +4,7 @@
         [--penguin-train-steps N] [--mnist-train-steps N] [--mnist-batch-size N]
         [--repeats 3] [--workdir DIR]
 
-Three examples from the tfx wheel (see `components.testing.tfx_examples`):
+Three examples from the tfx wheel (see `testkit.tfx_examples`):
 
 - `taxi`: `chicago_taxi_pipeline/taxi_pipeline_native_keras.py`, its module
   file `taxi_utils_native_keras.py` and the taxi CSV that ships with it, at
@@ -61,7 +61,7 @@ sys.path.insert(0, REPO_ROOT)
 
 
 def _helper(name: str):
-    """A `components/testing` helper loaded from its file, not through the `components` package.
+    """A `testkit` helper loaded from its file, not through the `testkit` package.
 
     The stock side's child must import nothing of the product (its package
     `__init__` included), so it loads the helpers it shares with the tests
@@ -69,7 +69,7 @@ def _helper(name: str):
     """
     key = f"_drop_in_{name}"
     if key not in sys.modules:
-        path = os.path.join(REPO_ROOT, "components", "testing", f"{name}.py")
+        path = os.path.join(REPO_ROOT, "testkit", f"{name}.py")
         spec = importlib.util.spec_from_file_location(key, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
@@ -229,8 +229,8 @@ def main() -> None:
         )
         _helper("fresh_process").print_result(result)
         return
-    from components.testing import fresh_process, results, tfx_examples
-    from components.testing.stats import abba_order
+    from testkit import fresh_process, results, tfx_examples
+    from testkit.stats import abba_order
 
     headlines, lines = {}, []
     for name in names:
@@ -289,7 +289,7 @@ def _mean_or_none(values: list) -> float | None:
 
 def headline(runs: dict[str, list[dict]], train_steps: int, metric: str) -> dict:
     """One example's swapped / stock ratios, mean phases, both accuracies and their difference."""
-    from components.testing.stats import (
+    from testkit.stats import (
         TooFewError,
         compare_accuracies,
         equivalent,

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/faults.py [--repeats 3] [--workdir DIR] [--shared-with WHAT]
 
-Runs every fault kind of `components/testing/fault_cases.py` on its own (the same
+Runs every fault kind of `testkit/fault_cases.py` on its own (the same
 scenarios the fault tests run, on the same launcher machinery), each beside
 the unkilled run of the same job, on the tiny penguins teacher, `--repeats`
 passes over all of them; a pass runs its jobs in the reverse order of the
@@ -52,7 +52,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from components.testing import fault_cases, local_cluster, results, stats
+from testkit import fault_cases, local_cluster, results, stats
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = ("mwms_worker", "mwms_in_backup", "ps_worker", "ps_server", "chief")

@@ -44,8 +44,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from components.testing import results as results_lib  # noqa: E402
-from components.testing.stats import abba_order, ratio_interval  # noqa: E402
+from testkit import results as results_lib  # noqa: E402
+from testkit.stats import abba_order, ratio_interval  # noqa: E402
 
 
 def _rss_mb() -> float:

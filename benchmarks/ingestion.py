@@ -68,10 +68,10 @@ import tf_keras as keras  # noqa: E402
 from components.config import PipelineConfig  # noqa: E402
 from components.data import ingestion
 from components.data import layout as transform_layout
-from components.testing import results as results_lib
-from components.testing import stats
 from components.training import models
 from pipelines.configs import load_config  # noqa: E402
+from testkit import results as results_lib
+from testkit import stats
 
 # Distinct ids of a `vocabulary` feature in the synthetic data (the real taxi
 # vocabularies are of this order).

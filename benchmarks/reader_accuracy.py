@@ -39,9 +39,9 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from components.testing import fresh_process  # noqa: E402
-from components.testing import results as results_lib  # noqa: E402
-from components.testing.stats import (  # noqa: E402
+from testkit import fresh_process  # noqa: E402
+from testkit import results as results_lib  # noqa: E402
+from testkit.stats import (  # noqa: E402
     abba_order,
     compare_accuracies,
     equivalent,
@@ -58,7 +58,7 @@ def transform_once(root: str) -> str:
     from tfx.orchestration import pipeline as tfx_pipeline
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-    from components.testing import tfx_examples
+    from testkit import tfx_examples
 
     example = tfx_examples.MNIST
     module = tfx_examples.load_pipeline(example, os.path.join(root, "code"), swapped=False)

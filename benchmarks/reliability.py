@@ -1,6 +1,6 @@
 """Reliability summary: runs the bad-input catalogue against a pushed model.
 
-Each case (pipelines/testing/reliability_cases.py) starts from a copy of a run
+Each case (testkit/reliability_cases.py) starts from a copy of a run
 that already pushed a model, breaks one thing and runs the real pipeline.
 Prints one JSON line per case, then the summary as the last line:
 {"cases", "as_documented", "skipped", "wrongly_pushed", "lost_models"}. A case
@@ -28,11 +28,11 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from components.testing import results as results_lib  # noqa: E402
-from components.testing.tiny import tiny  # noqa: E402
 from pipelines import local_runner  # noqa: E402
 from pipelines.configs import load_config  # noqa: E402
-from pipelines.testing.reliability_cases import CASES, baseline_config, run_case  # noqa: E402
+from testkit import results as results_lib  # noqa: E402
+from testkit.reliability_cases import CASES, baseline_config, run_case  # noqa: E402
+from testkit.tiny import tiny  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

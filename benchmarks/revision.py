@@ -16,7 +16,7 @@ import hashlib
 import json
 import time
 
-from components.testing import results as results_lib
+from testkit import results as results_lib
 
 
 class CodeChanged(RuntimeError):

@@ -57,8 +57,8 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from components.testing import results as results_lib  # noqa: E402
-from components.testing.stats import alternating_order, ratio_interval  # noqa: E402
+from testkit import results as results_lib  # noqa: E402
+from testkit.stats import alternating_order, ratio_interval  # noqa: E402
 
 GLOBAL_BATCH = 256
 SHARDS = 4
@@ -92,7 +92,7 @@ def materialize(workdir: str) -> dict:
     import tensorflow as tf
 
     from components.data.sources import taxi_csv_path
-    from components.testing.transform import analyze_and_transform
+    from testkit.transform import analyze_and_transform
 
     # Only its data section and preprocessing_fn matter here, not the schedule.
     config = _config(1, train={"warmup_steps": 0})

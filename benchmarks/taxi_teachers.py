@@ -50,10 +50,10 @@ from benchmarks import distillation_methods as methods  # noqa: E402
 from benchmarks import revision  # noqa: E402
 from components.config import PipelineConfig, from_dict, to_dict  # noqa: E402
 from components.data.sources import ResolvedInput, taxi_csv_path  # noqa: E402
-from components.testing import results as results_lib  # noqa: E402
-from components.testing.stats import mean_std  # noqa: E402
 from components.training import strategies  # noqa: E402
 from pipelines.configs import load_config  # noqa: E402
+from testkit import results as results_lib  # noqa: E402
+from testkit.stats import mean_std  # noqa: E402
 
 TEST_ROWS = 3000
 VALIDATION_ROWS = 2000

@@ -67,7 +67,7 @@ def write_data(directory: str) -> dict:
     import tensorflow as tf
 
     from components.data import fashion_mnist
-    from components.testing import transform
+    from testkit import transform
 
     images, labels = fashion_mnist.load_split("train")
     n = len(labels)
@@ -334,9 +334,9 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    from components.testing import results
-    from components.testing.data_service import LocalService
-    from components.testing.stats import abba_order, ratio_interval
+    from testkit import results
+    from testkit.data_service import LocalService
+    from testkit.stats import abba_order, ratio_interval
 
     lines: list[dict] = []
 

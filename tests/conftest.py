@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from components.config import PipelineConfig
-from components.testing.tiny import tiny
 from pipelines.configs import load_config
+from testkit.tiny import tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "tests", "data")
@@ -186,15 +186,15 @@ def once_per_run(tmp_path_factory, name: str, build: Callable[[str], Any]) -> An
 
 @pytest.fixture(scope="session")
 def penguin_inputs(tmp_path_factory):
-    """The penguins Trainer inputs (`components.testing.penguins.materialize` of
+    """The penguins Trainer inputs (`testkit.penguins.materialize` of
     `penguins_config()`: real TFT output, train and eval files), written once
     per test run (see `once_per_run`). Read-only: a test writes under its own
     directory.
 
     Returns:
-      `components.testing.penguins.Materialized`.
+      `testkit.penguins.Materialized`.
     """
-    from components.testing import penguins
+    from testkit import penguins
 
     data_file(os.path.basename(penguins.PENGUINS_CSV))
 
@@ -266,7 +266,7 @@ def tiny_taxi_run(tmp_path_factory, taxi_config):
     import yaml
 
     from components.config import to_dict
-    from pipelines.testing.reliability_cases import baseline_config
+    from testkit.reliability_cases import baseline_config
 
     def run(work: str) -> dict:
         config = baseline_config(tiny(taxi_config), work)

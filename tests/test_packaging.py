@@ -102,8 +102,14 @@ def test_wheel_installs_and_imports_beside_the_locked_dependencies(wheel, tmp_pa
     assert help_run.returncode == 0 and "run" in help_run.stdout
 
 
-def test_wheel_ships_the_packages_without_tests_or_benchmark_helpers(wheel):
+def test_wheel_ships_the_product_packages_only(wheel):
+    """The harness that tests and benchmarks share (`testkit/`: fixtures, local
+    clusters, fault cases, results writing) stays out of the wheel: it reads
+    the repository and runs git, which an installed package cannot."""
     with zipfile.ZipFile(wheel) as z:
-        top = {name.split("/", 1)[0] for name in z.namelist() if "/" in name}
-    assert {"components", "pipelines"} <= top
-    assert not top & {"tests", "benchmarks"}, sorted(top)
+        names = [name for name in z.namelist() if "/" in name]
+    top = {name.split("/", 1)[0] for name in names}
+    packages = {t for t in top if not t.endswith((".dist-info", ".data"))}
+    assert packages == {"components", "pipelines"}, sorted(top)
+    # No test-harness module inside the product packages either.
+    assert not [n for n in names if "/testing/" in n or n.split("/")[-1].startswith("test_")]

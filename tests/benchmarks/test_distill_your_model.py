@@ -13,7 +13,7 @@ import pytest
 from benchmarks import distill_your_model as bench
 from benchmarks import revision as revision_lib
 from components.config import payload
-from components.testing import results as results_lib
+from testkit import results as results_lib
 
 
 def _model(accuracy, params=56_000, model_ms=1.0, serving_ms=3.0):
@@ -157,7 +157,7 @@ def test_the_code_key_reads_the_product_less_its_test_helpers_the_modules_and_th
     trees = bench.CODE.trees()
     assert "requirements.lock" in trees and "components/training" in trees
     assert "benchmarks/your_model/student.py" in trees
-    assert not any(name.startswith("components/testing") for name in trees)
+    assert not any(name.startswith("testkit") for name in trees)
     assert all(len(tree) == 40 for tree in trees.values())
 
 

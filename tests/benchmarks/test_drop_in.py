@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from benchmarks import drop_in
-from components.testing.stats import diff_se
+from testkit.stats import diff_se
 
 
 def _run(

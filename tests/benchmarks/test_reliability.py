@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import reliability
-from pipelines.testing import reliability_cases
+from testkit import reliability_cases
 
 
 def test_an_unknown_case_is_refused_naming_the_cases(capsys):

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from benchmarks import revision
-from components.testing import results as results_lib
+from testkit import results as results_lib
 
 
 def _git(root, *args):

@@ -1,6 +1,6 @@
 """What the reliability test modules share.
 
-The bad-input catalogue (pipelines/testing/reliability_cases.py) runs in two
+The bad-input catalogue (testkit/reliability_cases.py) runs in two
 modules, so that pytest-xdist (`--dist loadscope`, one module per worker)
 can place them on different workers: test_reliability_proceeds.py holds the
 cases documented to proceed (whole runs that push a model), and
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.testing.reliability_cases import CASES, Case, CsvRows, run_case, together
+from testkit.reliability_cases import CASES, Case, CsvRows, run_case, together
 
 
 def case_params(proceeds: bool) -> list:

@@ -276,7 +276,7 @@ RENAMED = {
 
 @pytest.mark.e2e
 def test_renamed_nodes_keep_summary_and_report_correct(tmp_path, monkeypatch, digits_config):
-    from components.testing.tiny import tiny
+    from testkit.tiny import tiny
 
     def renamed_pipeline(*args, **kwargs):
         pipeline = create_pipeline(*args, **kwargs)

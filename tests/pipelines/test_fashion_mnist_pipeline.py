@@ -18,9 +18,9 @@ import tensorflow as tf
 
 from components.config import AugmentationConfig
 from components.data import fashion_mnist
-from components.testing.tiny import tiny
 from pipelines import local_runner
 from pipelines.configs import load_config
+from testkit.tiny import tiny
 from tests.conftest import write_fashion_idx
 
 SIZES = {"train": 96, "eval": 40}

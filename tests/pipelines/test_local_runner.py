@@ -20,9 +20,9 @@ import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
 from components.data.sources import taxi_csv_path
-from components.testing.tiny import tiny
 from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
+from testkit.tiny import tiny
 
 EXPECTED_NODES = {
     "StatisticsGen",

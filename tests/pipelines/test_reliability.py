@@ -9,10 +9,10 @@ import os
 import pytest
 import tensorflow as tf
 
-from components.testing import full_disk as full_disk_module
-from components.testing.full_disk import FullDiskUnavailable, full_disk
 from pipelines import local_runner
-from pipelines.testing.reliability_cases import (
+from testkit import full_disk as full_disk_module
+from testkit.full_disk import FullDiskUnavailable, full_disk
+from testkit.reliability_cases import (
     Case,
     CaseUnavailable,
     read_taxi_rows,

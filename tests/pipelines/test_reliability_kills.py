@@ -18,7 +18,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from pipelines import local_runner
 from pipelines.summary import latest_run_executions, open_store
-from pipelines.testing.reliability_cases import run_in_child, serving_versions
+from testkit.reliability_cases import run_in_child, serving_versions
 
 LOCK_WAIT_SECONDS = 120
 

@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from pipelines.testing.reliability_cases import (
+from testkit.reliability_cases import (
     CASES,
     read_taxi_rows,
     shipped_catalogue_pipeline,

@@ -15,8 +15,8 @@ from tfx.types import standard_component_specs as specs
 
 from components.compat import tfx_transform as tfx_compat
 from components.config.payload import CONFIG_KEY
-from components.testing.tiny import tiny
 from components.transform import executor
+from testkit.tiny import tiny
 
 # A release the patches were not written for.
 OTHER_VERSION = "1.17.0"

@@ -23,7 +23,7 @@ from tfx_bsl.public import tfxio
 from components.config import IngestionConfig
 from components.data import ingestion, memory
 from components.data import layout as transform_layout
-from components.testing import transform as transformed_files
+from testkit import transform as transformed_files
 
 LABEL = "label"
 # A transformed spec with every kind the pipeline handles: floats (scalar and

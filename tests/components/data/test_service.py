@@ -17,7 +17,7 @@ from components.config import IngestionConfig, ServiceConfig
 from components.config.runtime import DISPATCHER_ENV
 from components.data import service
 from components.data.layout import IngestionError
-from components.testing.data_service import LocalService
+from testkit.data_service import LocalService
 from tests.components.data.test_ingestion import BATCH, CONFIG, take_examples, write
 
 pytestmark = pytest.mark.multiprocess

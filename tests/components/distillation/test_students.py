@@ -18,7 +18,7 @@ from tensorflow_transform.tf_metadata import schema_utils
 from components.config import ConfigError, PipelineConfig
 from components.distillation import students as student_lib
 from components.distillation import teachers as teachers_lib
-from components.testing.tfx_examples import signatures
+from testkit.tfx_examples import signatures
 from tests.components.distillation.keras_teachers import RAW_SPEC, save_teacher, serialized
 
 

@@ -20,7 +20,7 @@ from components.distillation.model import count_params
 from components.distiller import run_fn as distiller_run_fn
 from components.distiller.component import Distiller, EnsembleStudent
 from components.distiller.executor import MEMBERS_DIR
-from components.testing.tiny import tiny
+from testkit.tiny import tiny
 from tests.components.distiller.user_runs import (
     channels,
     penguin_teachers,

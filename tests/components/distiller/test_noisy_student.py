@@ -22,9 +22,9 @@ from components.config import (
 from components.distillation import self_training
 from components.distillation import teachers as teachers_lib
 from components.distiller.executor import ROUND_FILE
-from components.testing.tiny import tiny
 from components.training import fit as training
 from components.training import models
+from testkit.tiny import tiny
 from tests.components.distiller.user_runs import (
     penguin_teachers,
     raw_digits_examples,

@@ -24,7 +24,7 @@ import sys
 from absl import logging
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-from components.testing import tfx_examples
+from testkit import tfx_examples
 
 
 def main(spec_path: str) -> None:

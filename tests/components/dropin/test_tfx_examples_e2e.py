@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 from components.data.layout import read_layout
-from components.testing import tfx_examples
+from testkit import tfx_examples
 
 # Steps per example. The taxi example's own Evaluator blesses (and so lets
 # the Pusher push) only a model with binary accuracy >= 0.6 on the eval

@@ -508,8 +508,8 @@ def test_trainer_step_on_kubeflow_submits_a_tfjob_instead_of_training(
 ):
     from tfx.types import artifact_utils, standard_artifacts
 
-    from components.testing.artifacts import local_artifact, trainer_artifacts
     from components.trainer.executor import Executor
+    from testkit.artifacts import local_artifact, trainer_artifacts
 
     inputs, outputs = trainer_artifacts(tmp_path)
     inputs["transform_graph"] = [

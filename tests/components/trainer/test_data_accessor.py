@@ -219,7 +219,7 @@ def _on_service(address: str) -> DropInSettings:
 
 @pytest.mark.multiprocess
 def test_the_repeating_factory_reads_through_the_service(examples, tmp_path):
-    from components.testing.data_service import LocalService
+    from testkit.data_service import LocalService
 
     stock, _, pattern = _factories(examples, tmp_path)
     # Unshuffled: on the service the passes repeat on the worker, and a shuffle

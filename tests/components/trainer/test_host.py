@@ -15,8 +15,8 @@ from components.compat.user_code import UserCodeError
 from components.config import StrategyConfig, payload
 from components.config.dropin import DropInSettings
 from components.kubernetes import env
-from components.testing.artifacts import trainer_artifacts
 from components.trainer import executor, host, launcher
+from testkit.artifacts import trainer_artifacts
 
 
 def _fn_args(tmp_path) -> FnArgs:

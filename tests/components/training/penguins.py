@@ -1,6 +1,6 @@
 """Tiny real training inputs for Trainer tests: Palmer penguins through real TFT.
 
-The inputs themselves live in `components/testing/penguins.py` (the fault benchmark
+The inputs themselves live in `testkit/penguins.py` (the fault benchmark
 trains the same model); this module adds what only the tests use.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from components.testing.penguins import (
+from testkit.penguins import (
     BUCKETIZED_FEATURE,
     EVAL_ROWS,
     FLOAT_FEATURES,

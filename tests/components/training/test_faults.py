@@ -1,9 +1,9 @@
 """Faults of a multi-task Trainer: a worker, a parameter server or the chief killed mid-job.
 
 Real clusters of processes on loopback (free ports), forked by one launcher
-process (`components/testing/local_cluster.py`), killed with SIGKILL and
+process (`testkit/local_cluster.py`), killed with SIGKILL and
 restarted as the generated manifests make Kubernetes restart them; the
-scenarios themselves live in `components/testing/fault_cases.py`, which
+scenarios themselves live in `testkit/fault_cases.py`, which
 `benchmarks/faults.py` times. Every wait there is bounded, a task that
 overruns its bound is killed and listed (`Outcome.hung`), and leaving the
 module fixture kills the launcher's whole process group.
@@ -35,8 +35,8 @@ from concurrent import futures
 import numpy as np
 import pytest
 
-from components.testing import fault_cases, local_cluster, penguins
 from components.training import peers
+from testkit import fault_cases, local_cluster, penguins
 from tests.conftest import data_file
 
 ATOL = 1e-6

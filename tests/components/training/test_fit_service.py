@@ -1,6 +1,6 @@
 """The Trainer fed by a tf.data service of real processes (TensorFlow's dispatcher and a
 worker on loopback), one device in this process, mirrored over two logical CPUs in a
-fresh one, and clusters of processes (`components/testing/local_cluster.py`, free
+fresh one, and clusters of processes (`testkit/local_cluster.py`, free
 loopback ports): two multi-worker-mirrored workers reading one service job, and a
 parameter-server job whose workers read it through the coordinator's per-worker datasets.
 """
@@ -21,12 +21,12 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from components.data import service
-from components.testing import local_cluster
-from components.testing.data_service import LocalService
-from components.testing.local_cluster import teacher_builder
 from components.training import fit as training
 from components.training import peers, strategies
 from components.training.inputs import make_datasets
+from testkit import local_cluster
+from testkit.data_service import LocalService
+from testkit.local_cluster import teacher_builder
 from tests.components.training import penguins
 
 pytestmark = pytest.mark.multiprocess
@@ -78,7 +78,7 @@ def test_one_device_trains_from_the_service(setup):
 MIRRORED_CHILD = """
 import json, sys
 from components.config import PipelineConfig
-from components.testing.local_cluster import teacher_builder
+from testkit.local_cluster import teacher_builder
 from components.training import fit as training, strategies
 job = json.loads(sys.argv[1])
 config = PipelineConfig.from_json(job["config"])

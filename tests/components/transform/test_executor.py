@@ -34,12 +34,12 @@ from components.config.payload import CONFIG_KEY
 from components.data import layout as transform_layout
 from components.data import writer
 from components.data.sources import taxi_csv_path
-from components.testing.tiny import tiny
 from components.trainer import component as trainer_component
 from components.training import fit as training
 from components.training.inputs import make_datasets
 from components.transform import executor
-from pipelines.testing.reliability_cases import CATALOGUE_FEATURES, catalogue_pipeline
+from testkit.reliability_cases import CATALOGUE_FEATURES, catalogue_pipeline
+from testkit.tiny import tiny
 
 TRAIN_ROWS, EVAL_ROWS = 600, 240
 BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

@@ -1,15 +1,15 @@
-"""`components/testing/fresh_process.py`: a child's result read back, and a failed child named."""
+"""`testkit/fresh_process.py`: a child's result read back, and a failed child named."""
 
 from __future__ import annotations
 
 import pytest
 
-from components.testing import fresh_process
+from testkit import fresh_process
 
 
 def test_the_last_result_line_is_returned_and_other_output_ignored():
     child = (
-        "from components.testing import fresh_process; print('building a wheel'); "
+        "from testkit import fresh_process; print('building a wheel'); "
         "fresh_process.print_result({'a': 0}); fresh_process.print_result({'a': 1, 'b': [2]})"
     )
     assert fresh_process.run(["-c", child], "the child") == {"a": 1, "b": [2]}

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Bound on the launcher's imports (TensorFlow, TFT, the Trainer) on 2 busy cores.
 LAUNCHER_START_TIMEOUT_S = 180
 # How long a task held at a step waits for its go file (or its kill).
@@ -173,7 +173,7 @@ class Launcher:
         os.makedirs(workdir, exist_ok=True)
         self._stderr = open(os.path.join(workdir, "launcher.log"), "w")
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "components.testing.local_cluster", workdir],
+            [sys.executable, "-m", "testkit.local_cluster", workdir],
             cwd=REPO_ROOT,
             env={**os.environ, **CPU_ONLY, "PYTHONPATH": REPO_ROOT},
             stdin=subprocess.PIPE,
@@ -230,8 +230,8 @@ class Launcher:
                     task.wait(30)
 
     def penguins(self, out_dir: str, timeout: float = LAUNCHER_START_TIMEOUT_S):
-        """The penguins training inputs (`components.testing.penguins`), written by a task."""
-        from components.testing import penguins
+        """The penguins training inputs (`testkit.penguins`), written by a task."""
+        from testkit import penguins
 
         task = self.start("penguins", {"kind": "penguins", "out_dir": out_dir})
         if task.wait(timeout) != 0:
@@ -328,7 +328,7 @@ def run_task(job: dict, path: Callable[[str], str]) -> dict:
     """One task of a training cluster, as the Trainer runs it (TF_CONFIG already set).
 
     A job of kind `penguins` instead writes the penguins training inputs
-    (`components.testing.penguins.materialize`) to `out_dir`: TensorFlow Transform is
+    (`testkit.penguins.materialize`) to `out_dir`: TensorFlow Transform is
     imported already, so that takes seconds.
 
     Args:
@@ -344,7 +344,7 @@ def run_task(job: dict, path: Callable[[str], str]) -> dict:
       steps it ran, the final step, an error, whether it is the chief.
     """
     if job.get("kind") == "penguins":
-        from components.testing import penguins
+        from testkit import penguins
 
         data = penguins.materialize(penguins.penguins_config(), job["out_dir"])
         return dataclasses.asdict(data)

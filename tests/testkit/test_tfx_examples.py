@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 from components.data import fashion_mnist
-from components.testing import tfx_examples
 from components.trainer.component import Trainer as TfxkitTrainer
 from components.transform.component import Transform as TfxkitTransform
+from testkit import tfx_examples
 from tests.conftest import write_fashion_idx
 
 

@@ -15,9 +15,9 @@ import re
 import time
 from collections.abc import Callable
 
-from components.testing import local_cluster, penguins
-from components.testing.local_cluster import Launcher, Task
 from components.training import peers
+from testkit import local_cluster, penguins
+from testkit.local_cluster import Launcher, Task
 
 GLOBAL_BATCH = 30
 # Steps per pass over the 270 training rows at GLOBAL_BATCH, and the backup interval.

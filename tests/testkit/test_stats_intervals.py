@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.testing import stats
+from testkit import stats
 
 
 def test_abba_order_alternates_which_side_runs_first():

@@ -1,7 +1,7 @@
 """Committed benchmark results: each file names the commit, date and machine it came from.
 
 `write` saves a benchmark's JSON lines to `benchmarks/results/<name>.json`;
-`python -m components.testing.results` (`make bench-report`) prints every
+`python -m testkit.results` (`make bench-report`) prints every
 committed headline without running anything, marking a file stale when the
 product, its benchmark or a test helper it imports changed since the commit
 it records, unless `NEUTRAL_FILE` declares that change does not touch any
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results")
 # What a result depends on besides its own script: the product's code.
 # What every figure depends on: the product and the locked dependencies it runs on.
@@ -44,7 +44,9 @@ def commit(cwd: str = REPO_ROOT) -> dict:
     tree differs from it: `dirty`, and `dirty_files` naming what differs (results files not
     yet committed are outputs, not code)."""
     head = _git("rev-parse", "HEAD", cwd=cwd)
-    files = uncommitted(*PRODUCT_PATHS, "benchmarks", ":(exclude)benchmarks/results", cwd=cwd)
+    files = uncommitted(
+        *PRODUCT_PATHS, "benchmarks", TESTING_DIR, ":(exclude)benchmarks/results", cwd=cwd
+    )
     return {
         "commit": head.stdout.strip() if head.returncode == 0 else None,
         "dirty": None if files is None else bool(files),
@@ -150,9 +152,9 @@ def write(
 # The helpers benchmarks and tests share. A change there stales only the results
 # of benchmarks that import it (directly or through another helper); this
 # module records results and measures nothing, so it stales none.
-TESTING_DIR = "components/testing"
+TESTING_DIR = "testkit"
 # Every directory of such helpers: the product's runs never import them.
-TESTING_DIRS = (TESTING_DIR, "pipelines/testing")
+TESTING_DIRS = (TESTING_DIR,)
 CONFIGS_DIR = "pipelines/configs"
 RECORDING_ONLY = frozenset({f"{TESTING_DIR}/results.py"})
 # Commits declared not to touch any benchmark's figures, each for the paths it
@@ -404,6 +406,7 @@ def assess(record: dict, cwd: str = REPO_ROOT) -> tuple[str | None, list[str]]:
         "--",
         script,
         *scripts,
+        *helpers,
         *declared,
         *PRODUCT_PATHS,
         cwd=cwd,

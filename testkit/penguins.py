@@ -15,7 +15,7 @@ from components.config import PipelineConfig, from_dict, to_dict
 
 # Real data the repository ships (tests/data/README.md).
 PENGUINS_CSV = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     "tests",
     "data",
     "penguins_processed.csv",
@@ -113,7 +113,7 @@ def materialize(config: PipelineConfig, out_dir: str, train_shards: int = 1) -> 
     import numpy as np
     import tensorflow as tf
 
-    from components.testing.transform import analyze_and_transform
+    from testkit.transform import analyze_and_transform
 
     rows = read_rows()
     spec = {

@@ -1,4 +1,4 @@
-"""`components.testing.results`: committed results name their commit and machine; stale ones show."""
+"""`testkit.results`: committed results name their commit and machine; stale ones show."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from components.testing import results
+from testkit import results
 
 
 def _git(cwd, *args):
@@ -131,15 +131,15 @@ def test_a_result_is_stale_once_its_benchmark_or_the_product_changed(repo):
 
 
 def test_a_test_helper_stales_only_the_results_of_benchmarks_that_import_it(repo):
-    testing = repo / "components" / "testing"
+    testing = repo / "testkit"
     testing.mkdir()
-    (testing / "timer.py").write_text("from components.testing import clock\n")
+    (testing / "timer.py").write_text("from testkit import clock\n")
     (testing / "clock.py").write_text("T = 1\n")
     (testing / "faults.py").write_text("F = 1\n")
     (testing / "results.py").write_text("R = 1\n")
     (repo / "benchmarks" / "common.py").write_text("C = 1\n")
     (repo / "benchmarks" / "speed.py").write_text(
-        "from benchmarks import common\nfrom components.testing import results, timer\n"
+        "from benchmarks import common\nfrom testkit import results, timer\n"
     )
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "helpers")
@@ -151,23 +151,23 @@ def test_a_test_helper_stales_only_the_results_of_benchmarks_that_import_it(repo
         return results.staleness(record, str(repo))
 
     # A helper it does not import, and the results writer, measure nothing of it.
-    assert after_changing("components/testing/faults.py") is None
-    assert after_changing("components/testing/results.py") is None
+    assert after_changing("testkit/faults.py") is None
+    assert after_changing("testkit/results.py") is None
     # A helper it imports through another, and a benchmark module it imports, do.
-    assert after_changing("components/testing/clock.py").startswith("1 file(s)")
+    assert after_changing("testkit/clock.py").startswith("1 file(s)")
     assert after_changing("benchmarks/common.py").startswith("2 file(s)")
 
 
-def test_the_pipelines_test_helpers_stale_only_the_results_of_benchmarks_that_import_them(repo):
-    testing = repo / "pipelines" / "testing"
-    testing.mkdir(parents=True)
+def test_the_test_helpers_package_init_stales_only_the_results_of_benchmarks_that_import_it(repo):
+    testing = repo / "testkit"
+    testing.mkdir()
     (testing / "__init__.py").write_text("")
-    (testing / "cases.py").write_text("from components.testing import disk\n\nCASES = 1\n")
-    (repo / "components" / "testing").mkdir()
-    (repo / "components" / "testing" / "disk.py").write_text("D = 1\n")
+    (testing / "cases.py").write_text("from testkit import disk\n\nCASES = 1\n")
+    (testing / "disk.py").write_text("D = 1\n")
     (testing / "other.py").write_text("O = 1\n")
+    (repo / "pipelines").mkdir()
     (repo / "pipelines" / "runner.py").write_text("R = 1\n")
-    (repo / "benchmarks" / "catalogue.py").write_text("from pipelines.testing.cases import CASES\n")
+    (repo / "benchmarks" / "catalogue.py").write_text("from testkit.cases import CASES\n")
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "helpers")
     measured = results.commit(str(repo))["commit"]
@@ -181,14 +181,14 @@ def test_the_pipelines_test_helpers_stale_only_the_results_of_benchmarks_that_im
         return results.staleness(speed, str(repo)), results.staleness(catalogue, str(repo))
 
     # No product run imports them: a helper nobody imports stales nothing.
-    assert after_changing("pipelines/testing/other.py") == (None, None)
+    assert after_changing("testkit/other.py") == (None, None)
     # The one a benchmark imports stales its results only.
-    stale_speed, stale_catalogue = after_changing("pipelines/testing/cases.py")
+    stale_speed, stale_catalogue = after_changing("testkit/cases.py")
     assert stale_speed is None and stale_catalogue.startswith("1 file(s)")
-    # So do the helpers it imports, of either directory, and its package's __init__.
-    assert after_changing("components/testing/disk.py")[0] is None
-    assert after_changing("pipelines/testing/__init__.py")[0] is None
-    # The rest of pipelines/ is the product: it stales both.
+    # So do the helpers it imports, and the package's __init__.
+    assert after_changing("testkit/disk.py")[0] is None
+    assert after_changing("testkit/__init__.py")[0] is None
+    # pipelines/ is the product: it stales both.
     stale_speed, stale_catalogue = after_changing("pipelines/runner.py")
     assert stale_speed.startswith("1 file(s)") and stale_catalogue.startswith("4 file(s)")
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Bound on one server's start (it imports TensorFlow) on 2 busy cores.
 START_TIMEOUT_S = 120
 # Bound on a server's exit after SIGTERM, before SIGKILL.

@@ -29,13 +29,13 @@ from ml_metadata.proto import metadata_store_pb2
 
 from components.config import ConfigError, PipelineConfig, from_dict, to_dict
 from components.data.sources import DataError, taxi_csv_path
-from components.testing.full_disk import FullDiskUnavailable, full_disk
 from pipelines import local_runner
 from pipelines.configs import load_config
 from pipelines.rundir import OutputDirError
 from pipelines.summary import latest_run_executions, open_store
+from testkit.full_disk import FullDiskUnavailable, full_disk
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Bounds on waits for a run in a child process (a tiny run takes a few
 # minutes on two busy cores); they only stop a hung run.
 CHILD_RUN_TIMEOUT_SECONDS = 900

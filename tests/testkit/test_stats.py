@@ -7,7 +7,7 @@ import math
 import pytest
 
 from benchmarks import drop_in
-from components.testing.stats import compare_accuracies, diff_se, mean_std
+from testkit.stats import compare_accuracies, diff_se, mean_std
 
 
 def test_mean_std_is_the_sample_spread():

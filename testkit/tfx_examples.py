@@ -19,7 +19,7 @@ import tensorflow as tf
 import tfx
 
 EXAMPLES = os.path.join(os.path.dirname(tfx.__file__), "examples")
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PENGUIN_CSV = os.path.join(REPO_ROOT, "tests", "data", "penguins_processed.csv")
 
 OUR_IMPORTS = (

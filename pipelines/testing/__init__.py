@@ -1,1 +1,0 @@
-"""Pipeline-level helpers that the tests and the benchmarks share."""

@@ -141,15 +141,15 @@ def test_the_library_does_not_import_the_pipelines():
 
 
 def test_no_product_module_imports_the_test_helpers():
-    """`make bench-report` counts `components/testing/` and `pipelines/testing/` for
-    a benchmark only when it imports them (components/testing/results.py): that
-    holds while no product module does."""
+    """`testkit/` (what tests and benchmarks share) is not in the wheel: a product
+    module that imported it would fail once installed."""
     found = sorted(
-        f"{module} -> {target}"
-        for module, (top, lazy) in _graph().items()
-        if "testing" not in module.split(".")
-        for target in top | lazy
-        if target.startswith(("components.testing", "pipelines.testing"))
+        f"{module}:{node.lineno}"
+        for module, path in _modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and not getattr(node, "level", 0)
+        and any(name == "testkit" or name.startswith("testkit.") for name in _names(node))
     )
     assert not found, found
 
@@ -175,12 +175,10 @@ def test_no_product_module_imports_tfx_v1():
     """`tfx.v1` imports TFX's Google Cloud extensions (google.cloud.aiplatform and
     BigQuery's client): seconds of every process's start that a local run and a
     compile never use. The product imports what it uses from `tfx.components` and
-    the other modules `tfx.v1` re-exports; the test helpers, which write a user's
-    pipeline script, may import it."""
+    the other modules `tfx.v1` re-exports."""
     found = sorted(
         f"{module}:{line}"
         for module, path in _modules().items()
-        if "testing" not in module.split(".")
         for line in _tfx_v1_imports(path.read_text())
     )
     assert not found, found
@@ -205,7 +203,7 @@ def test_the_tfx_v1_check_sees_every_form():
 
 # The layers of `components/`, lowest first: a module may import its own
 # layer and the ones below, never one above (docs/architecture.md). The TFX
-# components (and the helpers shared by tests and benchmarks) are the top.
+# components are the top.
 LAYERS = (
     ("components.config", "components.compat"),
     ("components.data", "components.kubernetes"),
@@ -218,8 +216,6 @@ LAYERS = (
         "components.validation",
         "components.pusher",
         "components.example_gen",
-        "components.dropin",
-        "components.testing",
     ),
 )
 
@@ -265,32 +261,35 @@ def test_one_training_run_stays_in_the_training_and_lower_layers():
 
 
 # --------------------------------------------------------------------------- #
-# The public face and the old import paths (run in a fresh interpreter: what
-# is already imported here would hide a broken path).
+# The public face and what importing it changes (run in a fresh interpreter:
+# what is already imported here would hide a broken path).
 # --------------------------------------------------------------------------- #
 
-_OLD_PATHS = textwrap.dedent(
+_FACE = textwrap.dedent(
     """
-    import importlib, json
-    out = {}
-    for old in ("components.strategies", "components.kubeflow.tfjob", "components.trainer.task"):
+    import importlib, json, sys
+    def import_system():
+        return {
+            "meta_path": [repr(f) for f in sys.meta_path],
+            "path_hooks": [repr(h) for h in sys.path_hooks],
+            "path": list(sys.path),
+            "keras": sorted(m for m in sys.modules if m.split(".")[0] in ("keras", "tf_keras")),
+        }
+    out = {"before": import_system()}
+    import components
+    out["after"] = import_system()
+    out["face"] = sorted(components.__all__)
+    out["light"] = "tensorflow" not in sys.modules
+    out["old"] = {}
+    for old in ("components.dropin", "components.strategies", "components.testing"):
         try:
             importlib.import_module(old)
-            out[old] = "imported"
+            out["old"][old] = "imported"
         except ImportError as e:
-            out[old] = str(e)
-    try:
-        from components.data import taxi_csv_path  # noqa: F401
-    except ImportError as e:
-        out["components.data.taxi_csv_path"] = str(e)
-    import components
-    out["face"] = sorted(components.__all__)
-    out["light"] = "tensorflow" not in __import__("sys").modules
-    from components import Trainer, backup_and_restore
-    from components.dropin import DropInSettings, backup_and_restore as old_helper
+            out["old"][old] = type(e).__name__
+    from components import Trainer
     from components.trainer.component import Trainer as long_trainer
-    out["same"] = Trainer is long_trainer and old_helper is backup_and_restore
-    import sys
+    out["same"] = Trainer is long_trainer
     import pipelines.cli, pipelines.local_runner, pipelines.pipeline  # noqa: E401, F401
     out["cloud"] = sorted(
         m for m in sys.modules if m == "tfx.v1" or m.startswith("google.cloud.aiplatform")
@@ -301,9 +300,9 @@ _OLD_PATHS = textwrap.dedent(
 
 
 @pytest.mark.multiprocess
-def test_the_public_face_and_old_paths_in_a_fresh_interpreter():
+def test_the_public_face_in_a_fresh_interpreter_changes_no_import_machinery():
     done = subprocess.run(
-        [sys.executable, "-c", _OLD_PATHS],
+        [sys.executable, "-c", _FACE],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -312,19 +311,10 @@ def test_the_public_face_and_old_paths_in_a_fresh_interpreter():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["components.strategies"] == (
-        "components.strategies moved to components.training.strategies: import it from there"
-    )
-    # A moved package's modules: Python imports the package first, which names its new home.
-    assert out["components.kubeflow.tfjob"] == (
-        "components.kubeflow moved to components.kubernetes: import it from there"
-    )
-    assert out["components.trainer.task"] == (
-        "components.trainer.task moved to components.training.task: import it from there"
-    )
-    assert out["components.data.taxi_csv_path"] == (
-        "components.data.taxi_csv_path moved to components.data.sources.taxi_csv_path"
-    )
+    # Importing the library leaves the import system of the process as it was:
+    # no finder, no path hook, no path entry, no Keras loaded.
+    assert out["after"] == out["before"]
+    assert out["after"]["keras"] == []
     assert out["face"] == [
         "DataGate",
         "Distiller",
@@ -337,6 +327,12 @@ def test_the_public_face_and_old_paths_in_a_fresh_interpreter():
     ]
     # `import components` loads no TensorFlow: each public name loads on first use.
     assert out["light"] is True
+    # Paths of an unreleased layout are simply gone, with no alias table behind them.
+    assert out["old"] == {
+        "components.dropin": "ModuleNotFoundError",
+        "components.strategies": "ModuleNotFoundError",
+        "components.testing": "ModuleNotFoundError",
+    }
     assert out["same"] is True
     # `tfx.v1` imports TFX's Google Cloud extensions (google.cloud.aiplatform):
     # seconds of every run's start-up that a local run never uses. The product

@@ -195,18 +195,3 @@ def _is_keras3(keras_attr) -> bool:
         # Unresolved (or resolved in place): its recorded version says which.
         return vars(keras_attr).get("_tfll_keras_version") == "keras_3"
     return getattr(keras_attr, "__name__", "").startswith("keras.")
-
-
-def check_model_keras(model, where: str) -> None:
-    """Fails naming `where` when `model` is a Keras 3 model (TFX 1.16 exports tf_keras).
-
-    Raises:
-      KerasMismatchError: for a Keras 3 model.
-    """
-    module = type(model).__module__
-    if module.startswith("keras.") or module == "keras":
-        raise KerasMismatchError(
-            f"{where}: the model is a Keras 3 {type(model).__name__} ({module}), but TFX 1.16 runs on "
-            "tf_keras; build it with tf.keras after importing tfxkit (or `import tf_keras`), or set "
-            "TF_USE_LEGACY_KERAS=1 before importing tensorflow"
-        )

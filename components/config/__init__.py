@@ -30,7 +30,6 @@ _EXPORTS = {
     "Toleration": "components.config.kubeflow",
     "from_dict": "components.config.loading",
     "json_schema": "components.config.loading",
-    "load_config": "components.config.loading",
     "load_config_file": "components.config.loading",
     "module_config_from_dict": "components.config.loading",
     "to_dict": "components.config.loading",

@@ -57,8 +57,6 @@ def to_dict(config: Any) -> dict[str, Any]:
 def load_config_file(path: str | Path) -> PipelineConfig:
     """Loads and validates a config from a YAML file.
 
-    Also importable under its former name, `load_config`.
-
     Raises:
       ConfigError: the file is missing or not YAML, or a value is invalid.
     """
@@ -70,12 +68,6 @@ def load_config_file(path: str | Path) -> PipelineConfig:
     except yaml.YAMLError as e:
         raise ConfigError(f"config: {path} is not valid YAML: {e}") from e
     return from_dict(data or {})
-
-
-# The name this loader had before `load_config_file`; kept so code that
-# imported it keeps working (`pipelines.configs.load_config` also takes
-# shipped names).
-load_config = load_config_file
 
 
 def json_schema() -> dict[str, Any]:

@@ -43,7 +43,7 @@ class PipelineConfig:
       data: The data section. Required in a config file and wherever the
         product's own model, preprocessing or pipeline runs (`require_data`);
         left out (None) only by a config for a user's own module file
-        (Trainer / Transform `config=`, see `components.dropin`).
+        (Trainer / Transform `config=`, docs/bring-your-own-pipeline.md).
       transform, ingestion, strategy, train, teacher, student, distillation,
       evaluation, kubeflow: the sections above.
       beam_args: Beam pipeline args for local runs. Empty (the default):

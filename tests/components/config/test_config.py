@@ -193,16 +193,6 @@ def test_a_config_file_without_a_data_section_is_refused_naming_it(data, tmp_pat
         load_config_file(path)
 
 
-def test_load_config_the_former_name_of_load_config_file_still_loads_a_file(tmp_path):
-    from components.config import load_config as former_name
-
-    path = tmp_path / "mine.yaml"
-    path.write_text((SHIPPED_CONFIG_DIR / "digits.yaml").read_text())
-    config = former_name(path)
-    assert (config.name, config.data.builtin, config.train.train_steps) == ("digits", "digits", 600)
-    assert config == load_config_file(str(path))
-
-
 def test_missing_required_feature_key():
     data = _taxi_dict()
     del data["data"]["features"][0]["kind"]

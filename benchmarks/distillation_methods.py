@@ -83,7 +83,7 @@ sys.path.insert(0, REPO)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from benchmarks import distillation as bench_lib  # noqa: E402
+from benchmarks import distillation_common as bench_lib  # noqa: E402
 from benchmarks import revision  # noqa: E402
 from components.config import PipelineConfig, from_dict, payload, to_dict  # noqa: E402
 from components.data.sources import ResolvedInput, image_example  # noqa: E402
@@ -99,7 +99,7 @@ VALIDATION_IMAGES = 5000
 # What the trained models depend on: the product (the shipped configs
 # included; the test helpers in `testkit/` train nothing), the benchmark code
 # that trains and the lock.
-BENCH_FILES = ("benchmarks/distillation.py", "benchmarks/distillation_methods.py")
+BENCH_FILES = ("benchmarks/distillation_common.py", "benchmarks/distillation_methods.py")
 CODE = revision.Code(
     ("components", "pipelines", *BENCH_FILES, "requirements.lock"),
     files=(*BENCH_FILES, "requirements.lock"),
@@ -170,7 +170,7 @@ def with_fraction(config: PipelineConfig, fraction: float) -> PipelineConfig:
 
 
 class Measured(bench_lib.Bench):
-    """`distillation.Bench` with the test split read apart from the validation split."""
+    """`distillation_common.Bench` with the test split read apart from the validation split."""
 
     def __init__(self, config, paths, workdir, choice):
         super().__init__(config, paths, workdir, choice)
@@ -193,7 +193,7 @@ def _trained(bench: Measured, seconds: dict, stage: str, config: PipelineConfig,
              role: str, path: str) -> str:  # fmt: skip
     """`role`'s serving directory, trained by `config` at `seed` under `path`; its seconds
     are added to `seconds[stage]`."""
-    return bench_lib._timed(
+    return bench_lib.timed(
         seconds, stage, bench.train_classifier, bench_lib.with_seed(config, seed), role, path
     )
 
@@ -204,7 +204,7 @@ def choose_settings(bench: Measured, config: PipelineConfig, seconds: dict) -> d
     scores = []
     for alpha, temperature in CANDIDATES:
         cfg = bench_lib.with_seed(config, CHOICE_SEED, alpha=alpha, temperature=temperature)
-        d = bench_lib._timed(
+        d = bench_lib.timed(
             seconds, "choice", bench.distil, cfg, teacher, f"choice/a{alpha}_T{temperature}"
         )
         acc = bench.measure(d, latency=False)["accuracy"]
@@ -227,9 +227,9 @@ def m_on_m_trial(bench: Measured, config: PipelineConfig, trial: int) -> dict:
     )
     inputs = bench.inputs(f"trial{trial}/m_on_m", config.student_train_steps())
     task = task_lib.Task("Distiller", bench.choice, payload.Payload(config=m_on_m))
-    bench_lib._timed(seconds, "m_on_m_students", train_m_on_m, task, inputs, teachers)
+    bench_lib.timed(seconds, "m_on_m_students", train_m_on_m, task, inputs, teachers)
     members = [member_inputs(inputs, i).serving_model_dir for i in range(NUM_TEACHERS)]
-    one = bench_lib._timed(
+    one = bench_lib.timed(
         seconds,
         "one_student",
         bench.distil,
@@ -346,7 +346,7 @@ def _noisy_chain(bench: Measured, cfg: PipelineConfig, teacher: str, seed: int, 
         inputs = bench.inputs(f"{name}{k}", cfg.student_train_steps())
         seeded = bench_lib.with_seed(cfg, seed + k)
         task = task_lib.Task("Distiller", bench.choice, payload.Payload(config=seeded))
-        summary = bench_lib._timed(seconds, stage, train_noisy_student, task, inputs, [previous])
+        summary = bench_lib.timed(seconds, stage, train_noisy_student, task, inputs, [previous])
         previous = inputs.serving_model_dir
         served.append(previous)
         kept.append({k2: summary[k2] for k2 in ("unlabeled", "confident", "kept", "per_class")})
@@ -563,7 +563,7 @@ def kd_trial(
     }
     row = {"seed": seed, "teacher": teacher, **results_lib.commit()}
     for name, run in runs.items():
-        d = bench_lib._timed(seconds, name, run)
+        d = bench_lib.timed(seconds, name, run)
         row[f"{name}_acc"] = bench.test_accuracy(bench.test_probabilities(d))
     row["params"] = bench.params(d)
     row["seconds"] = {k: round(v, 1) for k, v in seconds.items()}

@@ -45,7 +45,7 @@ sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
 
-from benchmarks import distillation as bench_lib  # noqa: E402
+from benchmarks import distillation_common as bench_lib  # noqa: E402
 from benchmarks import distillation_methods as methods  # noqa: E402
 from benchmarks import revision  # noqa: E402
 from components.config import PipelineConfig, from_dict, to_dict  # noqa: E402

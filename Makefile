@@ -44,7 +44,7 @@ test: setup fashion-mnist
 
 # The fast loop: unit and component tests, without whole pipelines (marker
 # e2e) or multi-process clusters (marker multiprocess); pyproject.toml
-# documents the markers. About 2 minutes here (docs/development.md).
+# documents the markers. Under 4 minutes here (docs/development.md).
 test-fast: setup fashion-mnist
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope -m "not e2e and not multiprocess" $(PYTEST_ARGS)
 

@@ -49,7 +49,7 @@ BASE_ROWS = 2000
 # feature a case or a reliability test reads (trip_seconds: a float column whose
 # cells are whole numbers); the other feature columns are excluded. Transform
 # traces every feature several times, and the catalogue runs the whole pipeline
-# a dozen times (what that saves: docs/performance.md, "The test suite").
+# a dozen times, so fewer features shorten every case.
 CATALOGUE_FEATURES = (
     "fare",
     "trip_miles",

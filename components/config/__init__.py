@@ -32,6 +32,7 @@ _EXPORTS = {
     "json_schema": "components.config.loading",
     "load_config_file": "components.config.loading",
     "module_config_from_dict": "components.config.loading",
+    "read_yaml": "components.config.loading",
     "to_dict": "components.config.loading",
     "PipelineConfig": "components.config.pipeline",
     "IngestionConfig": "components.config.runtime",

@@ -63,11 +63,58 @@ def load_config_file(path: str | Path) -> PipelineConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config: file {str(path)!r} does not exist")
+    return from_dict(read_yaml(path.read_text(), str(path)) or {})
+
+
+def read_yaml(text: str, source: str = "<config>") -> Any:
+    """Parses YAML config text into plain data, refusing a key given twice in one mapping.
+
+    YAML parsers keep the last of two equal keys without a word: a second
+    `train:` block would silently replace the first one's schedule. Build a
+    `config=` mapping for a component from YAML with this function, not
+    `yaml.safe_load`, to get the same check.
+
+    Args:
+      text: The YAML text.
+      source: Names the text in errors (the file's path).
+
+    Raises:
+      ConfigError: the text is not YAML, or a mapping repeats a key (naming
+        the key's dotted path and both line numbers).
+    """
     try:
-        data = yaml.safe_load(path.read_text())
+        _refuse_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), source)
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"config: {path} is not valid YAML: {e}") from e
-    return from_dict(data or {})
+        raise ConfigError(f"config: {source} is not valid YAML: {e}") from e
+
+
+def _refuse_duplicate_keys(root: yaml.Node | None, source: str) -> None:
+    """Walks the composed YAML nodes (which, unlike the loaded data, still hold every key)."""
+    todo: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())] if root is not None else []
+    seen_nodes: set[int] = set()  # an anchor's node is reached again through each alias
+    while todo:
+        node, path = todo.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo.extend((item, (*path, f"[{i}]")) for i, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                line = key.start_mark.line + 1
+                if key.value in lines:
+                    where = ".".join((*path, key.value)).replace(".[", "[")
+                    raise ConfigError(
+                        f"{where}: given twice in {source}, at lines {lines[key.value]} and "
+                        f"{line}; YAML would keep only the second, silently. Merge the two into "
+                        "one and delete the other"
+                    )
+                lines[key.value] = line
+                todo.append((value, (*path, key.value)))
 
 
 def json_schema() -> dict[str, Any]:

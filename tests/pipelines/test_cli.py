@@ -204,8 +204,12 @@ def test_compile_with_local_data_is_refused_before_tensorflow_is_imported(tmp_pa
     [
         ("name: taxi\ndata: {builtin: taxi\n", r"is not valid YAML"),
         (None, r"distillation\.temperature: expected a number > 0"),
+        (
+            "name: taxi\ndata: {builtin: taxi}\ntrain: {train_steps: 5}\ntrain: {train_steps: 9}\n",
+            r"train: given twice in .*bad\.yaml, at lines 3 and 4",
+        ),
     ],
-    ids=["yaml_error", "invalid_value"],
+    ids=["yaml_error", "invalid_value", "duplicate_key"],
 )
 def test_config_refusal_replaces_the_previous_runs_summary(tmp_path, config_text, error):
     out = _previous_run(tmp_path)

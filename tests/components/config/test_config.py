@@ -857,3 +857,47 @@ def test_a_baseline_is_held_to_every_rule_of_the_config_it_trains_with(baseline,
         ConfigError, match=r"distillation\.baselines\[0\]: baseline '.*' is refused .*" + match
     ):
         from_dict(data)
+
+
+# A key YAML would silently drop, at the top, inside a section and inside a
+# list item: the later value would replace the earlier without a word.
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        (
+            "name: a\ntrain:\n  schedule: cosine\n  warmup_steps: 100\ndata: {builtin: digits}\n"
+            "train:\n  schedule: constant\n",
+            "train: given twice in {path}, at lines 2 and 6",
+        ),
+        (
+            "name: a\ndata: {builtin: digits}\ntrain:\n  learning_rate: 0.01\n"
+            "  batch_size: 32\n  learning_rate: 0.1\n",
+            "train.learning_rate: given twice in {path}, at lines 4 and 6",
+        ),
+        (
+            "name: a\ndata:\n  path: x.csv\n  features:\n    - name: fare\n      kind: float\n"
+            "    - name: tips\n      kind: float\n      kind: string_categorical\n",
+            "data.features[1].kind: given twice in {path}, at lines 8 and 9",
+        ),
+    ],
+    ids=["top", "section", "list_item"],
+)
+def test_a_key_given_twice_is_refused_naming_its_path_and_both_lines(text, error, tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        load_config_file(path)
+    message = str(raised.value)
+    assert message.startswith(error.format(path=path) + "; YAML would keep only the second")
+    assert message.endswith("Merge the two into one and delete the other")
+
+
+def test_read_yaml_keeps_anchors_and_merge_keys_and_gives_plain_data():
+    from components.config import read_yaml
+
+    text = "base: &b {lr: 1}\nfirst: *b\nsecond:\n  <<: *b\n  steps: 2\n"
+    assert read_yaml(text) == {
+        "base": {"lr": 1},
+        "first": {"lr": 1},
+        "second": {"lr": 1, "steps": 2},
+    }

@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the pipeline locally")
-    run.add_argument("--config", default="taxi", help=_config_help())
+    run.add_argument(
+        "--config", default="fashion_mnist", help=_config_help() + " (default: fashion_mnist)"
+    )
     run.add_argument(
         "--runner",
         default="beam",

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -47,6 +48,7 @@ def check_output_dir(path: str) -> str:
     """
     path = os.path.abspath(path)
     fix = "pass --output a directory you can write to (it is created if missing)"
+    _refuse_the_source_tree(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputDirError(f"--output: {path!r} is a file, not a directory; {fix}")
     existing = path
@@ -75,6 +77,40 @@ def check_output_dir(path: str) -> str:
             f"--output: cannot write to {path!r} ({reason}: {where!r}); {fix}"
         ) from None
     return path
+
+
+# The checkout this package runs from, when it runs from one (an editable install).
+SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _refuse_the_source_tree(path: str, source_tree: str = SOURCE_TREE) -> None:
+    """Refuses an output inside the product's git work tree that git does not ignore.
+
+    A run writes ML Metadata, models and TFX artifacts: inside the sources
+    they would show up in `git status` and could be committed. `runs/` (the
+    default) is ignored and stays allowed; so is any path where git cannot say.
+
+    Raises:
+      OutputDirError: naming `--output`, the work tree and the fix.
+    """
+    if not os.path.exists(os.path.join(source_tree, ".git")):  # a directory, or a worktree's file
+        return
+    if os.path.commonpath([path, source_tree]) != source_tree:
+        return
+    try:
+        ignored = subprocess.run(
+            ["git", "-C", source_tree, "check-ignore", "-q", "--no-index", path],
+            capture_output=True,
+            timeout=30,
+        ).returncode
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if ignored == 1:  # 0: ignored; 128: git cannot say
+        raise OutputDirError(
+            f"--output: {path!r} is inside the tfxkit source tree {source_tree!r} and not "
+            "ignored by git: the run's ML Metadata, models and artifacts would land among the "
+            "sources; use the default runs/ or a directory outside the source tree"
+        )
 
 
 # How a full disk reads once Beam, TensorFlow or Python have wrapped it.

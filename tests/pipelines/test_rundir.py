@@ -177,3 +177,38 @@ def test_other_failures_are_not_called_a_full_disk(tmp_path):
 )
 def test_free_space_reads_in_the_largest_unit_below_1024(n, text):
     assert rundir._human_bytes(n) == text
+
+
+@pytest.fixture
+def source_tree(tmp_path):
+    """A git work tree shaped like the product's checkout: `runs/` ignored."""
+    import subprocess
+
+    tree = tmp_path / "checkout"
+    (tree / "components").mkdir(parents=True)
+    (tree / ".gitignore").write_text("runs/\n")
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    return tree
+
+
+def test_an_output_inside_the_source_tree_is_refused_unless_git_ignores_it(source_tree, tmp_path):
+    inside = source_tree / "components" / "out"
+    with pytest.raises(
+        rundir.OutputDirError,
+        match=rf"^--output: '{inside}' is inside the tfxkit source tree '{source_tree}' and not "
+        r"ignored by git: .*; use the default runs/ or a directory outside the source tree$",
+    ):
+        rundir._refuse_the_source_tree(str(inside), str(source_tree))
+    assert not inside.exists()
+    # The ignored runs/ (make run's default) and any directory outside are fine.
+    rundir._refuse_the_source_tree(str(source_tree / "runs" / "taxi"), str(source_tree))
+    rundir._refuse_the_source_tree(str(tmp_path / "elsewhere"), str(source_tree))
+
+
+def test_the_real_checkout_refuses_its_sources_and_takes_runs():
+    if not os.path.exists(os.path.join(rundir.SOURCE_TREE, ".git")):
+        pytest.skip("not running from a git checkout of tfxkit")
+    with pytest.raises(rundir.OutputDirError, match="inside the tfxkit source tree"):
+        rundir.check_output_dir(os.path.join(rundir.SOURCE_TREE, "components", "no-such-run"))
+    assert not os.path.exists(os.path.join(rundir.SOURCE_TREE, "components", "no-such-run"))
+    rundir._refuse_the_source_tree(os.path.join(rundir.SOURCE_TREE, "runs", "x"))

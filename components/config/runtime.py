@@ -92,6 +92,11 @@ class ServiceConfig:
         pipeline root) and by `python -m components.data.service dispatcher`.
       connect_timeout_seconds: How long the Trainer waits for the dispatcher
         to answer before failing with its address.
+      worker_wait_seconds: How long the Trainer waits, once the dispatcher
+        answers, for a registered worker that answers too (workers still
+        starting, pods not yet scheduled), logging what it waits for every
+        few seconds; then it fails naming the dispatcher and the workers it
+        saw. Without this bound a run with no worker waits forever.
     """
 
     dispatcher: str = ""
@@ -101,6 +106,7 @@ class ServiceConfig:
     remote: Literal["read", "parse", "augment"] = "parse"
     work_dir: str = ""
     connect_timeout_seconds: int = 60
+    worker_wait_seconds: int = 300
 
     @property
     def enabled(self) -> bool:
@@ -117,11 +123,9 @@ class ServiceConfig:
                 )
         if self.job_name and not _JOB_NAME.fullmatch(self.job_name):
             fail("job_name", f"expected letters, digits, '_', '.' or '-', got {self.job_name!r}")
-        if self.connect_timeout_seconds < 1:
-            fail(
-                "connect_timeout_seconds",
-                f"expected an integer >= 1, got {self.connect_timeout_seconds}",
-            )
+        for name in ("connect_timeout_seconds", "worker_wait_seconds"):
+            if getattr(self, name) < 1:
+                fail(name, f"expected an integer >= 1, got {getattr(self, name)}")
         return self
 
 

@@ -14,10 +14,12 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import tensorflow as tf
 from absl import logging
 
+from components.compat import tfdata_dispatcher
 from components.config import ServiceConfig
 from components.config.runtime import (
     DISPATCHER_ENV,
@@ -33,6 +35,11 @@ PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 # A worker gives up on a dispatcher it cannot reach after this long and exits
 # (without it, workers outlive their job: tensorflow#56490).
 WORKER_DISPATCHER_TIMEOUT_MS = 60_000
+# While waiting for workers: how often to ask the dispatcher, how long one
+# worker's address may take to answer, and how often to say what is awaited.
+WORKER_POLL_SECONDS = 1.0
+WORKER_PROBE_SECONDS = 2.0
+WORKER_LOG_EVERY_SECONDS = 5.0
 
 
 def resolve_address(config: ServiceConfig) -> str:
@@ -79,6 +86,59 @@ def check_reachable(address: str, timeout_seconds: float) -> None:
         ) from None
     finally:
         channel.close()
+
+
+def wait_for_workers(address: str, wait_seconds: float) -> list[str]:
+    """Waits at most `wait_seconds` for a registered worker of the dispatcher that answers.
+
+    TensorFlow's client waits for data without end when the dispatcher has
+    no worker (never started, pointed at another dispatcher, pods not
+    scheduled, all crashed): the trainer would sit idle until the job's
+    deadline. The dispatcher keeps a gone worker registered, so each
+    registered address is probed too. Logs what it waits for every few seconds.
+
+    Args:
+      address: The dispatcher, `grpc://host:port`; it already answers (`check_reachable`).
+      wait_seconds: `ingestion.service.worker_wait_seconds`.
+
+    Returns:
+      The addresses of the workers that answered.
+
+    Raises:
+      IngestionError: naming the dispatcher, the workers it has registered and
+        how to start one, when none answers in time.
+    """
+    target = address.removeprefix("grpc://")
+    started = time.monotonic()
+    logged = started
+    while True:
+        registered = tfdata_dispatcher.registered_workers(target, WORKER_PROBE_SECONDS * 5)
+        live = [w for w in registered if tfdata_dispatcher.answers(w, WORKER_PROBE_SECONDS)]
+        waited = time.monotonic() - started
+        if live:
+            logging.info("ingestion: %d tf.data service worker(s) answer: %s", len(live), live)
+            return live
+        seen = f"{len(registered)} registered" + (
+            f" ({', '.join(registered)}), none answering" if registered else ""
+        )
+        if waited >= wait_seconds:
+            raise IngestionError(
+                f"ingestion.service.worker_wait_seconds: the tf.data service dispatcher at {address} "
+                f"has no worker that answers after {wait_seconds:g} s: {seen}. Start one "
+                f"(python -m components.data.service worker --dispatcher {target}), or check that "
+                "the workers point at this dispatcher and can start (on Kubeflow: their pods)"
+            )
+        if time.monotonic() - logged >= WORKER_LOG_EVERY_SECONDS:
+            logging.warning(
+                "ingestion: waiting for a tf.data service worker of %s: %s, %.0f of %g s "
+                "(ingestion.service.worker_wait_seconds)",
+                address,
+                seen,
+                waited,
+                wait_seconds,
+            )
+            logged = time.monotonic()
+        time.sleep(WORKER_POLL_SECONDS)
 
 
 def python_ops(dataset: tf.data.Dataset) -> list[str]:
@@ -143,6 +203,7 @@ def distribute(
     if not tf.inside_function():
         check_no_python(dataset, what)
         check_reachable(address, config.connect_timeout_seconds)
+        wait_for_workers(address, config.worker_wait_seconds)
     logging.info(
         "ingestion: %s runs on the tf.data service at %s (job %s, %s)",
         what,

@@ -147,6 +147,46 @@ def test_an_unreachable_dispatcher_fails_in_bounded_time_naming_it(data):
     assert time.monotonic() - start < 30
 
 
+def test_a_dispatcher_without_workers_fails_in_bounded_time_naming_it(tmp_path, data):
+    with LocalService(str(tmp_path), workers=0) as local:
+        config = _config(local.address, worker_wait_seconds=3)
+        start = time.monotonic()
+        with pytest.raises(IngestionError) as raised:
+            data.make(config, training=True, service_job="no-workers")
+        assert time.monotonic() - start < 60
+    assert str(raised.value) == (
+        f"ingestion.service.worker_wait_seconds: the tf.data service dispatcher at "
+        f"grpc://{local.address} has no worker that answers after 3 s: 0 registered. Start one "
+        f"(python -m components.data.service worker --dispatcher {local.address}), or check that "
+        "the workers point at this dispatcher and can start (on Kubeflow: their pods)"
+    )
+
+
+def test_a_dispatcher_whose_workers_are_all_gone_fails_naming_them(tmp_path, data):
+    with LocalService(str(tmp_path), workers=1) as local:
+        gone = local.workers[0]
+        gone.kill()
+        config = _config(local.address, worker_wait_seconds=3)
+        with pytest.raises(IngestionError) as raised:
+            data.make(config, training=True, service_job="all-gone")
+    assert f"after 3 s: 1 registered ({gone.address}), none answering. Start one" in str(
+        raised.value
+    )
+
+
+def test_a_worker_that_starts_during_the_wait_is_used(tmp_path, data):
+    with LocalService(str(tmp_path), workers=0) as local:
+        late = threading.Timer(1.0, local.add_worker)
+        late.start()
+        try:
+            config = _config(local.address, worker_wait_seconds=300)
+            stream = iter(data.make(config, training=True, service_job="late"))
+            features, _ = _next_within(stream, 120)
+        finally:
+            late.join(timeout=180)
+        assert features["uid"].shape[0] == BATCH
+
+
 def test_python_in_the_remote_part_is_refused_naming_the_fix():
     ds = tf.data.Dataset.range(4).map(lambda x: tf.py_function(lambda v: v, [x], tf.int64))
     with pytest.raises(IngestionError, match=r"calls Python \(EagerPyFunc.*TensorFlow ops"):

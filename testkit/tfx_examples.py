@@ -22,11 +22,6 @@ EXAMPLES = os.path.join(os.path.dirname(tfx.__file__), "examples")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PENGUIN_CSV = os.path.join(REPO_ROOT, "tests", "data", "penguins_processed.csv")
 
-OUR_IMPORTS = (
-    "from components.trainer.component import Trainer\n"
-    "from components.transform.component import Transform\n"
-)
-
 
 @dataclasses.dataclass(frozen=True)
 class Example:
@@ -86,11 +81,8 @@ PENGUIN = Example(
     name="penguin_keras",
     pipeline_file=os.path.join(EXAMPLES, "penguin", "penguin_pipeline_local.py"),
     module_file=os.path.join(EXAMPLES, "penguin", "penguin_utils_keras.py"),
-    swap=(
-        ("from tfx import v1 as tfx\n", "from tfx import v1 as tfx\n" + OUR_IMPORTS),
-        ("tfx.components.Transform(", "Transform("),
-        ("tfx.components.Trainer(", "Trainer("),
-    ),
+    # A `tfx.v1` pipeline: the one-line swap (components/tfx_v1.py).
+    swap=(("from tfx import v1 as tfx\n", "from components import tfx_v1 as tfx\n"),),
     steps=(
         "train_args=tfx.proto.TrainArgs(num_steps=100)",
         "train_args=tfx.proto.TrainArgs(num_steps={train})",

@@ -133,23 +133,12 @@ def _job_components(config: PipelineConfig, pipeline) -> set[str]:
     return {node.id for node in pipeline.components if roles.trains(node)}
 
 
-def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeline:
-    """Compiles `create_pipeline(config)` into a KFP v2 YAML file with placement.
-
-    Args:
-      config: A validated config with a `kubeflow` section.
-      output_path: The `.yaml` file to write (directories are created).
-
-    Returns:
-      The compiled pipeline.
+def check_output_and_name(config: PipelineConfig, output_path: str) -> None:
+    """Refuses an output file that is not YAML and a pipeline name KFP does not accept.
 
     Raises:
-      ConfigError: naming the config entry that cannot be compiled.
+      ConfigError: naming `--output` or `name`.
     """
-    from kfp.compiler import pipeline_spec_builder
-    from kfp.pipeline_spec import pipeline_spec_pb2
-    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner, pipeline_builder
-
     if not output_path.endswith((".yaml", ".yml")):
         raise ConfigError(
             f"--output: {output_path!r} must end in .yaml (the platform spec is a second YAML document)"
@@ -158,6 +147,10 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         raise ConfigError(
             f"name: Kubeflow pipeline names are lowercase letters, digits and '-' ([a-z0-9][a-z0-9-]*), got {config.name!r}"
         )
+
+
+def _cluster_pipeline(config: PipelineConfig):
+    """`create_pipeline` on the cluster's input and paths, its placements checked and its Beam args set."""
     kf = config.kubeflow
     backend.check_strategy(config.strategy)
     pipeline = create_pipeline(
@@ -168,10 +161,14 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
     for name, placement in kf.placements.items():
         if placement.beam_args:
             by_id[name].with_beam_pipeline_args(list(placement.beam_args))
-    # Each component's placement: its own entry, or a training step's fallback.
-    keys = placement_ids(config, pipeline)
-    placed = {node_id: kf.placements[key] for node_id, key in keys.items()}
-    images = {name: p.image for name, p in placed.items() if p.image}
+    return pipeline
+
+
+def _tfx_pipeline_spec(config: PipelineConfig, pipeline, images: dict[str, str]) -> dict[str, Any]:
+    """The pipeline spec `KubeflowV2DagRunner` compiles (a dict), each component in its image."""
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner, pipeline_builder
+
+    kf = config.kubeflow
     runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
         config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
             default_image={**images, pipeline_builder.DEFAULT_IMAGE_PATH_KEY: kf.image},
@@ -179,15 +176,21 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         ),
         output_dir=tempfile.gettempdir(),
     )
-    job = runner.run(pipeline, write_out=False)
-    spec_dict = job["pipelineSpec"]
+    spec_dict = runner.run(pipeline, write_out=False)["pipelineSpec"]
     # KFP reads the root from the pipeline spec; TFX writes it only into the
     # (Vertex) job's runtime config.
     spec_dict["defaultPipelineRoot"] = kf.pipeline_root
-    executors = spec_dict["deploymentSpec"]["executors"]
-    launchers = _job_components(config, pipeline)
+    return spec_dict
+
+
+def _check_training_jobs(config: PipelineConfig, launchers: set[str], keys: dict[str, str]) -> None:
+    """Builds each training job now, so what the cluster would refuse fails the compile.
+
+    Raises:
+      ConfigError: naming the entry the job cannot be built from.
+    """
+    kf = config.kubeflow
     for component_id in sorted(launchers):
-        # Build each training job now, so what the cluster would refuse fails the compile.
         jobs.build_manifest(
             config,
             name=jobs.job_name(config.name, component_id, "compile"),
@@ -196,6 +199,30 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
             invocation_uri=f"{kf.pipeline_root.rstrip('/')}/{jobs.INVOCATION_FILE}",
             placement_id=keys.get(component_id, ""),
         )
+
+
+def _place(
+    spec_dict: dict[str, Any],
+    pipeline,
+    keys: dict[str, str],
+    placed: dict[str, Any],
+    launchers: set[str],
+) -> dict[str, Any]:
+    """Gives each container its step env and resources; returns the kubernetes platform executors.
+
+    Args:
+      spec_dict: The pipeline spec (a dict), changed in place: every
+        container's `env`, and its `resources` when its placement sets any.
+      pipeline: The TFX pipeline compiled into `spec_dict`.
+      keys: Component id -> its `kubeflow.placements` key (`placement_ids`).
+      placed: Component id -> its placement.
+      launchers: Components that submit a training job (`_job_components`).
+
+    Returns:
+      Executor label -> `KubernetesExecutorConfig` (a dict): node selectors
+      and tolerations, for the executors whose placement sets them.
+    """
+    executors = spec_dict["deploymentSpec"]["executors"]
     platform: dict[str, Any] = {}
     for node in pipeline.components:
         label = spec_dict["components"].get(node.id, {}).get("executorLabel")
@@ -217,6 +244,16 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         k8s = kubernetes_executor_config(placement)
         if k8s.ByteSize():
             platform[label] = json_format.MessageToDict(k8s)
+    return platform
+
+
+def _write(
+    config: PipelineConfig, spec_dict: dict[str, Any], platform: dict[str, Any], output_path: str
+) -> CompiledPipeline:
+    """Writes the pipeline spec and its kubernetes platform spec into one YAML file."""
+    from kfp.compiler import pipeline_spec_builder
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
     pipeline_spec = pipeline_spec_pb2.PipelineSpec()
     json_format.ParseDict(spec_dict, pipeline_spec)
     platform_spec = pipeline_spec_pb2.PlatformSpec()
@@ -234,3 +271,29 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
         output_path,
     )
     return CompiledPipeline(output_path, pipeline_spec, platform_spec)
+
+
+def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeline:
+    """Compiles `create_pipeline(config)` into a KFP v2 YAML file with placement.
+
+    Args:
+      config: A validated config with a `kubeflow` section.
+      output_path: The `.yaml` file to write (directories are created).
+
+    Returns:
+      The compiled pipeline.
+
+    Raises:
+      ConfigError: naming the config entry that cannot be compiled.
+    """
+    check_output_and_name(config, output_path)
+    pipeline = _cluster_pipeline(config)
+    # Each component's placement: its own entry, or a training step's fallback.
+    keys = placement_ids(config, pipeline)
+    placed = {node_id: config.kubeflow.placements[key] for node_id, key in keys.items()}
+    images = {name: p.image for name, p in placed.items() if p.image}
+    spec_dict = _tfx_pipeline_spec(config, pipeline, images)
+    launchers = _job_components(config, pipeline)
+    _check_training_jobs(config, launchers, keys)
+    platform = _place(spec_dict, pipeline, keys, placed, launchers)
+    return _write(config, spec_dict, platform, output_path)

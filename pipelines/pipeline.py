@@ -215,33 +215,19 @@ def example_gen(config: PipelineConfig, data: ResolvedInput):
     return cls(input_config=input_config, output_config=output_config, **common)
 
 
-def create_pipeline(
-    config: PipelineConfig,
-    data: ResolvedInput,
-    paths: PipelinePaths,
-    beam_pipeline_args: list[str] | None = None,
-    enable_cache: bool = True,
-) -> tfx_pipeline.Pipeline:
-    """Builds the pipeline for a validated config.
+def data_checks(config: PipelineConfig, gen) -> list:
+    """What checks the data before anything trains on it, in pipeline order.
 
-    Args:
-      config: A validated `PipelineConfig`.
-      data: The ExampleGen input (see `components.data.sources.resolve_input`).
-      paths: Pipeline root, push destination and metadata location.
-      beam_pipeline_args: Beam args for Beam-based components.
-      enable_cache: Reuse outputs of executions with unchanged inputs.
-
-    Raises:
-      ConfigError: naming `data` for a config without a data section.
+    Returns:
+      StatisticsGen, SchemaGen, ExampleValidator, the Resolver of the drift
+      baseline (`latest_validated_schema`: the schema of the last run whose
+      data passed the gate) and the DataGate (id `GATE_ID`) that reads them.
     """
-    config.require_data("the tfxkit pipeline")
-    gen = example_gen(config, data)
     statistics = stock.StatisticsGen(examples=gen.outputs["examples"])
     schema = stock.SchemaGen(statistics=statistics.outputs["statistics"], infer_feature_shape=True)
     validator = stock.ExampleValidator(
         statistics=statistics.outputs["statistics"], schema=schema.outputs["schema"]
     )
-    # The drift baseline: the schema of the last run whose data passed the gate.
     baseline_schema = Resolver(
         strategy_class=LatestArtifactStrategy,
         schema=channel.Channel(
@@ -257,6 +243,11 @@ def create_pipeline(
         anomalies=validator.outputs["anomalies"],
         baseline_schema=baseline_schema.outputs["schema"],
     ).with_id(GATE_ID)
+    return [statistics, schema, validator, baseline_schema, gate]
+
+
+def transform_after_gate(config: PipelineConfig, gen, schema, gate) -> Transform:
+    """Transform of ExampleGen's examples, run once `gate` has passed them."""
     # StatisticsGen already describes the data and DataGate checks it; nothing
     # here reads Transform's own pre/post-transform statistics or its analyzer
     # cache, which cost a tiny run's Transform about a quarter of its time.
@@ -270,20 +261,30 @@ def create_pipeline(
     # Ordering only (not data), so an unchanged run's Transform stays cached
     # even though the gate re-checks against a newer baseline every run.
     transform.add_upstream_node(gate)
-    trainer = Trainer(
-        config=config,
-        examples=transform.outputs["transformed_examples"],
-        transform_graph=transform.outputs["transform_graph"],
-        schema=schema.outputs["schema"],
-    )
-    candidate, baseline, distill, evaluation = (
-        trainer.outputs["model"],
-        None,
-        [],
-        eval_config(config),
-    )
+    return transform
+
+
+def evaluate_and_push(
+    config: PipelineConfig, gen, trainer, distill: list, serving_dir: str
+) -> list:
+    """The Evaluator and the Pusher of the pipeline's candidate model.
+
+    Args:
+      config: The validated config.
+      gen: ExampleGen (the Evaluator reads its examples).
+      trainer: The (first teacher) Trainer.
+      distill: The distillation stage (`distillation_stage`), its last
+        component the Distiller; [] without distillation.
+      serving_dir: The Pusher's filesystem destination.
+
+    Returns:
+      [Evaluator, Pusher]. Without distillation the Trainer's model is the
+      candidate, judged by `eval_config` alone; with it the Distiller's
+      student is, against the Trainer's model as baseline
+      (`distillation_eval_config`).
+    """
+    candidate, baseline, evaluation = trainer.outputs["model"], None, eval_config(config)
     if config.distillation.enabled:
-        distill = distillation_stage(config, transform, schema, trainer)
         candidate, baseline, evaluation = (
             distill[-1].outputs["model"],
             trainer.outputs["model"],
@@ -299,22 +300,50 @@ def create_pipeline(
         model=candidate,
         model_blessing=evaluator.outputs["blessing"],
         push_destination=pusher_pb2.PushDestination(
-            filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=paths.serving_dir)
+            filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving_dir)
         ),
     )
-    components = [
-        gen,
-        statistics,
-        schema,
-        validator,
-        baseline_schema,
-        gate,
-        transform,
-        trainer,
-        *distill,
-        evaluator,
-        pusher,
-    ]
+    return [evaluator, pusher]
+
+
+def create_pipeline(
+    config: PipelineConfig,
+    data: ResolvedInput,
+    paths: PipelinePaths,
+    beam_pipeline_args: list[str] | None = None,
+    enable_cache: bool = True,
+) -> tfx_pipeline.Pipeline:
+    """Builds the pipeline for a validated config.
+
+    ExampleGen, the data checks (`data_checks`), Transform once the gate has
+    passed (`transform_after_gate`), the Trainer, the distillation stage
+    when `distillation.enabled` (`distillation_stage`), then the Evaluator
+    and the Pusher (`evaluate_and_push`).
+
+    Args:
+      config: A validated `PipelineConfig`.
+      data: The ExampleGen input (see `components.data.sources.resolve_input`).
+      paths: Pipeline root, push destination and metadata location.
+      beam_pipeline_args: Beam args for Beam-based components.
+      enable_cache: Reuse outputs of executions with unchanged inputs.
+
+    Raises:
+      ConfigError: naming `data` for a config without a data section.
+    """
+    config.require_data("the tfxkit pipeline")
+    gen = example_gen(config, data)
+    checks = data_checks(config, gen)
+    _, schema, _, _, gate = checks
+    transform = transform_after_gate(config, gen, schema, gate)
+    trainer = Trainer(
+        config=config,
+        examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        schema=schema.outputs["schema"],
+    )
+    distill = []
+    if config.distillation.enabled:
+        distill = distillation_stage(config, transform, schema, trainer)
     metadata = (
         tfx_metadata.sqlite_metadata_connection_config(paths.metadata_path)
         if paths.metadata_path
@@ -323,7 +352,14 @@ def create_pipeline(
     return tfx_pipeline.Pipeline(
         pipeline_name=config.name,
         pipeline_root=paths.pipeline_root,
-        components=components,
+        components=[
+            gen,
+            *checks,
+            transform,
+            trainer,
+            *distill,
+            *evaluate_and_push(config, gen, trainer, distill, paths.serving_dir),
+        ],
         enable_cache=enable_cache,
         metadata_connection_config=metadata,
         beam_pipeline_args=list(

@@ -8,6 +8,7 @@ deletes it unless it failed. `BACKENDS` is the one list of backends, looked up b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -21,7 +22,7 @@ import tensorflow as tf
 from components.config import ConfigError, PipelineConfig
 from components.kubernetes import env as tfxkit_env
 from components.kubernetes import tfjob, trainjob
-from components.kubernetes.backend import DNS_1035, Backend, JobStatus, uses_job
+from components.kubernetes.backend import DNS_1035, Backend, JobStatus, Restart, uses_job
 
 # Replicas find the step's invocation (artifacts and exec properties) in
 # this file, whose URI they get in `env.TFJOB_INVOCATION`.
@@ -185,6 +186,58 @@ def read_companion(custom, backend: Backend, namespace: str, name: str) -> dict 
 # --------------------------------------------------------------------------- #
 
 
+@dataclasses.dataclass(frozen=True)
+class _Watched:
+    """The job `run` watches: its backend and where it lives.
+
+    Attributes:
+      backend: The job's backend.
+      namespace, name: The job object.
+    """
+
+    backend: Backend
+    namespace: str
+    name: str
+
+    @property
+    def where(self) -> str:
+        """The job in messages: `<kind> <namespace>/<name>`."""
+        return f"{self.backend.kind} {self.namespace}/{self.name}"
+
+    @property
+    def selector(self) -> str:
+        """The label selector of the job's pods."""
+        return f"{self.backend.pod_label}={self.name}"
+
+
+@dataclasses.dataclass
+class _Progress:
+    """What the watch has seen so far (updated at every poll).
+
+    Attributes:
+      status: The last status read (kept when a read fails transiently).
+      restart: The last restart the controller showed.
+      restarts_seen: Restarts counted so far.
+    """
+
+    status: JobStatus
+    restart: Restart
+    restarts_seen: int = 0
+
+
+def restarts_after(previous: Restart, latest: Restart, seen: int) -> int | None:
+    """The restart count once `latest` is read, or None when it shows no new restart.
+
+    A TrainJob's JobSet counts its restarts (`latest.count`); for a TFJob
+    they are the `Restarting` transitions seen between polls, so a new
+    marker without a count adds one to `seen`. (In-place restarts of
+    `OnFailure` replicas show in the pods' restart counts only.)
+    """
+    if latest.marker and latest.marker != previous.marker:
+        return latest.count or seen + 1
+    return None
+
+
 def run(
     manifest: Mapping[str, Any],
     api_client,
@@ -221,84 +274,123 @@ def run(
       JobError: the API refused the submission or the job vanished.
     """
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
 
     backend = backend_of(manifest)
-    coords = (backend.group, backend.version)
+    name = manifest["metadata"]["name"]
+    job = _Watched(backend, namespace=manifest["metadata"]["namespace"], name=name)
     custom = client.CustomObjectsApi(api_client)
     core = client.CoreV1Api(api_client)
-    name = manifest["metadata"]["name"]
-    namespace = manifest["metadata"]["namespace"]
-    where = f"{backend.kind} {namespace}/{name}"
-    selector = f"{backend.pod_label}={name}"
-    try:
-        custom.create_namespaced_custom_object(*coords, namespace, backend.plural, dict(manifest))
-    except ApiException as e:
-        hint = ""
-        if e.status == 404:
-            hint = f"; {backend.missing_hint}"
-        elif e.status == 403:
-            hint = (
-                f"; the step's service account needs create/get/delete on "
-                f"{backend.plural}.{backend.group} ({backend.rbac_file})"
-            )
-        raise JobError(
-            f"{where}: submission refused: {e.status} {e.reason}: {_api_message(e)}{hint}"
-        ) from e
-    log(f"{where}: submitted ({backend.shape(manifest)})")
+    _submit(custom, job, manifest)
+    log(f"{job.where}: submitted ({backend.shape(manifest)})")
     deadline = clock() + timeout_seconds
-    last = None
-    status = JobStatus()
-    restart = backend.restart({}, None)
-    restarts_seen = 0
-    # A TrainJob's JobSet counts its restarts; for a TFJob they are the
-    # `Restarting` transitions seen between polls (in-place restarts of
-    # `OnFailure` replicas show in the pods' restart counts only).
     budget = f" (kubeflow.max_restarts: {max_restarts})" if max_restarts is not None else ""
+    progress = _Progress(JobStatus(), backend.restart({}, None))
+    last = None
     while True:
-        try:
-            obj = custom.get_namespaced_custom_object(*coords, namespace, backend.plural, name)
-            status = backend.status(obj)
-            latest = backend.restart(obj, read_companion(custom, backend, namespace, name))
-            if latest.marker and latest.marker != restart.marker:
-                restarts_seen = latest.count or restarts_seen + 1
-                log(f"{where}: restart {restarts_seen}{budget}: {latest.detail}")
-            restart = latest
-        except ApiException as e:
-            if e.status == 404:
-                raise JobError(
-                    f"{where}: the job disappeared while it was being watched (deleted by someone else?)"
-                ) from e
-            if e.status < 500:
-                raise JobError(
-                    f"{where}: cannot read its status: {e.status} {e.reason}: {_api_message(e)}"
-                ) from e
-            # A busy API server is transient: keep watching until the deadline.
-            log(f"{where}: status read failed ({e.status} {e.reason}); retrying")
-        summary = status.summary(backend.controller)
+        _poll(custom, job, progress, budget, log)
+        summary = progress.status.summary(backend.controller)
         if summary != last:
             last = summary
-            log(f"{where}: {last}")
-        if status.outcome == "Succeeded":
-            _delete(custom, backend, namespace, name, log, where)
-            return status
-        if status.outcome == "Failed":
-            reasons = pod_reasons(core, namespace, selector, backend.replica_of)
-            after = f" after {restarts_seen} restart(s){budget}" if restarts_seen else ""
-            raise JobFailed(
-                f"{where} failed{after}: {summary}"
-                + "".join(f"\n  {r}" for r in reasons)
-                + f"\n  (kept for inspection: kubectl -n {namespace} describe {backend.kind.lower()} {name})"
-            )
+            log(f"{job.where}: {last}")
+        if progress.status.outcome == "Succeeded":
+            _delete(custom, backend, job.namespace, job.name, log, job.where)
+            return progress.status
+        if progress.status.outcome == "Failed":
+            reasons = pod_reasons(core, job.namespace, job.selector, backend.replica_of)
+            raise JobFailed(_failure_message(job, summary, reasons, progress.restarts_seen, budget))
         remaining = deadline - clock()
         if remaining <= 0:
-            reasons = pod_reasons(core, namespace, selector, backend.replica_of)
-            _delete(custom, backend, namespace, name, log, where)
-            raise JobTimeout(
-                f"{where} did not finish within kubeflow.tfjob_timeout_seconds={timeout_seconds:g}: "
-                f"{summary}" + "".join(f"\n  {r}" for r in reasons) + "\n  (the job was deleted)"
-            )
+            reasons = pod_reasons(core, job.namespace, job.selector, backend.replica_of)
+            _delete(custom, backend, job.namespace, job.name, log, job.where)
+            raise JobTimeout(_timeout_message(job, summary, reasons, timeout_seconds))
         sleep(min(poll_seconds, remaining))
+
+
+def submission_hint(backend: Backend, http_status: int) -> str:
+    """What a refused submission's message adds for HTTP `http_status` ('' when nothing helps)."""
+    if http_status == 404:
+        return f"; {backend.missing_hint}"
+    if http_status == 403:
+        return (
+            f"; the step's service account needs create/get/delete on "
+            f"{backend.plural}.{backend.group} ({backend.rbac_file})"
+        )
+    return ""
+
+
+def _submit(custom, job: _Watched, manifest: Mapping[str, Any]) -> None:
+    """Creates the job object.
+
+    Raises:
+      JobError: the API refused it; the message says why and, for 403 or
+        404, what to install or grant.
+    """
+    from kubernetes.client.rest import ApiException
+
+    b = job.backend
+    try:
+        custom.create_namespaced_custom_object(
+            b.group, b.version, job.namespace, b.plural, dict(manifest)
+        )
+    except ApiException as e:
+        raise JobError(
+            f"{job.where}: submission refused: {e.status} {e.reason}: {_api_message(e)}"
+            f"{submission_hint(b, e.status)}"
+        ) from e
+
+
+def _poll(custom, job: _Watched, progress: _Progress, budget: str, log) -> None:
+    """Reads the job's status and restarts into `progress`, logging a new restart.
+
+    Raises:
+      JobError: the job is gone, or its status cannot be read (a client error).
+    """
+    from kubernetes.client.rest import ApiException
+
+    b = job.backend
+    try:
+        obj = custom.get_namespaced_custom_object(
+            b.group, b.version, job.namespace, b.plural, job.name
+        )
+        progress.status = b.status(obj)
+        latest = b.restart(obj, read_companion(custom, b, job.namespace, job.name))
+        seen = restarts_after(progress.restart, latest, progress.restarts_seen)
+        if seen is not None:
+            progress.restarts_seen = seen
+            log(f"{job.where}: restart {seen}{budget}: {latest.detail}")
+        progress.restart = latest
+    except ApiException as e:
+        if e.status == 404:
+            raise JobError(
+                f"{job.where}: the job disappeared while it was being watched (deleted by someone else?)"
+            ) from e
+        if e.status < 500:
+            raise JobError(
+                f"{job.where}: cannot read its status: {e.status} {e.reason}: {_api_message(e)}"
+            ) from e
+        # A busy API server is transient: keep watching until the deadline.
+        log(f"{job.where}: status read failed ({e.status} {e.reason}); retrying")
+
+
+def _failure_message(
+    job: _Watched, summary: str, reasons: list[str], restarts_seen: int, budget: str
+) -> str:
+    after = f" after {restarts_seen} restart(s){budget}" if restarts_seen else ""
+    kind = job.backend.kind.lower()
+    return (
+        f"{job.where} failed{after}: {summary}"
+        + "".join(f"\n  {r}" for r in reasons)
+        + f"\n  (kept for inspection: kubectl -n {job.namespace} describe {kind} {job.name})"
+    )
+
+
+def _timeout_message(
+    job: _Watched, summary: str, reasons: list[str], timeout_seconds: float
+) -> str:
+    return (
+        f"{job.where} did not finish within kubeflow.tfjob_timeout_seconds={timeout_seconds:g}: "
+        f"{summary}" + "".join(f"\n  {r}" for r in reasons) + "\n  (the job was deleted)"
+    )
 
 
 def _delete(custom, backend: Backend, namespace: str, name: str, log, where: str) -> None:

@@ -273,6 +273,90 @@ def _replicated_job(
     return {**out, "replicas": 1, "template": template}
 
 
+def _training_pod_spec(kubeflow: KubeflowConfig, job: str, pods: int) -> dict[str, Any]:
+    """The pod of training replicated job `job` of `pods` pods.
+
+    Parameter servers run in `kubeflow.tfjob_ps_placement` (their image,
+    resources and node pool); every other replica's placement is the
+    TrainJob's. Jobs but the trainer learn their pod count here, since the
+    TrainJob's `numNodes` sizes the trainer alone.
+    """
+    ps_placement = kubeflow.tfjob_ps_placement or Placement()
+    placement = ps_placement if job == PS_JOB else Placement()
+    env: dict[str, Any] = {tfxkit_env.TF_PORT: str(PORT), tfxkit_env.PYTHONUNBUFFERED: "1"}
+    if job != TRAINER_JOB:
+        env[tfxkit_env.RUNTIME_PODS] = str(pods)
+    node = container(
+        placement,
+        name=CONTAINER_NAME,
+        image=placement.image or kubeflow.image,
+        command=REPLICA_COMMAND,
+        env=env,
+        ports=[{"name": PORT_NAME, "containerPort": PORT}],
+        default_requests=REPLICA_DEFAULT_REQUESTS,
+    )
+    node["env"] = tfxkit_env.jobset_env() + node["env"]
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [node]}
+    if job == PS_JOB:
+        pod_spec.update(scheduling(ps_placement))
+    return pod_spec
+
+
+def runtime_replicated_jobs(
+    strategy: StrategyConfig, kubeflow: KubeflowConfig, service: ServiceConfig | None = None
+) -> list[dict[str, Any]]:
+    """The runtime's replicated jobs, in the order JobSet lists them.
+
+    Without the tf.data service, the training jobs (`replicated_jobs`).
+    With it, the `dispatcher` first, then the training jobs and the
+    `data-worker` jobs last, both created once the dispatcher is ready.
+    """
+    tfdata = tfdata_jobs(kubeflow) if runs_tfdata_service(service) else {}
+    first = DISPATCHER_JOB if tfdata else ""
+    out = []
+    if tfdata:
+        out.append(
+            _replicated_job(
+                DISPATCHER_JOB,
+                1,
+                _tfdata_pod_spec(kubeflow, DISPATCHER_JOB),
+                pod_backoff_limit(strategy, kubeflow, DISPATCHER_JOB),
+            )
+        )
+    for job, pods in replicated_jobs(strategy).items():
+        pod_spec = _training_pod_spec(kubeflow, job, pods)
+        backoff = pod_backoff_limit(strategy, kubeflow, job)
+        out.append(_replicated_job(job, pods, pod_spec, backoff, first))
+    if tfdata:
+        out.append(
+            _replicated_job(
+                DATA_WORKER_JOB,
+                tfdata[DATA_WORKER_JOB],
+                _tfdata_pod_spec(kubeflow, DATA_WORKER_JOB),
+                pod_backoff_limit(strategy, kubeflow, DATA_WORKER_JOB),
+                first,
+            )
+        )
+    return out
+
+
+def success_policy(strategy: StrategyConfig, tfdata: bool) -> dict[str, Any] | None:
+    """The JobSet `successPolicy`: which replicated job's completion decides (None: all of them).
+
+    Args:
+      strategy: The `strategy` section.
+      tfdata: Whether the runtime runs the tf.data service.
+    """
+    if CHIEF_JOB in replicated_jobs(strategy):
+        # Parameter servers and worker servers never exit by themselves: the
+        # coordinator's completion decides the job.
+        return {"operator": "All", "targetReplicatedJobs": [CHIEF_JOB]}
+    if tfdata:
+        # Nor do the tf.data service's servers: the trainers' completion decides.
+        return {"operator": "All", "targetReplicatedJobs": [TRAINER_JOB]}
+    return None
+
+
 def runtime_manifest(
     strategy: StrategyConfig,
     kubeflow: KubeflowConfig,
@@ -307,84 +391,130 @@ def runtime_manifest(
 
     Raises:
       ConfigError: the strategy cannot form a multi-worker cluster.
+      ValueError: `kind` is no runtime kind.
     """
     require_multi_worker(strategy, "TensorFlow training runtime", service)
     if kind not in RUNTIME_KINDS:
         raise ValueError(f"runtime kind: expected one of {sorted(RUNTIME_KINDS)}, got {kind!r}")
-    kf = kubeflow
-    ps_placement = kf.tfjob_ps_placement or Placement()
-    shape = replicated_jobs(strategy)
-    tfdata = tfdata_jobs(kf) if runs_tfdata_service(service) else {}
-    first = DISPATCHER_JOB if tfdata else ""
-    replicated = []
-    if tfdata:
-        replicated.append(
-            _replicated_job(
-                DISPATCHER_JOB,
-                1,
-                _tfdata_pod_spec(kf, DISPATCHER_JOB),
-                pod_backoff_limit(strategy, kf, DISPATCHER_JOB),
-            )
-        )
-    for job, pods in shape.items():
-        placement = ps_placement if job == PS_JOB else Placement()
-        env: dict[str, Any] = {tfxkit_env.TF_PORT: str(PORT), tfxkit_env.PYTHONUNBUFFERED: "1"}
-        if job != TRAINER_JOB:
-            env[tfxkit_env.RUNTIME_PODS] = str(pods)
-        node = container(
-            placement,
-            name=CONTAINER_NAME,
-            image=placement.image or kf.image,
-            command=REPLICA_COMMAND,
-            env=env,
-            ports=[{"name": PORT_NAME, "containerPort": PORT}],
-            default_requests=REPLICA_DEFAULT_REQUESTS,
-        )
-        node["env"] = tfxkit_env.jobset_env() + node["env"]
-        pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [node]}
-        if job == PS_JOB:
-            pod_spec.update(scheduling(ps_placement))
-        replicated.append(
-            _replicated_job(job, pods, pod_spec, pod_backoff_limit(strategy, kf, job), first)
-        )
-    if tfdata:
-        replicated.append(
-            _replicated_job(
-                DATA_WORKER_JOB,
-                tfdata[DATA_WORKER_JOB],
-                _tfdata_pod_spec(kf, DATA_WORKER_JOB),
-                pod_backoff_limit(strategy, kf, DATA_WORKER_JOB),
-                first,
-            )
-        )
     spec: dict[str, Any] = {
-        "failurePolicy": {"maxRestarts": kf.max_restarts},
-        "replicatedJobs": replicated,
+        "failurePolicy": {"maxRestarts": kubeflow.max_restarts},
+        "replicatedJobs": runtime_replicated_jobs(strategy, kubeflow, service),
     }
-    if CHIEF_JOB in shape:
-        # Parameter servers and worker servers never exit by themselves: the
-        # coordinator's completion decides the job.
-        spec["successPolicy"] = {"operator": "All", "targetReplicatedJobs": [CHIEF_JOB]}
-    elif tfdata:
-        # Nor do the tf.data service's servers: the trainers' completion decides.
-        spec["successPolicy"] = {"operator": "All", "targetReplicatedJobs": [TRAINER_JOB]}
+    policy = success_policy(strategy, runs_tfdata_service(service))
+    if policy is not None:
+        spec["successPolicy"] = policy
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": kind,
         "metadata": {
-            "name": name or runtime_name(strategy, kf, service),
+            "name": name or runtime_name(strategy, kubeflow, service),
             "labels": {
                 "trainer.kubeflow.org/framework": "tensorflow",
                 "app.kubernetes.io/name": "tfxkit",
             },
         },
-        "spec": {"mlPolicy": {"numNodes": shape[TRAINER_JOB]}, "template": {"spec": spec}},
+        "spec": {
+            "mlPolicy": {"numNodes": replicated_jobs(strategy)[TRAINER_JOB]},
+            "template": {"spec": spec},
+        },
     }
 
 
 # --------------------------------------------------------------------------- #
 # The TrainJob
 # --------------------------------------------------------------------------- #
+
+
+def check_data_worker_hosts(name: str, workers: int) -> None:
+    """Refuses more tf.data service workers than pod host names of at most 63 characters allow.
+
+    Args:
+      name: The TrainJob's name (its JobSet's, which prefixes every pod's).
+      workers: The `data-worker` pods.
+
+    Raises:
+      ConfigError: naming `kubeflow.placements.tfdata_workers.replicas`.
+    """
+    last = f"{name}-{DATA_WORKER_JOB}-0-{workers - 1}"
+    if len(last) > 63:
+        raise ConfigError(
+            f"kubeflow.placements.{TFDATA_WORKERS_PLACEMENT}.replicas: "
+            f"{workers} workers give pod host names over 63 characters "
+            f"({last!r}); run fewer, larger workers"
+        )
+
+
+def _replica_env(
+    name: str, invocation_uri: str, shape: Mapping[str, int], tfdata: Mapping[str, int]
+) -> list[dict[str, str]]:
+    """Every training replica's env, sorted by name.
+
+    The step's invocation, the cluster shape and, with the tf.data service
+    (`tfdata`), the dispatcher's address.
+
+    Raises:
+      ConfigError: too many tf.data service workers (`check_data_worker_hosts`).
+    """
+    env = {
+        **tfxkit_env.replica_env(invocation_uri),
+        tfxkit_env.REPLICAS: tfxkit_env.format_replicas(shape),
+    }
+    if tfdata:
+        check_data_worker_hosts(name, tfdata[DATA_WORKER_JOB])
+        env[tfxkit_env.TFDATA_DISPATCHER] = tfdata_dispatcher_address(name)
+    return [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+
+def _trainer(
+    placement: Placement, kubeflow: KubeflowConfig, nodes: int, env_list: list[dict[str, str]]
+) -> dict[str, Any]:
+    """The TrainJob's `spec.trainer`: image, node count, env and per-node resources."""
+    trainer: dict[str, Any] = {
+        "image": placement.image or kubeflow.image,
+        "numNodes": nodes,
+        "env": env_list,
+    }
+    placed = resources(placement, REPLICA_DEFAULT_REQUESTS)
+    if placed:
+        trainer["resourcesPerNode"] = placed
+    return trainer
+
+
+def _training_patches(
+    shape: Mapping[str, int],
+    placement: Placement,
+    env_list: list[dict[str, str]],
+    labels: Mapping[str, str],
+    kubeflow: KubeflowConfig,
+) -> list[dict[str, Any]]:
+    """The runtime patches of the training replicated jobs (see `build_manifest`)."""
+    patches = []
+    for job in shape:
+        pod: dict[str, Any] = {}
+        if job == TRAINER_JOB:
+            pod.update(scheduling(placement))
+        else:
+            # `spec.trainer.env` reaches the trainer's container only.
+            pod["containers"] = [{"name": CONTAINER_NAME, "env": env_list}]
+            if job == PS_JOB:
+                pod.update(scheduling(kubeflow.tfjob_ps_placement or Placement()))
+        patches.append(_patch(job, pod, labels, kubeflow))
+    return patches
+
+
+def _tfdata_patches(
+    tfdata: Mapping[str, int], work_dir: str, labels: Mapping[str, str], kubeflow: KubeflowConfig
+) -> list[dict[str, Any]]:
+    """The runtime patches of the tf.data service's jobs: the dispatcher's journal, each job's pool."""
+    patches = []
+    for job in tfdata:
+        pod: dict[str, Any] = {}
+        if job == DISPATCHER_JOB:
+            journal = [{"name": tfxkit_env.TFDATA_WORK_DIR, "value": work_dir}]
+            pod["containers"] = [{"name": DISPATCHER_JOB, "env": journal}]
+        pod.update(scheduling(tfdata_placement(kubeflow, job)))
+        patches.append(_patch(job, pod, labels, kubeflow))
+    return patches
 
 
 def build_manifest(
@@ -436,48 +566,12 @@ def build_manifest(
     placement = replica_placement(config, component_id, placement_id)
     shape = replicated_jobs(config.strategy)
     labels = job_labels(config, component_id)
-    env = {
-        **tfxkit_env.replica_env(invocation_uri),
-        tfxkit_env.REPLICAS: tfxkit_env.format_replicas(shape),
-    }
     tfdata = tfdata_jobs(kf) if runs_tfdata_service(service) else {}
-    if tfdata:
-        work_dir = tfdata_work_dir(config, name)
-        last = f"{name}-{DATA_WORKER_JOB}-0-{tfdata[DATA_WORKER_JOB] - 1}"
-        if len(last) > 63:
-            raise ConfigError(
-                f"kubeflow.placements.{TFDATA_WORKERS_PLACEMENT}.replicas: "
-                f"{tfdata[DATA_WORKER_JOB]} workers give pod host names over 63 characters "
-                f"({last!r}); run fewer, larger workers"
-            )
-        env[tfxkit_env.TFDATA_DISPATCHER] = tfdata_dispatcher_address(name)
-    env_list = [{"name": k, "value": v} for k, v in sorted(env.items())]
-    trainer: dict[str, Any] = {
-        "image": placement.image or kf.image,
-        "numNodes": shape[TRAINER_JOB],
-        "env": env_list,
-    }
-    placed = resources(placement, REPLICA_DEFAULT_REQUESTS)
-    if placed:
-        trainer["resourcesPerNode"] = placed
-    patches = []
-    for job in shape:
-        pod: dict[str, Any] = {}
-        if job == TRAINER_JOB:
-            pod.update(scheduling(placement))
-        else:
-            # `spec.trainer.env` reaches the trainer's container only.
-            pod["containers"] = [{"name": CONTAINER_NAME, "env": env_list}]
-            if job == PS_JOB:
-                pod.update(scheduling(kf.tfjob_ps_placement or Placement()))
-        patches.append(_patch(job, pod, labels, kf))
-    for job in tfdata:
-        pod = {}
-        if job == DISPATCHER_JOB:
-            journal = [{"name": tfxkit_env.TFDATA_WORK_DIR, "value": work_dir}]
-            pod["containers"] = [{"name": DISPATCHER_JOB, "env": journal}]
-        pod.update(scheduling(tfdata_placement(kf, job)))
-        patches.append(_patch(job, pod, labels, kf))
+    work_dir = tfdata_work_dir(config, name) if tfdata else ""
+    env_list = _replica_env(name, invocation_uri, shape, tfdata)
+    trainer = _trainer(placement, kf, shape[TRAINER_JOB], env_list)
+    patches = _training_patches(shape, placement, env_list, labels, kf)
+    patches += _tfdata_patches(tfdata, work_dir, labels, kf)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,

@@ -11,6 +11,7 @@ import pytest
 
 from components.config import ConfigError, KubeflowConfig
 from components.kubernetes import jobs, tfjob, trainjob
+from components.kubernetes.backend import Restart
 
 
 def _multi_worker(config, job_backend):
@@ -72,3 +73,30 @@ def test_backends_do_not_import_the_job_runner():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     ).stdout
     assert out.strip() == "False"
+
+
+# A TFJob's restarts carry a marker but no count; a TrainJob's JobSet counts them.
+@pytest.mark.parametrize(
+    "previous, latest, seen, expected",
+    [
+        (Restart(), Restart(), 0, None),
+        (Restart("t1", "restarting"), Restart("t1", "restarting"), 1, None),
+        (Restart(), Restart("t1", "restarting"), 0, 1),
+        (Restart("t1", "restarting"), Restart("t2", "restarting"), 1, 2),
+        # A poll may miss restarts the controller counted: its count wins.
+        (Restart("1", "recreated", 1), Restart("3", "recreated", 3), 1, 3),
+    ],
+    ids=["none", "same_marker", "first", "next_uncounted", "counted"],
+)
+def test_restarts_after_counts_only_a_new_marker(previous, latest, seen, expected):
+    assert jobs.restarts_after(previous, latest, seen) == expected
+
+
+def test_submission_hint_says_what_to_install_or_grant():
+    backend = trainjob.BACKEND
+    assert jobs.submission_hint(backend, 404) == f"; {backend.missing_hint}"
+    assert jobs.submission_hint(backend, 403) == (
+        "; the step's service account needs create/get/delete on "
+        "trainjobs.trainer.kubeflow.org (kubeflow/trainjob-rbac.yaml)"
+    )
+    assert jobs.submission_hint(backend, 422) == ""

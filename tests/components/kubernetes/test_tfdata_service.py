@@ -413,6 +413,33 @@ def test_too_many_workers_for_pod_host_names_are_refused(taxi_config):
             _manifest(config, name=name)
 
 
+def test_data_worker_hosts_are_checked_at_63_characters():
+    # `<job>-data-worker-0-<index>`: 45 + 15 + a 3-digit index (999) is 63; index 1000 is one too many.
+    name = "j" * 45
+    trainjob.check_data_worker_hosts(name, 1000)
+    with pytest.raises(
+        ConfigError, match=r"^kubeflow\.placements\.tfdata_workers\.replicas: 1001 workers"
+    ):
+        trainjob.check_data_worker_hosts(name, 1001)
+
+
+@pytest.mark.parametrize("strategy", [ONE_POD, MW, PS], ids=["one_pod", "multi_worker", "ps"])
+def test_runtime_jobs_start_with_the_dispatcher_and_end_with_the_data_workers(
+    taxi_config, strategy
+):
+    config = _config(taxi_config, **strategy)
+    jobs_ = trainjob.runtime_replicated_jobs(
+        config.strategy, config.kubeflow, config.ingestion.service
+    )
+    names = [j["name"] for j in jobs_]
+    training = list(trainjob.replicated_jobs(config.strategy))
+    assert names == ["dispatcher", *training, "data-worker"]
+    # Every job but the dispatcher waits for it to be ready.
+    assert "dependsOn" not in jobs_[0]
+    for job in jobs_[1:]:
+        assert job["dependsOn"] == [{"name": "dispatcher", "status": "Ready"}]
+
+
 @pytest.mark.parametrize(
     "placements, match",
     [

@@ -13,7 +13,14 @@ import jsonschema
 import pytest
 import yaml
 
-from components.config import ConfigError, Placement, Toleration, from_dict, to_dict
+from components.config import (
+    ConfigError,
+    Placement,
+    StrategyConfig,
+    Toleration,
+    from_dict,
+    to_dict,
+)
 from components.kubernetes import env, jobs, trainjob
 from tests.components.kubernetes.kube_api import (
     FakeKubernetes,
@@ -248,6 +255,25 @@ def test_restart_budgets_come_from_max_restarts(taxi_config, schemas, strategy, 
     assert found == backoff_limits
     for job in spec["replicatedJobs"]:
         assert job["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+@pytest.mark.parametrize(
+    "strategy, tfdata, decides",
+    [
+        (MW, False, None),
+        (MW, True, ["node"]),
+        (PS, False, ["chief"]),
+        (PS, True, ["chief"]),
+        (dict(kind="mirrored", workers=1), True, ["node"]),
+    ],
+    ids=["multi_worker", "multi_worker_tfdata", "ps", "ps_tfdata", "one_pod_tfdata"],
+)
+def test_success_policy_names_the_job_whose_completion_decides(strategy, tfdata, decides):
+    policy = trainjob.success_policy(StrategyConfig(**strategy), tfdata)
+    if decides is None:
+        assert policy is None  # every job completes: JobSet's default
+    else:
+        assert policy == {"operator": "All", "targetReplicatedJobs": decides}
 
 
 def test_shipped_runtimes_and_rbac_are_what_the_code_generates(schemas):

@@ -97,18 +97,11 @@ def describe_teacher(
         Distiller can use, naming what is missing and the fix.
     """
     loaded = _load(export_dir)
-    signatures = loaded.signatures
-    if "serving_default" not in signatures:
-        raise ValueError(
-            f"distillation: teacher model {export_dir!r} has no 'serving_default' signature (it has "
-            f"{sorted(signatures)}); export the teacher with model.save(..., signatures={{'serving_default': ...}}) "
-            "as TFX's examples do"
-        )
-    serving = signatures["serving_default"]
+    serving = _serving_default(loaded, export_dir)
     output_keys = tuple(sorted(serving.structured_outputs))
     num_params = count_params(getattr(loaded, "trainable_variables", ()))
-    if TRANSFORMED_LOGITS_SIGNATURE in signatures:
-        logits_fn = signatures[TRANSFORMED_LOGITS_SIGNATURE]
+    if TRANSFORMED_LOGITS_SIGNATURE in loaded.signatures:
+        logits_fn = loaded.signatures[TRANSFORMED_LOGITS_SIGNATURE]
         width = int(logits_fn.structured_outputs["logits"].shape[-1])
         return TeacherInfo(
             export_dir=export_dir,
@@ -120,6 +113,44 @@ def describe_teacher(
             output=LOGITS,
             num_params=num_params,
         )
+    call = _keras_call(loaded, export_dir)
+    specs = tf.nest.flatten(call.structured_input_signature[0][0])
+    width = _output_width(call, export_dir)
+    output = teacher_output if teacher_output != "auto" else read_output_kind(call)
+    parse_keys, transform_signatures, problems = _read_signatures(
+        loaded.signatures, output_keys, export_dir, transformed_features
+    )
+    return TeacherInfo(
+        export_dir=export_dir,
+        kind=KERAS,
+        input_specs={spec.name: spec for spec in specs},
+        output_keys=output_keys,
+        num_classes=max(width, 2),
+        width=width,
+        output=output,
+        num_params=num_params,
+        serving_inputs=dict(serving.structured_input_signature[1]),
+        parse_keys=parse_keys,
+        transform_signatures=transform_signatures,
+        # What a student_fn student could not reproduce: refused only on that path.
+        serving_problem="; ".join(problems),
+    )
+
+
+def _serving_default(loaded, export_dir: str):
+    """The teacher's `serving_default` signature, which every teacher must have."""
+    signatures = loaded.signatures
+    if "serving_default" not in signatures:
+        raise ValueError(
+            f"distillation: teacher model {export_dir!r} has no 'serving_default' signature (it has "
+            f"{sorted(signatures)}); export the teacher with model.save(..., signatures={{'serving_default': ...}}) "
+            "as TFX's examples do"
+        )
+    return signatures["serving_default"]
+
+
+def _keras_call(loaded, export_dir: str):
+    """The restored Keras call on transformed features of a teacher without tfxkit's signature."""
     call = _inference_call(loaded)
     if call is None and hasattr(loaded, "_default_save_signature"):
         # What `tf.saved_model.save` writes for a Keras 3 model: a call on
@@ -137,16 +168,35 @@ def describe_teacher(
             "(the tfxkit Trainer's export) nor a restorable Keras call on transformed features; save the teacher "
             "with the Keras model's model.save(serving_model_dir, signatures=...) in its run_fn"
         )
-    specs = tf.nest.flatten(call.structured_input_signature[0][0])
+    return call
+
+
+def _output_width(call, export_dir: str) -> int:
+    """The width of a Keras teacher's one `[batch, classes]` output."""
     out_spec = call.structured_outputs
     if not isinstance(out_spec, tf.TensorSpec) or out_spec.shape.rank != 2:
         raise ValueError(
             f"distillation: teacher model {export_dir!r} returns {out_spec!r}; the Distiller needs one "
             "[batch, classes] output (logits, probabilities or one binary unit)"
         )
-    width = int(out_spec.shape[-1])
-    output = teacher_output if teacher_output != "auto" else read_output_kind(call)
-    # What a student_fn student could not reproduce: refused only on that path (`serving_problem`).
+    return int(out_spec.shape[-1])
+
+
+def _read_signatures(
+    signatures,
+    output_keys: tuple[str, ...],
+    export_dir: str,
+    transformed_features: Sequence[str],
+) -> tuple[tuple[str, ...], dict[str, tuple[tuple[str, ...], tuple[str, ...]]], list[str]]:
+    """Reads a Keras teacher's signatures as a `student_fn` student would have to serve them.
+
+    Returns:
+      The raw features `serving_default` parses, the transform signatures
+      (name -> (raw features parsed, transformed features returned)), and
+      why a student could not serve as the teacher does: its serving outputs
+      (`output_keys`) unless one, then one reason per signature it could not
+      reproduce.
+    """
     problems = []
     if len(output_keys) != 1:
         problems.append(
@@ -173,20 +223,7 @@ def describe_teacher(
                 )
         except ValueError as e:
             problems.append(str(e))
-    return TeacherInfo(
-        export_dir=export_dir,
-        kind=KERAS,
-        input_specs={spec.name: spec for spec in specs},
-        output_keys=output_keys,
-        num_classes=max(width, 2),
-        width=width,
-        output=output,
-        num_params=num_params,
-        serving_inputs=dict(serving.structured_input_signature[1]),
-        parse_keys=parse_keys,
-        transform_signatures=transform_signatures,
-        serving_problem="; ".join(problems),
-    )
+    return parse_keys, transform_signatures, problems
 
 
 def _inference_call(loaded):

@@ -1,11 +1,12 @@
 """The distiller's `run_fn`: train the student on its teachers and export it.
 
-`run_fn` checks the teachers against the student before any training, trains with the
-Trainer's `training.fit` and exports with its serving export (`train_student`, and
-`train_student_fn` for a user's `student_fn`, which with a scratch baseline also records
-the verdict against the same student trained alone); only the chief writes the model.
-With `distillation.method: m_on_m`, one student per teacher and their ensemble
-(`members_m_on_m`).
+`run_fn` makes the student (`_Student`: the configured one, or a user's `student_fn`),
+checks the teachers against it before any training, and hands it to its method's trainer
+(`TRAINERS`, one per `distillation.method`): `kd` distils one student and serves it,
+`noisy_student` trains one Noisy Student round, `m_on_m` one student per teacher served as
+their ensemble (`members_m_on_m`). Training is the Trainer's `training.fit` and export its
+serving export; only the chief writes the model. A `student_fn` with a scratch baseline also
+records the verdict against the same student trained alone.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -22,7 +23,8 @@ import tf_keras as keras
 from absl import logging
 
 from components.compat import legacy_keras
-from components.config import M_ON_M, NOISY_STUDENT, payload
+from components.config import payload
+from components.config.distillation import KD, M_ON_M, NOISY_STUDENT
 from components.distillation import losses, self_training
 from components.distillation import model as distillation
 from components.distillation import students as student_lib
@@ -35,52 +37,66 @@ from components.training import task as task_lib
 from components.training.inputs import MASK_UNLABELED, make_datasets
 
 
-def train_student(
-    task: task_lib.Task,
-    inputs: training.TrainingInputs,
-    teacher_dirs: Sequence[str],
-    callbacks: Sequence[keras.callbacks.Callback] = (),
-) -> tuple[keras.Model, dict[str, float]]:
-    """Distils the configured student from exported teachers.
+def _itself(model: keras.Model) -> keras.Model:
+    return model
 
-    Args:
-      task: The training task; its config gives the `student` shape, the
-        `distillation` settings and the shared `train` settings.
-      inputs: Transform output and step counts, as for the teacher.
-      teacher_dirs: Serving SavedModels of the teachers.
-      callbacks: Extra Keras callbacks for `fit`.
 
-    Returns:
-      The trained student and its evaluation results (`accuracy`,
-      `hard_loss`, `soft_loss`, `loss`) on the eval split.
+@dataclasses.dataclass
+class _Student:
+    """The student a Distiller trains, made once for whichever method trains it.
 
-    Raises:
-      ValueError: before training, if the teachers cannot teach this student.
+    Attributes:
+      inputs: Transform output and step counts it trains on.
+      tft_output: The Transform output of `inputs`.
+      teachers: The teachers, described and checked against the student.
+      build: Returns a new student (called in the strategy scope): the
+        configured classifier, or the `student_fn` model (logits out).
+      classifier: Returns a new student to train on (pseudo-)labels as a
+        `models.Classifier` (Noisy Student).
+      served: The model to serve, from a trained `classifier()`.
+      save_like: The teacher whose signatures the served model copies (a
+        `student_fn` student serves as its teachers do); None: tfxkit's.
+      judge: Whether to train the student alone after it is served and
+        record the verdict (a `student_fn` with `scratch_baseline`).
+      probe: A student as `build` makes it, for the first-batch checks of a
+        `student_fn` (`check_first_batch`); None for the configured student,
+        which `check_teachers` checked when it was made.
+      module: The module file holding `student_fn` (named in errors).
     """
-    described, build_student = _configured_student(task.config, inputs, teacher_dirs)
-    return _distil(task, inputs, build_student, described, callbacks)
+
+    inputs: training.TrainingInputs
+    tft_output: tft.TFTransformOutput
+    teachers: Sequence[teachers_lib.TeacherInfo]
+    build: Callable[[], keras.Model]
+    classifier: Callable[[], keras.Model]
+    served: Callable[[keras.Model], keras.Model] = _itself
+    save_like: teachers_lib.TeacherInfo | None = None
+    judge: bool = False
+    probe: keras.Model | None = None
+    module: str = "?"
+
+    def check_first_batch(
+        self, task: task_lib.Task, groups: Sequence[Sequence[teachers_lib.TeacherInfo]]
+    ) -> None:
+        """Checks each group of teachers one student will train on, on the first training batch.
+
+        The probe is dropped afterwards: no model but the ones training
+        should hold memory while they train.
+        """
+        if self.probe is None:
+            return
+        for teachers in groups:
+            train_student_fn_check(
+                task, self.inputs, teachers, probe=self.probe, module=self.module
+            )
+        self.probe = None
 
 
-def train_m_on_m(
-    task: task_lib.Task,
-    inputs: training.TrainingInputs,
-    teacher_dirs: Sequence[str],
-    callbacks: Sequence[keras.callbacks.Callback] = (),
-) -> dict[str, float]:
-    """M-on-M with the configured student: one per teacher, served as their ensemble.
-
-    Returns:
-      Eval accuracies (`members_m_on_m`).
-    """
-    described, build_student = _configured_student(task.config, inputs, teacher_dirs)
-    return members_m_on_m(
-        task, inputs, described, build_student, save_like=None, callbacks=callbacks
-    )
-
-
-def _configured_student(config, inputs: training.TrainingInputs, teacher_dirs: Sequence[str]):
-    """The teachers, described and checked against the configured student (before any
-    training), and the function that builds that student."""
+def _configured_student(
+    config, inputs: training.TrainingInputs, teacher_dirs: Sequence[str]
+) -> _Student:
+    """The configured student, its teachers described and checked against it before any
+    training."""
     tft_output = tft.TFTransformOutput(inputs.transform_output)
     described = [teachers_lib.describe_teacher(d) for d in teacher_dirs]
 
@@ -98,7 +114,199 @@ def _configured_student(config, inputs: training.TrainingInputs, teacher_dirs: S
         settings.alpha,
         settings.temperature,
     )
-    return described, build_student
+    # `build_model` makes a Classifier: Noisy Student trains and serves it as it is.
+    return _Student(inputs, tft_output, described, build=build_student, classifier=build_student)
+
+
+def _user_student(task: task_lib.Task, fn_args) -> _Student:
+    """The `student_fn` student of the Distiller's module file, its teachers (of any Trainer)
+    described and checked against it before any training."""
+    config = task.config
+    tft_output = tft.TFTransformOutput(fn_args.transform_output)
+    transformed = sorted(tft_output.transformed_feature_spec())
+    described = [
+        teachers_lib.describe_teacher(d, config.distillation.teacher_output, transformed)
+        for d in task.payload.teacher_dirs
+    ]
+    teachers_lib.check_agreement(described, config.distillation.teacher_weights)
+    label = student_lib.label_key(config, described, transformed)
+    inputs = training.TrainingInputs.from_fn_args(fn_args, config, label_key=label)
+    module = student_lib.module_of(task.payload.student_module)
+    student_fn = student_lib.load_student_fn(task.payload.student_module)
+    width = described[0].width
+
+    def build_student() -> keras.Model:
+        return student_lib.build(student_fn, fn_args, module)
+
+    def classifier() -> keras.Model:
+        # A Classifier over the student's layers: it trains on soft pseudo-labels too.
+        logits = student_lib.class_logits_model(build_student(), width)
+        model = models.Classifier(logits.inputs, logits.outputs, name="noisy_student")
+        model.student = logits
+        return model
+
+    probe = build_student()
+    student_lib.check_student(config, probe, described, [k for k in transformed if k != label])
+    logging.info(
+        "Distiller: student_fn model %d parameters, teachers %s (%s, width %d); label %r; alpha=%s T=%s",
+        distillation.count_params(probe.trainable_weights),
+        [t.num_params for t in described],
+        described[0].output,
+        width,
+        label,
+        config.distillation.alpha,
+        config.distillation.temperature,
+    )
+    return _Student(
+        inputs,
+        tft_output,
+        described,
+        build=build_student,
+        classifier=classifier,
+        served=lambda model: model.student,
+        save_like=described[0],
+        judge=config.distillation.scratch_baseline,
+        probe=probe,
+        module=module,
+    )
+
+
+# --------------------------------------------------------------------------- #
+# The methods: one trainer each, taking the student whichever way it was made
+# --------------------------------------------------------------------------- #
+
+
+def _kd(
+    task: task_lib.Task, student: _Student, callbacks: Sequence[keras.callbacks.Callback] = ()
+) -> dict[str, float]:
+    """Method kd: one student learns from the teachers' averaged soft targets; serves it.
+
+    Returns:
+      The student's evaluation results on the eval split.
+    """
+    student.check_first_batch(task, [student.teachers])
+    model, results = _distil(task, student.inputs, student.build, student.teachers, callbacks)
+    _serve(task, student, model, results)
+    return results
+
+
+def _noisy_student(
+    task: task_lib.Task, student: _Student, callbacks: Sequence[keras.callbacks.Callback] = ()
+) -> dict:
+    """Method noisy_student: one round of self-training; serves its student.
+
+    The teachers (the round's teacher: the first round's teacher Trainers or
+    the previous round's student) label the unlabeled examples
+    (`self_training.pseudo_label`); the student trains as a classifier on
+    the labeled and kept pseudo-labeled examples under the configured noise.
+
+    Returns:
+      The labeling summary with the student's eval results (`eval`), also
+      written beside the model (`ROUND_FILE`).
+    """
+    config, inputs = task.config, student.inputs
+    student.check_first_batch(task, [student.teachers])
+    pseudo, summary = self_training.pseudo_label(config, inputs, student.teachers)
+
+    def build_and_compile() -> keras.Model:
+        model = student.classifier()
+        training.compile_classifier(model, config, inputs.train_steps)
+        return model
+
+    trained, results = task.fit(inputs, build_and_compile, callbacks=callbacks, unlabeled=pseudo)
+    summary["eval"] = {k: float(v) for k, v in results.items()}
+    _serve(task, student, student.served(trained), results, record=(ROUND_FILE, summary))
+    return summary
+
+
+def _m_on_m(
+    task: task_lib.Task, student: _Student, callbacks: Sequence[keras.callbacks.Callback] = ()
+) -> dict[str, float]:
+    """Method m_on_m: one student per teacher, served as their ensemble (`members_m_on_m`).
+
+    Returns:
+      Eval accuracy of each student (`student_<i>`) and of the ensemble.
+    """
+    # Each student is checked against its own teacher before it trains.
+    student.check_first_batch(task, [[teacher] for teacher in student.teachers])
+    return members_m_on_m(
+        task,
+        student.inputs,
+        student.teachers,
+        student.build,
+        save_like=student.save_like,
+        callbacks=callbacks,
+    )
+
+
+# `distillation.method` -> its trainer: the one place the method is decided.
+TRAINERS: dict[str, Callable[..., dict]] = {
+    KD: _kd,
+    M_ON_M: _m_on_m,
+    NOISY_STUDENT: _noisy_student,
+}
+
+
+def _serve(
+    task: task_lib.Task,
+    student: _Student,
+    model: keras.Model,
+    results: dict[str, float],
+    record: tuple[str, dict] | None = None,
+) -> None:
+    """Exports the one trained student, writes `record` (file name, JSON) beside it, and,
+    when asked, judges it against its network trained alone (`_judge`)."""
+    inputs = student.inputs
+    task.export(model, inputs, save=_saver(model, student.tft_output, student.save_like))
+    if record is not None:
+        _write_beside(task, inputs, *record)
+    if student.judge:
+        _judge(task, inputs, student.teachers, student.build, results, inputs.serving_model_dir)
+
+
+# --------------------------------------------------------------------------- #
+# The configured student's methods, for callers with a task of their own
+# --------------------------------------------------------------------------- #
+
+
+def train_student(
+    task: task_lib.Task,
+    inputs: training.TrainingInputs,
+    teacher_dirs: Sequence[str],
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+) -> tuple[keras.Model, dict[str, float]]:
+    """Distils the configured student from exported teachers (method kd), without exporting it.
+
+    Args:
+      task: The training task; its config gives the `student` shape, the
+        `distillation` settings and the shared `train` settings.
+      inputs: Transform output and step counts, as for the teacher.
+      teacher_dirs: Serving SavedModels of the teachers.
+      callbacks: Extra Keras callbacks for `fit`.
+
+    Returns:
+      The trained student and its evaluation results (`accuracy`,
+      `hard_loss`, `soft_loss`, `loss`) on the eval split.
+
+    Raises:
+      ValueError: before training, if the teachers cannot teach this student.
+    """
+    student = _configured_student(task.config, inputs, teacher_dirs)
+    return _distil(task, inputs, student.build, student.teachers, callbacks)
+
+
+def train_m_on_m(
+    task: task_lib.Task,
+    inputs: training.TrainingInputs,
+    teacher_dirs: Sequence[str],
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+) -> dict[str, float]:
+    """M-on-M with the configured student: one per teacher, served as their ensemble.
+
+    Returns:
+      Eval accuracies (`members_m_on_m`).
+    """
+    return _m_on_m(task, _configured_student(task.config, inputs, teacher_dirs), callbacks)
 
 
 def train_noisy_student(
@@ -107,30 +315,12 @@ def train_noisy_student(
     teacher_dirs: Sequence[str],
     callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> dict:
-    """One Noisy Student round with the configured student; exports it.
-
-    The teachers (the round's teacher: the first round's teacher Trainers or
-    the previous round's student) label the unlabeled examples
-    (`self_training.pseudo_label`); the student trains as a classifier on
-    the labeled and kept pseudo-labeled examples under the configured noise.
+    """One Noisy Student round with the configured student; exports it (`_noisy_student`).
 
     Returns:
       The labeling summary with the student's eval results (`eval`).
     """
-    config = task.config
-    described, build_student = _configured_student(config, inputs, teacher_dirs)
-    pseudo, summary = self_training.pseudo_label(config, inputs, described)
-
-    def build_and_compile() -> keras.Model:
-        model = build_student()
-        training.compile_classifier(model, config, inputs.train_steps)
-        return model
-
-    student, results = task.fit(inputs, build_and_compile, callbacks=callbacks, unlabeled=pseudo)
-    summary["eval"] = {k: float(v) for k, v in results.items()}
-    task.export(student, inputs)
-    _write_beside(task, inputs, ROUND_FILE, summary)
-    return summary
+    return _noisy_student(task, _configured_student(task.config, inputs, teacher_dirs), callbacks)
 
 
 def _write_beside(task: task_lib.Task, inputs: training.TrainingInputs, name: str, record) -> None:
@@ -283,41 +473,6 @@ def _distil(
     return built[-1], results
 
 
-def train_student_fn(
-    task: task_lib.Task,
-    inputs: training.TrainingInputs,
-    teachers: Sequence[teachers_lib.TeacherInfo],
-    build_student,
-    callbacks: Sequence[keras.callbacks.Callback] = (),
-    probe: keras.Model | None = None,
-    module: str = "?",
-) -> tuple[keras.Model, dict[str, float]]:
-    """Distils the user's student (`student_fn`) from teachers of any Trainer.
-
-    Before training, on the first training batch: the labels must be
-    classes of the teachers, and each Keras teacher's output must read as
-    `describe_teacher` said (`teachers.check_outputs`).
-
-    Args:
-      task: The training task; its config gives `distillation`, `train`,
-        `ingestion` and `strategy` (no data section needed).
-      inputs: Transform output and step counts; `inputs.label_key` set.
-      teachers: Descriptions of the teachers, checked against the student.
-      build_student: Returns a new student (logits out); called in the
-        strategy scope.
-      callbacks: Extra Keras callbacks for `fit`.
-      probe: A student as `build_student` makes it, whose outputs on the first
-        batch must be logits (`students.check_logits`).
-      module: The module file holding `student_fn` (named in errors).
-
-    Returns:
-      The trained student (as `build_student` made it) and its evaluation
-      results on the eval split.
-    """
-    train_student_fn_check(task, inputs, teachers, probe=probe, module=module)
-    return _distil(task, inputs, build_student, teachers, callbacks)
-
-
 def train_student_fn_check(
     task: task_lib.Task,
     inputs: training.TrainingInputs,
@@ -326,7 +481,19 @@ def train_student_fn_check(
     probe: keras.Model | None = None,
     module: str = "?",
 ) -> None:
-    """The checks `train_student_fn` makes on the first training batch, before training."""
+    """Checks a `student_fn` student's teachers on the first training batch, before it trains.
+
+    The labels must be classes of the teachers, and each Keras teacher's
+    output must read as `describe_teacher` said (`teachers.check_outputs`).
+
+    Args:
+      task: The training task; its config gives `ingestion` and `strategy`.
+      inputs: Transform output and step counts; `inputs.label_key` set.
+      teachers: Descriptions of the teachers the student will train on.
+      probe: A student as `student_fn` makes it, whose outputs on the first
+        batch must be logits (`students.check_logits`).
+      module: The module file holding `student_fn` (named in errors).
+    """
     config = task.config
     tft_output = tft.TFTransformOutput(inputs.transform_output)
     # No cache: the check reads one batch, and a file cache begun must be finished.
@@ -342,81 +509,6 @@ def train_student_fn_check(
     if probe is not None:
         student_lib.check_logits(probe, features, module)
     del train, features, labels
-
-
-def _run_student_module(task: task_lib.Task, fn_args) -> None:
-    config = task.config
-    tft_output = tft.TFTransformOutput(fn_args.transform_output)
-    transformed = sorted(tft_output.transformed_feature_spec())
-    described = [
-        teachers_lib.describe_teacher(d, config.distillation.teacher_output, transformed)
-        for d in task.payload.teacher_dirs
-    ]
-    teachers_lib.check_agreement(described, config.distillation.teacher_weights)
-    label = student_lib.label_key(config, described, transformed)
-    inputs = training.TrainingInputs.from_fn_args(fn_args, config, label_key=label)
-    module = student_lib.module_of(task.payload.student_module)
-    student_fn = student_lib.load_student_fn(task.payload.student_module)
-
-    def build_student() -> keras.Model:
-        return student_lib.build(student_fn, fn_args, module)
-
-    probe = build_student()
-    student_lib.check_student(config, probe, described, [k for k in transformed if k != label])
-    logging.info(
-        "Distiller: student_fn model %d parameters, teachers %s (%s, width %d); label %r; alpha=%s T=%s",
-        distillation.count_params(probe.trainable_weights),
-        [t.num_params for t in described],
-        described[0].output,
-        described[0].width,
-        label,
-        config.distillation.alpha,
-        config.distillation.temperature,
-    )
-    if config.distillation.method == NOISY_STUDENT:
-        train_student_fn_check(task, inputs, described, probe=probe, module=module)
-        del probe
-        pseudo, summary = self_training.pseudo_label(config, inputs, described)
-        width = described[0].width
-
-        def build_and_compile() -> keras.Model:
-            # A Classifier over the student's layers: it trains on soft pseudo-labels too.
-            logits = student_lib.class_logits_model(build_student(), width)
-            model = models.Classifier(logits.inputs, logits.outputs, name="noisy_student")
-            model.student = logits
-            training.compile_classifier(model, config, inputs.train_steps)
-            return model
-
-        classifier, results = task.fit(inputs, build_and_compile, unlabeled=pseudo)
-        student = classifier.student
-        summary["eval"] = {k: float(v) for k, v in results.items()}
-        task.export(
-            student,
-            inputs,
-            save=lambda d: student_lib.export_like_teacher(student, tft_output, described[0], d),
-        )
-        _write_beside(task, inputs, ROUND_FILE, summary)
-        if config.distillation.scratch_baseline:
-            _judge(task, inputs, described, build_student, results, fn_args.serving_model_dir)
-        return
-    if config.distillation.method == M_ON_M:
-        # Each student is checked against its teacher before it trains.
-        for teacher in described:
-            train_student_fn_check(task, inputs, [teacher], probe=probe, module=module)
-        del probe
-        members_m_on_m(task, inputs, described, build_student, save_like=described[0])
-        return
-    student, results = train_student_fn(
-        task, inputs, described, build_student, probe=probe, module=module
-    )
-    del probe
-    task.export(
-        student,
-        inputs,
-        save=lambda d: student_lib.export_like_teacher(student, tft_output, described[0], d),
-    )
-    if config.distillation.scratch_baseline:
-        _judge(task, inputs, described, build_student, results, fn_args.serving_model_dir)
 
 
 def _judge(task, inputs, teachers, build_student, distilled: dict, serving_model_dir: str) -> None:
@@ -484,30 +576,24 @@ def run_fn(fn_args) -> None:
     """Trains and exports the student (TFX `run_fn` contract).
 
     The configured student, or the `student_fn` of the Distiller's module
-    file when it has one. The task starts (strategy first, see
-    `components.training.task`) before any teacher is loaded.
+    file when it has one, trained by its method's trainer (`TRAINERS`). The
+    task starts (strategy first, see `components.training.task`) before any
+    teacher is loaded.
     """
-    if payload.of(fn_args).student_module:
-        # The student trains inside a tf_keras model: its module's tf.keras must
-        # be tf_keras while it is loaded, built and trained.
-        with legacy_keras.tf_keras_scope():
-            task_lib.run_fn_task(
-                fn_args,
-                "Distiller",
-                lambda task: _run_student_module(task, fn_args),
-                needs_data=False,
-            )
-        return
+    user_module = payload.of(fn_args).student_module
 
     def distil(task: task_lib.Task) -> None:
-        inputs = training.TrainingInputs.from_fn_args(fn_args, task.config)
-        if task.config.distillation.method == M_ON_M:
-            train_m_on_m(task, inputs, task.payload.teacher_dirs)
-            return
-        if task.config.distillation.method == NOISY_STUDENT:
-            train_noisy_student(task, inputs, task.payload.teacher_dirs)
-            return
-        student, _ = train_student(task, inputs, task.payload.teacher_dirs)
-        task.export(student, inputs)
+        if user_module:
+            student = _user_student(task, fn_args)
+        else:
+            inputs = training.TrainingInputs.from_fn_args(fn_args, task.config)
+            student = _configured_student(task.config, inputs, task.payload.teacher_dirs)
+        TRAINERS[task.config.distillation.method](task, student)
 
-    task_lib.run_fn_task(fn_args, "Distiller", distil)
+    if not user_module:
+        task_lib.run_fn_task(fn_args, "Distiller", distil)
+        return
+    # The student trains inside a tf_keras model: its module's tf.keras must
+    # be tf_keras while it is loaded, built and trained.
+    with legacy_keras.tf_keras_scope():
+        task_lib.run_fn_task(fn_args, "Distiller", distil, needs_data=False)

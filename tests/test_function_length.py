@@ -22,7 +22,6 @@ STILL_LONG = {
     "components/data/ingestion.py::make_dataset",
     "components/trainer/data_accessor.py::make_tf_dataset_factory",
     "components/trainer/data_accessor.py::make_tf_dataset_factory.factory",
-    "components/distillation/teachers.py::describe_teacher",
 }
 
 

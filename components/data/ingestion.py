@@ -7,6 +7,8 @@ shard stats. A corrupt shard or a spec mismatch fails with an `IngestionError` n
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 
@@ -138,6 +140,21 @@ def _check_first_record(
         raise IngestionError(
             f"ingestion: {path!r} does not hold serialized tf.Examples ({e})"
         ) from e
+    _check_features(path, features, spec, packing)
+
+
+def _check_features(
+    path: str,
+    features: Mapping[str, tf.train.Feature],
+    spec: Mapping,
+    packing: layout.Packing | None,
+) -> None:
+    """Checks one record's features (of the file `path`) against the parse spec.
+
+    Raises:
+      IngestionError: naming the file and the feature that is missing, of
+        another kind or of another length than the spec says.
+    """
     for key, feature_spec in spec.items():
         if not isinstance(feature_spec, tf.io.FixedLenFeature | tf.io.VarLenFeature):
             continue
@@ -190,6 +207,102 @@ def _expectations(
     if compression == "none":
         return [tf.io.gfile.stat(p).length for p in files], [-1] * len(files)
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReadPlan:
+    """What one input pipeline reads and how, decided (and checked) once before any op is built.
+
+    Attributes:
+      files: The input files, sorted.
+      compression: `gzip` or `none`, as the files were written.
+      ctype: The matching TFRecordDataset compression type.
+      spec: Parse spec of the records as stored.
+      label_key: Key of the label among the parsed (and unpacked) features.
+      packing: The packed feature layout, when the files hold one.
+      shard_stats: Per-file stats the writer recorded, or None.
+      config: The `ingestion` config section.
+      training: Shuffle (if configured), repeat and yield full batches.
+      per_replica_batch: Batch size of this input pipeline.
+      num_pipelines: Input pipelines splitting the files.
+      pipeline_id: This input pipeline's index.
+      policy: `shard_policy` of the files over the pipelines.
+      remote: `config.service.remote` when this dataset uses the service, else ''.
+      service_job: The tf.data service job name ('' without the service).
+      remote_map: Applied on the service's workers after parsing, or None.
+      shuffle: Whether files and examples are shuffled.
+      cache: `none`, `memory` or `file`: where parsed training data is kept.
+      cache_path: File cache prefix for `cache == 'file'`.
+      seed: Shuffle seed.
+    """
+
+    files: tuple[str, ...]
+    compression: str
+    ctype: str
+    spec: Mapping
+    label_key: str
+    packing: layout.Packing | None
+    shard_stats: Mapping[str, layout.ShardStats] | None
+    config: IngestionConfig
+    training: bool
+    per_replica_batch: int
+    num_pipelines: int
+    pipeline_id: int
+    policy: str
+    remote: str
+    service_job: str
+    remote_map: Callable | None
+    shuffle: bool
+    cache: str
+    cache_path: str
+    seed: int | None
+
+    @property
+    def read_batch(self) -> int:
+        return max(self.per_replica_batch, READ_BATCH)
+
+    @property
+    def data_shards(self) -> int:
+        """Pipelines sharing every file record by record (1 unless the policy is `data`)."""
+        return self.num_pipelines if self.policy == "data" else 1
+
+    @property
+    def checkable_paths(self) -> bool:
+        """Whether every file can be looked up by name as a pattern (no glob characters)."""
+        return not any(c in path for path in self.files for c in "*?[\\")
+
+    @property
+    def fixed(self) -> bool:
+        """Whether every feature is fixed-length, so whole batches can be re-sliced."""
+        return all(isinstance(s, tf.io.FixedLenFeature) for s in self.spec.values())
+
+    @property
+    def unpacked_remotely(self) -> bool:
+        """Whether the service's workers unpack and split off the label already."""
+        return self.remote in ("parse", "augment") and self.fixed
+
+    @property
+    def parallel(self) -> int:
+        return _tune(self.config.num_parallel_calls)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReadChecks:
+    """What every file's stream is checked against as it is read.
+
+    Attributes:
+      accounting: Whether records (or bytes) are counted and checked at the
+        end of each file.
+      count_bytes: Whether bytes are counted (no recorded record counts, an
+        uncompressed file's own size is the expectation).
+      raw_bytes: Per-file bytes a complete read sees (-1: unknown).
+      records: Per-file records a complete read sees (-1: unknown).
+    """
+
+    accounting: bool
+    count_bytes: bool
+    raw_bytes: tuple[int, ...]
+    records: tuple[int, ...]
 
 
 def make_dataset(
@@ -245,7 +358,104 @@ def make_dataset(
       IngestionError: if there are no files, a file disagrees with the parse
         spec or the recorded stats, or the configuration is inconsistent.
     """
+    plan = _plan_read(
+        files,
+        feature_spec,
+        label_key,
+        config,
+        batch_size=batch_size,
+        compression=compression,
+        training=training,
+        packing=packing,
+        shard_stats=shard_stats,
+        input_context=input_context,
+        cache_path=cache_path,
+        seed=seed,
+        service_job=service_job,
+        remote_map=remote_map,
+    )
+    checks = _check_files(plan)
+    ds = _read_files(plan, checks)
+    ds = _parse_batches(ds, plan)
+    ds = _cache_parsed(ds, plan)
+    ds = _batch_examples(ds, plan)
+    return _with_options(ds, plan.config)
+
+
+def _plan_read(
+    files: Sequence[str],
+    feature_spec: Mapping,
+    label_key: str,
+    config: IngestionConfig,
+    *,
+    batch_size: int,
+    compression: str,
+    training: bool,
+    packing: layout.Packing | None,
+    shard_stats: Mapping[str, layout.ShardStats] | None,
+    input_context: tf.distribute.InputContext | None,
+    cache_path: str,
+    seed: int | None,
+    service_job: str,
+    remote_map: Callable | None,
+) -> _ReadPlan:
+    """`make_dataset`'s arguments checked and resolved into one `_ReadPlan`.
+
+    Raises:
+      IngestionError: as `make_dataset`, for everything found without reading a file.
+    """
     files = sorted(files)
+    ctype, spec = _check_spec(files, feature_spec, label_key, compression, packing)
+    remote = _check_options(config, cache_path, service_job, remote_map)
+    per_replica_batch, num_pipelines, pipeline_id = _pipeline_share(input_context, batch_size)
+    # On the service, every input pipeline reads the one job, which hands
+    # out each file once per epoch (`distributed_epoch`): nothing to shard.
+    policy = shard_policy(len(files), 1 if remote else num_pipelines)
+    cache = (
+        _training_cache(config, spec, shard_stats, files, num_pipelines, remote)
+        if training
+        else "none"
+    )
+    return _ReadPlan(
+        files=tuple(files),
+        compression=compression,
+        ctype=ctype,
+        spec=spec,
+        label_key=label_key,
+        packing=packing,
+        shard_stats=shard_stats,
+        config=config,
+        training=training,
+        per_replica_batch=per_replica_batch,
+        num_pipelines=num_pipelines,
+        pipeline_id=pipeline_id,
+        policy=policy,
+        remote=remote,
+        service_job=service_job,
+        remote_map=remote_map,
+        shuffle=training and config.shuffle_buffer > 0,
+        cache=cache,
+        cache_path=cache_path,
+        seed=seed,
+    )
+
+
+def _check_spec(
+    files: Sequence[str],
+    feature_spec: Mapping,
+    label_key: str,
+    compression: str,
+    packing: layout.Packing | None,
+) -> tuple[str, dict]:
+    """Checks the files are given and the parse spec, packing and label agree.
+
+    Returns:
+      The TFRecordDataset compression type and the parse spec as a dict.
+
+    Raises:
+      IngestionError: naming the missing files, the bad compression, the
+        packed feature or the label.
+    """
     if not files:
         raise IngestionError("ingestion: no input files were given")
     ctype = layout.compression_type(compression)
@@ -266,245 +476,372 @@ def make_dataset(
         raise IngestionError(
             f"ingestion: label {label_key!r} is not among the parsed features ({sorted(produced)})"
         )
+    return ctype, spec
+
+
+def _check_options(
+    config: IngestionConfig, cache_path: str, service_job: str, remote_map: Callable | None
+) -> str:
+    """Checks the cache path and remote map fit the config.
+
+    Returns:
+      What runs on the service (`config.service.remote`), or '' when this
+      dataset does not use it.
+
+    Raises:
+      IngestionError: for a file cache without a path, or a `remote_map`
+        without `service.remote: augment`.
+    """
     if config.cache == "file" and not cache_path:
         raise IngestionError(
             "ingestion.cache: 'file' needs a cache path (the Trainer uses its model run directory)"
         )
-
     remote = config.service.remote if config.service.enabled and service_job else ""
     if remote_map is not None and remote != "augment":
         raise IngestionError(
             "ingestion: remote_map runs on the service only (service.remote: augment)"
         )
+    return remote
 
-    per_replica_batch = batch_size
-    num_pipelines, pipeline_id = 1, 0
-    if input_context is not None:
-        per_replica_batch = input_context.get_per_replica_batch_size(batch_size)
-        num_pipelines, pipeline_id = (
-            input_context.num_input_pipelines,
-            input_context.input_pipeline_id,
+
+def _pipeline_share(
+    input_context: tf.distribute.InputContext | None, batch_size: int
+) -> tuple[int, int, int]:
+    """This input pipeline's batch size, the number of pipelines and its index."""
+    if input_context is None:
+        return batch_size, 1, 0
+    return (
+        input_context.get_per_replica_batch_size(batch_size),
+        input_context.num_input_pipelines,
+        input_context.input_pipeline_id,
+    )
+
+
+def _training_cache(
+    config: IngestionConfig,
+    spec: Mapping,
+    shard_stats: Mapping[str, layout.ShardStats] | None,
+    files: Sequence[str],
+    num_pipelines: int,
+    remote: str,
+) -> str:
+    """The cache a training dataset uses (`resolve_cache`), logged when `auto` decides."""
+    # `auto` decides by this process's memory, which is the dataset's only
+    # while it is built eagerly: a parameter-server worker's dataset function
+    # is traced on the coordinator and runs elsewhere, so it does not cache.
+    available = None if tf.inside_function() else memory.available_bytes()
+    estimate = parsed_bytes(spec, shard_stats, files)
+    cache = resolve_cache(config.cache, estimate, available, num_pipelines)
+    if remote == "augment":
+        # A cache after remote augmentation would replay one epoch's views.
+        cache = "none"
+    if config.cache == "auto":
+        logging.info(
+            "ingestion: cache auto -> %s (parsed training data about %s MB, %s MB available)",
+            cache,
+            "unknown" if estimate is None else estimate // 2**20,
+            "unknown" if available is None else available // 2**20,
         )
-    # On the service, every input pipeline reads the one job, which hands
-    # out each file once per epoch (`distributed_epoch`): nothing to shard.
-    policy = shard_policy(len(files), 1 if remote else num_pipelines)
-    shuffle = training and config.shuffle_buffer > 0
-    cache = "none"
-    if training:
-        # `auto` decides by this process's memory, which is the dataset's only
-        # while it is built eagerly: a parameter-server worker's dataset function
-        # is traced on the coordinator and runs elsewhere, so it does not cache.
-        available = None if tf.inside_function() else memory.available_bytes()
-        estimate = parsed_bytes(spec, shard_stats, files)
-        cache = resolve_cache(config.cache, estimate, available, num_pipelines)
-        if remote == "augment":
-            # A cache after remote augmentation would replay one epoch's views.
-            cache = "none"
-        if config.cache == "auto":
-            logging.info(
-                "ingestion: cache auto -> %s (parsed training data about %s MB, %s MB available)",
-                cache,
-                "unknown" if estimate is None else estimate // 2**20,
-                "unknown" if available is None else available // 2**20,
-            )
-    cached = cache != "none"
+    return cache
 
-    expected = _expectations(files, compression, shard_stats)
+
+def _check_files(plan: _ReadPlan) -> _ReadChecks:
+    """Checks the files against the recorded stats and their first records; returns the read checks.
+
+    Raises:
+      IngestionError: naming a file that is unrecorded, of the wrong size,
+        unreadable, or whose first record disagrees with the parse spec.
+    """
+    expected = _expectations(plan.files, plan.compression, plan.shard_stats)
     # Not while tracing: a parameter-server worker's dataset function is a
     # graph and cannot read eagerly (it hangs); the coordinator checks first.
     if not tf.inside_function():
-        for path in files:
-            _check_first_record(path, ctype, spec, packing)
-    accounting = expected is not None
+        for path in plan.files:
+            _check_first_record(path, plan.ctype, plan.spec, plan.packing)
+    if expected is None:
+        unknown = (-1,) * len(plan.files)
+        return _ReadChecks(accounting=False, count_bytes=False, raw_bytes=unknown, records=unknown)
+    raw, records = expected
     # A recorded record count catches every incomplete read; without one, an
     # uncompressed file's own size is the expectation, so bytes are counted.
-    check_bytes = accounting and shard_stats is None
-    raw, records = expected if accounting else ([-1] * len(files), [-1] * len(files))
-
-    file_ds = tf.data.Dataset.from_tensor_slices(
-        (tf.constant(files), tf.constant(raw, tf.int64), tf.constant(records, tf.int64))
+    return _ReadChecks(
+        accounting=True,
+        count_bytes=plan.shard_stats is None,
+        raw_bytes=tuple(raw),
+        records=tuple(records),
     )
-    if policy == "file":
-        file_ds = file_ds.shard(num_pipelines, pipeline_id)
-    if shuffle:
-        file_ds = file_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
 
-    data_shards = num_pipelines if policy == "data" else 1
-    # Whether every file can be looked up by name as a pattern (no glob characters).
-    checkable_paths = not any(c in path for path in files for c in "*?[\\")
-    read_batch = max(per_replica_batch, READ_BATCH)
+
+def _read_files(plan: _ReadPlan, checks: _ReadChecks) -> tf.data.Dataset:
+    """This pipeline's `(path, serialized batch)` elements, files read in parallel.
+
+    Files are sharded (`policy == 'file'`) and, when training shuffles,
+    reshuffled every epoch before they are interleaved.
+    """
+    file_ds = tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant(plan.files),
+            tf.constant(checks.raw_bytes, tf.int64),
+            tf.constant(checks.records, tf.int64),
+        )
+    )
+    if plan.policy == "file":
+        file_ds = file_ds.shard(plan.num_pipelines, plan.pipeline_id)
+    if plan.shuffle:
+        file_ds = file_ds.shuffle(len(plan.files), seed=plan.seed, reshuffle_each_iteration=True)
+    reads = _tune(plan.config.num_parallel_reads)
+    return file_ds.interleave(
+        _plain(functools.partial(_read_file, plan=plan, checks=checks)),
+        cycle_length=reads,
+        num_parallel_calls=reads,
+        deterministic=plan.config.deterministic,
+    )
+
+
+def _read_file(
+    path: tf.Tensor,
+    want_bytes: tf.Tensor,
+    want_records: tf.Tensor,
+    *,
+    plan: _ReadPlan,
+    checks: _ReadChecks,
+) -> tf.data.Dataset:
+    """One file's `(path, batch)` stream: this pipeline's records, checked complete at its end."""
+    paths = tf.data.Dataset.from_tensors(path)
+    if checks.accounting and plan.checkable_paths:
+        paths = paths.map(_assert_present)
+    batches = paths.flat_map(_plain(functools.partial(_open_file, plan=plan, checks=checks)))
+    if not checks.accounting and plan.data_shards == 1:
+        return batches.map(_plain(lambda batch: (path, batch)))
+    zero = tf.constant(0, tf.int64)
+    # The empty sentinel ends every file's stream, so its last step can check the count.
     sentinel = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
-
-    @_plain
-    def present(path):
-        # `ignore_errors` (below) asks a file it could not open again and again:
-        # TFRecordDataset never moves past one, so a shard gone or unreadable
-        # when a later epoch re-reads it would spin forever instead of failing.
-        # It fails here, naming the file, as its stream starts: right before the
-        # reader opens it, not when `interleave` builds the stream (which, with
-        # parallel reads, can be long before, while the file still exists).
-        check = tf.debugging.Assert(
-            tf.size(tf.io.matching_files(path)) > 0,
-            [
-                "ingestion: TFRecord shard",
-                path,
-                "is gone or cannot be listed (deleted or moved while training?); restore the file "
-                "or re-run the Transform",
-            ],
-        )
-        with tf.control_dependencies([check]):
-            return tf.identity(path)
-
-    @_plain
-    def open_file(path):
-        batches = tf.data.TFRecordDataset(path, compression_type=ctype).batch(read_batch)
-        # A read error ends this file's stream instead of the whole dataset;
-        # the byte and record count check at its end then fails naming the file.
-        return batches.ignore_errors() if accounting else batches
-
-    @_plain
-    def read_file(path, want_bytes, want_records):
-        paths = tf.data.Dataset.from_tensors(path)
-        if accounting and checkable_paths:
-            paths = paths.map(present)
-        batches = paths.flat_map(open_file)
-        if not accounting and data_shards == 1:
-            return batches.map(_plain(lambda batch: (path, batch)))
-
-        @_plain
-        def step(state, batch):
-            seen, data_bytes = state
-            n = tf.size(batch, out_type=tf.int64)
-            checks = []
-            if accounting:
-                if check_bytes:
-                    data_bytes += tf.reduce_sum(tf.cast(tf.strings.length(batch), tf.int64))
-                    complete = tf.equal(
-                        data_bytes + layout.RECORD_OVERHEAD_BYTES * seen, want_bytes
-                    )
-                else:
-                    complete = tf.equal(seen, want_records)
-                # Only the empty end-of-file sentinel can fail the check.
-                checks.append(
-                    tf.debugging.Assert(
-                        tf.logical_or(n > 0, complete),
-                        [
-                            "ingestion: TFRecord shard",
-                            path,
-                            "is corrupt, truncated or unreadable; restore the file or re-run the Transform. Records read, "
-                            "bytes read (-1: not counted), records and bytes expected (-1: not known):",
-                            seen,
-                            data_bytes + layout.RECORD_OVERHEAD_BYTES * seen
-                            if check_bytes
-                            else tf.constant(-1, tf.int64),
-                            want_records,
-                            want_bytes,
-                        ],
-                    )
+    return (
+        batches.concatenate(sentinel)
+        .scan(
+            (zero, zero),
+            _plain(
+                functools.partial(
+                    _count_and_share,
+                    path=path,
+                    want_bytes=want_bytes,
+                    want_records=want_records,
+                    plan=plan,
+                    checks=checks,
                 )
-            with tf.control_dependencies(checks):
-                if data_shards > 1:
-                    # Record-level sharding within the file: record j of the file
-                    # goes to pipeline j % data_shards, whatever the file order.
-                    out = tf.boolean_mask(
-                        batch, tf.equal((seen + tf.range(n)) % data_shards, pipeline_id)
-                    )
-                else:
-                    out = tf.identity(batch)
-            return (seen + n, data_bytes), (path, out)
-
-        zero = tf.constant(0, tf.int64)
-        return (
-            batches.concatenate(sentinel)
-            .scan((zero, zero), step)
-            .filter(_plain(lambda _, batch: tf.size(batch) > 0))
+            ),
         )
+        .filter(_plain(lambda _, batch: tf.size(batch) > 0))
+    )
 
-    ds = file_ds.interleave(
-        read_file,
-        cycle_length=_tune(config.num_parallel_reads),
-        num_parallel_calls=_tune(config.num_parallel_reads),
+
+@_plain
+def _assert_present(path: tf.Tensor) -> tf.Tensor:
+    """`path`, once it is asserted to exist.
+
+    `ignore_errors` (in `_open_file`) asks a file it could not open again and
+    again: TFRecordDataset never moves past one, so a shard gone or unreadable
+    when a later epoch re-reads it would spin forever instead of failing. It
+    fails here, naming the file, as its stream starts: right before the reader
+    opens it, not when `interleave` builds the stream (which, with parallel
+    reads, can be long before, while the file still exists).
+    """
+    check = tf.debugging.Assert(
+        tf.size(tf.io.matching_files(path)) > 0,
+        [
+            "ingestion: TFRecord shard",
+            path,
+            "is gone or cannot be listed (deleted or moved while training?); restore the file "
+            "or re-run the Transform",
+        ],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(path)
+
+
+def _open_file(path: tf.Tensor, *, plan: _ReadPlan, checks: _ReadChecks) -> tf.data.Dataset:
+    """The file's serialized records in batches of `plan.read_batch`."""
+    batches = tf.data.TFRecordDataset(path, compression_type=plan.ctype).batch(plan.read_batch)
+    # A read error ends this file's stream instead of the whole dataset;
+    # the byte and record count check at its end then fails naming the file.
+    return batches.ignore_errors() if checks.accounting else batches
+
+
+def _count_and_share(
+    state: tuple[tf.Tensor, tf.Tensor],
+    batch: tf.Tensor,
+    *,
+    path: tf.Tensor,
+    want_bytes: tf.Tensor,
+    want_records: tf.Tensor,
+    plan: _ReadPlan,
+    checks: _ReadChecks,
+) -> tuple[tuple[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """One `scan` step over a file's batches: counts them and keeps this pipeline's records.
+
+    Args:
+      state: Records and data bytes seen in the file so far.
+      batch: Serialized records (empty: the end-of-file sentinel).
+      path: The file.
+      want_bytes: The file's expected bytes (-1: unknown).
+      want_records: The file's expected records (-1: unknown).
+      plan: The read plan (its `data_shards` and `pipeline_id`).
+      checks: The read checks (whether and what to count).
+
+    Returns:
+      The new state and `(path, this pipeline's records of batch)`.
+    """
+    seen, data_bytes = state
+    n = tf.size(batch, out_type=tf.int64)
+    asserts = []
+    if checks.accounting:
+        if checks.count_bytes:
+            data_bytes += tf.reduce_sum(tf.cast(tf.strings.length(batch), tf.int64))
+            complete = tf.equal(data_bytes + layout.RECORD_OVERHEAD_BYTES * seen, want_bytes)
+        else:
+            complete = tf.equal(seen, want_records)
+        # Only the empty end-of-file sentinel can fail the check.
+        asserts.append(
+            tf.debugging.Assert(
+                tf.logical_or(n > 0, complete),
+                [
+                    "ingestion: TFRecord shard",
+                    path,
+                    "is corrupt, truncated or unreadable; restore the file or re-run the Transform. Records read, "
+                    "bytes read (-1: not counted), records and bytes expected (-1: not known):",
+                    seen,
+                    data_bytes + layout.RECORD_OVERHEAD_BYTES * seen
+                    if checks.count_bytes
+                    else tf.constant(-1, tf.int64),
+                    want_records,
+                    want_bytes,
+                ],
+            )
+        )
+    with tf.control_dependencies(asserts):
+        if plan.data_shards > 1:
+            # Record-level sharding within the file: record j of the file
+            # goes to pipeline j % data_shards, whatever the file order.
+            out = tf.boolean_mask(
+                batch, tf.equal((seen + tf.range(n)) % plan.data_shards, plan.pipeline_id)
+            )
+        else:
+            out = tf.identity(batch)
+    return (seen + n, data_bytes), (path, out)
+
+
+def _parse_batches(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
+    """Parses the read batches, on the service's workers where `plan.remote` says.
+
+    Raises:
+      IngestionError: for `service.remote: augment` over variable-length features.
+    """
+    config = plan.config
+    if plan.remote == "read":
+        ds = _on_service(ds, plan, "reading the training files")
+    ds = ds.map(
+        _plain(functools.partial(_parse, spec=plan.spec)),
+        num_parallel_calls=plan.parallel,
         deterministic=config.deterministic,
     )
-
-    @_plain
-    def parse(path, serialized):
-        # example_names puts the file into every parse error message.
-        return tf.io.parse_example(
-            serialized, spec, example_names=tf.fill(tf.shape(serialized), path)
-        )
-
-    @_plain
-    def finish(parsed):
-        parsed = dict(parsed)
-        if packing is not None:
-            parsed.update(packing.unpack(parsed.pop(packing.feature)))
-        label = parsed.pop(label_key)
-        return parsed, label
-
-    parallel = _tune(config.num_parallel_calls)
-    fixed = all(isinstance(s, tf.io.FixedLenFeature) for s in spec.values())
-
-    def on_service(remote_part, what):
-        if training and not cached:
-            # One job for the whole run: repeated on the workers (their split
-            # provider starts each epoch over), not by a new job per epoch here,
-            # which would stall every epoch's end for the client's task refresh (~1 s).
-            remote_part = remote_part.repeat()
-        # Prefetched on the worker: it makes the next batch while one is in transit.
-        return service.distribute(
-            remote_part.prefetch(AUTOTUNE), config.service, service_job, what=what
-        )
-
-    if remote == "read":
-        ds = on_service(ds, "reading the training files")
-    ds = ds.map(parse, num_parallel_calls=parallel, deterministic=config.deterministic)
-    unpacked = False
-    if remote in ("parse", "augment"):
-        if fixed:
+    if plan.remote in ("parse", "augment"):
+        if plan.fixed:
             # Unpacked on the workers: the trainer receives the model's features.
-            ds = ds.map(finish, num_parallel_calls=parallel, deterministic=config.deterministic)
-            unpacked = True
-            if remote_map is not None:
-                ds = ds.map(remote_map, num_parallel_calls=parallel, deterministic=False)
-        elif remote_map is not None:
+            ds = ds.map(
+                _plain(functools.partial(_split_label, plan=plan)),
+                num_parallel_calls=plan.parallel,
+                deterministic=config.deterministic,
+            )
+            if plan.remote_map is not None:
+                ds = ds.map(plan.remote_map, num_parallel_calls=plan.parallel, deterministic=False)
+        elif plan.remote_map is not None:
             raise IngestionError(
                 "ingestion.service.remote: 'augment' needs fixed-length features (image views "
                 "apply to dense images); set remote: parse"
             )
-        ds = on_service(ds, "reading and parsing the training files")
-    if cached:
-        # Cached as parsed (and still packed: one tensor per batch to mix and
-        # re-slice instead of one per feature), after all reading and parsing.
-        suffix = f"_pipeline{pipeline_id}" if num_pipelines > 1 and cache == "file" else ""
-        ds = ds.cache(cache_path + suffix if cache == "file" else "")
-    if fixed:
-        if shuffle:
-            window = max(1, math.ceil(config.shuffle_buffer / read_batch))
-            ds = ds.shuffle(window, seed=seed, reshuffle_each_iteration=True)
-            ds = _permute_windows(ds, window * read_batch, seed, parallel, config.deterministic)
-        if not unpacked:
-            # Unpacked on big batches (few calls); `rebatch` then only slices.
-            ds = ds.map(finish, num_parallel_calls=parallel, deterministic=config.deterministic)
-        if training:
-            ds = ds.repeat()
-        ds = ds.rebatch(per_replica_batch, drop_remainder=training)
-    else:
+        ds = _on_service(ds, plan, "reading and parsing the training files")
+    return ds
+
+
+def _parse(path: tf.Tensor, serialized: tf.Tensor, *, spec: Mapping) -> dict:
+    """A batch of serialized tf.Examples parsed with `spec`."""
+    # example_names puts the file into every parse error message.
+    return tf.io.parse_example(serialized, spec, example_names=tf.fill(tf.shape(serialized), path))
+
+
+def _split_label(parsed: Mapping, *, plan: _ReadPlan) -> tuple[dict, tf.Tensor]:
+    """`(features, label)` of parsed features, the packed feature unpacked."""
+    parsed = dict(parsed)
+    if plan.packing is not None:
+        parsed.update(plan.packing.unpack(parsed.pop(plan.packing.feature)))
+    label = parsed.pop(plan.label_key)
+    return parsed, label
+
+
+def _on_service(remote_part: tf.data.Dataset, plan: _ReadPlan, what: str) -> tf.data.Dataset:
+    """`remote_part`'s elements, produced by the tf.data service's workers."""
+    if plan.training and plan.cache == "none":
+        # One job for the whole run: repeated on the workers (their split
+        # provider starts each epoch over), not by a new job per epoch here,
+        # which would stall every epoch's end for the client's task refresh (~1 s).
+        remote_part = remote_part.repeat()
+    # Prefetched on the worker: it makes the next batch while one is in transit.
+    return service.distribute(
+        remote_part.prefetch(AUTOTUNE), plan.config.service, plan.service_job, what=what
+    )
+
+
+def _cache_parsed(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
+    """`ds` cached as `plan.cache` says (unchanged for `none`)."""
+    if plan.cache == "none":
+        return ds
+    # Cached as parsed (and still packed: one tensor per batch to mix and
+    # re-slice instead of one per feature), after all reading and parsing.
+    if plan.cache == "file":
+        suffix = f"_pipeline{plan.pipeline_id}" if plan.num_pipelines > 1 else ""
+        return ds.cache(plan.cache_path + suffix)
+    return ds.cache("")
+
+
+def _batch_examples(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
+    """Parsed batches shuffled (when training), split into `(features, label)` and re-batched.
+
+    Training repeats forever and yields full batches of `plan.per_replica_batch`;
+    otherwise one pass, the last batch possibly smaller.
+    """
+    config = plan.config
+    split = _plain(functools.partial(_split_label, plan=plan))
+    if not plan.fixed:
         # Sparse features cannot be re-sliced or gathered as batches: mix and
         # re-batch them example by example (slower, same semantics).
         ds = ds.unbatch()
-        if shuffle:
-            ds = ds.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        if training:
+        if plan.shuffle:
+            ds = ds.shuffle(config.shuffle_buffer, seed=plan.seed, reshuffle_each_iteration=True)
+        if plan.training:
             ds = ds.repeat()
-        ds = ds.batch(per_replica_batch, drop_remainder=training)
-        ds = ds.map(finish, num_parallel_calls=parallel, deterministic=config.deterministic)
-    ds = ds.prefetch(_tune(config.prefetch))
+        ds = ds.batch(plan.per_replica_batch, drop_remainder=plan.training)
+        return ds.map(split, num_parallel_calls=plan.parallel, deterministic=config.deterministic)
+    if plan.shuffle:
+        window = max(1, math.ceil(config.shuffle_buffer / plan.read_batch))
+        ds = ds.shuffle(window, seed=plan.seed, reshuffle_each_iteration=True)
+        ds = _permute_windows(
+            ds, window * plan.read_batch, plan.seed, plan.parallel, config.deterministic
+        )
+    if not plan.unpacked_remotely:
+        # Unpacked on big batches (few calls); `rebatch` then only slices.
+        ds = ds.map(split, num_parallel_calls=plan.parallel, deterministic=config.deterministic)
+    if plan.training:
+        ds = ds.repeat()
+    return ds.rebatch(plan.per_replica_batch, drop_remainder=plan.training)
 
+
+def _with_options(ds: tf.data.Dataset, config: IngestionConfig) -> tf.data.Dataset:
+    """`ds` prefetched, with the pipeline's determinism and autotuning, and no auto-sharding."""
+    ds = ds.prefetch(_tune(config.prefetch))
     options = tf.data.Options()
     options.deterministic = config.deterministic
     options.autotune.enabled = True
-    # Sharding is done explicitly above; stop tf.distribute from re-sharding.
+    # Sharding is done explicitly (`_read_files`, `_count_and_share`); stop tf.distribute from re-sharding.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.with_options(options)
 
@@ -520,13 +857,14 @@ def _permute_windows(
     """
     ds = ds.rebatch(window)
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
-
-    @_plain
-    def permute(batch, pair):
-        size = tf.shape(tf.nest.flatten(batch)[0])[0]
-        order = tf.random.experimental.stateless_shuffle(tf.range(size), seed=pair)
-        return tf.nest.map_structure(lambda t: tf.gather(t, order), batch)
-
     return tf.data.Dataset.zip((ds, seeds)).map(
-        permute, num_parallel_calls=parallel, deterministic=deterministic
+        _permute, num_parallel_calls=parallel, deterministic=deterministic
     )
+
+
+@_plain
+def _permute(batch, pair: tf.Tensor):
+    """`batch`'s examples in a random order drawn from the stateless seed `pair`."""
+    size = tf.shape(tf.nest.flatten(batch)[0])[0]
+    order = tf.random.experimental.stateless_shuffle(tf.range(size), seed=pair)
+    return tf.nest.map_structure(lambda t: tf.gather(t, order), batch)

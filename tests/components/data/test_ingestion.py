@@ -266,7 +266,7 @@ def _error_without_its_files(written: Written, config: IngestionConfig, **kwargs
     # The reader's background workers start the next epoch's files as the last
     # batches are drawn: they check a file is there and open it. A file removed
     # between those two steps is retried by TensorFlow's reader forever
-    # (`ingestion`, `present`), a window the product narrows to the open call
+    # (`ingestion._assert_present`), a window the product narrows to the open call
     # itself; the test lets the workers settle so it removes files the way a
     # user does, not inside that window.
     time.sleep(SETTLE_S)

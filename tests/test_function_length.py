@@ -15,15 +15,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("components", "pipelines")
 MAX_LINES = 100
 
-# Still longer than MAX_LINES, being shortened on other branches (issue 58).
-# The lead removes each entry when merging the branch that shortens it;
-# once they are all merged this set is empty.
-STILL_LONG = {
-    "components/data/ingestion.py::make_dataset",
-    "components/trainer/data_accessor.py::make_tf_dataset_factory",
-    "components/trainer/data_accessor.py::make_tf_dataset_factory.factory",
-}
-
 
 def _lengths(path: Path, root: Path = ROOT) -> dict[str, int]:
     """`<path under root>::<qualified name>` -> lines, for every function and method in `path`."""
@@ -53,22 +44,11 @@ def _all_lengths() -> dict[str, int]:
 
 
 def test_no_function_is_longer_than_the_limit():
-    too_long = {
-        name: lines
-        for name, lines in _all_lengths().items()
-        if lines > MAX_LINES and name not in STILL_LONG
-    }
+    too_long = {name: lines for name, lines in _all_lengths().items() if lines > MAX_LINES}
     assert not too_long, (
         f"functions over {MAX_LINES} lines (make each a short recipe of named steps): "
         + ", ".join(f"{name} ({lines})" for name, lines in sorted(too_long.items()))
     )
-
-
-def test_the_allow_list_names_only_functions_still_too_long():
-    # A shortened (or renamed) function leaves the list, so it cannot grow back unseen.
-    lengths = _all_lengths()
-    stale = sorted(name for name in STILL_LONG if lengths.get(name, 0) <= MAX_LINES)
-    assert not stale, f"no longer over {MAX_LINES} lines, remove from STILL_LONG: {stale}"
 
 
 def test_lengths_are_measured_def_to_last_line_nested_functions_apart(tmp_path):

@@ -93,7 +93,8 @@ class ServiceConfig:
       dispatcher: The tf.data service dispatcher, `host:port` or
         `grpc://host:port`; `kubeflow` for the dispatcher the compiled
         Kubeflow training job starts beside its trainers; '' (default) keeps
-        all input processing on the training host.
+        all input processing on the training host, unless `local_workers`
+        starts a service for a local run.
       processing_mode: `distributed_epoch` (the dispatcher hands out files:
         each example at most once per epoch across all workers and trainers;
         TensorFlow documents exactly once when no worker fails, but a pass

@@ -162,6 +162,11 @@ def _run(config, output: str, runner: str) -> int:
                 print(f"tfxkit: {e}", file=run_log.err)
                 print(f"tfxkit: the full log is {run_log.path}", file=run_log.err)
                 return 1
+            except KeyboardInterrupt:
+                # The runner stopped what it started (a local tf.data service) on the way out.
+                print("tfxkit: interrupted", file=run_log.err)
+                print(f"tfxkit: the full log is {run_log.path}", file=run_log.err)
+                return 130
     except rundir.OutputDirError as e:
         print(f"tfxkit: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """Runs `create_pipeline` locally: BeamDagRunner (default) or LocalDagRunner.
 
 `run` runs a config into an output directory laid out by `paths_for` (`pipeline_root/`,
-`metadata.sqlite`, `serving/`, `data/`, `summary.json`, `tfxkit.log`, the report chart).
+`metadata.sqlite`, `serving/`, `data/`, `summary.json`, `tfxkit.log`, the report chart,
+and `tfdata_service/` when the run starts a tf.data service, `ingestion.service.local_workers`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from typing import Any
 
 from components.config import PipelineConfig
 from components.data.sources import check_input, resolve_input
-from pipelines import precheck, progress, report
+from pipelines import local_service, precheck, progress, report
 from pipelines.pipeline import PipelinePaths, create_pipeline
 from pipelines.rundir import (  # noqa: F401 - ConcurrentRunError and exclusive_run re-exported
     INPUT_CHECK_STAGE,
+    SERVICE_START_STAGE,
     ConcurrentRunError,
     OutputDirError,
     RunLog,
@@ -47,6 +49,12 @@ def run(
     `tfxkit.log`; the console (`stream`) gets progress, warnings that matter
     and the summary.
 
+    With `ingestion.service.local_workers`, the run starts a tf.data service
+    dispatcher and that many workers first (`pipelines.local_service`), gives
+    its components the started dispatcher's address, and stops them on every
+    path (success, failure, KeyboardInterrupt); `summary.json` records them
+    (`tfdata_service`).
+
     Args:
       config: A validated config.
       output_dir: The output directory (created if missing).
@@ -61,6 +69,8 @@ def run(
       pipelines.rundir.ConcurrentRunError: another run uses `output_dir`.
       components.data.sources.DataError: bad input, before any component runs.
       RuntimeError: the pipeline failed (the summary says which component).
+      pipelines.local_service.ServiceStartError: the local tf.data service
+        did not start (the summary says so, before any component ran).
     """
     if runner not in ("beam", "local"):
         raise ValueError(f"--runner: expected 'beam' or 'local', got {runner!r}")
@@ -69,7 +79,17 @@ def run(
         return _run_locked(config, output_dir, runner, stream or run_log.out, run_log)
 
 
-def _finish(summary: dict[str, Any], output_dir: str, stream, run_log: RunLog) -> None:
+def _finish(
+    summary: dict[str, Any],
+    output_dir: str,
+    stream,
+    run_log: RunLog,
+    service: local_service.LocalService | None = None,
+) -> None:
+    if service is not None:
+        # Stopped before the summary is written, so that it records the outcome.
+        service.stop()
+        summary["tfdata_service"] = service.record()
     summary["log"] = run_log.path
     write_summary(summary, output_dir)
     print(format_summary(summary), file=stream, flush=True)
@@ -81,11 +101,6 @@ def _finish(summary: dict[str, Any], output_dir: str, stream, run_log: RunLog) -
 def _run_locked(
     config: PipelineConfig, output_dir: str, runner: str, stream, run_log: RunLog
 ) -> dict[str, Any]:
-    from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
-    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
-
-    from components.compat import beam_signatures
-
     # Nothing of a previous run's result survives this point: until this run
     # ends, summary.json says it is running.
     started_ms = int(time.time() * 1000)
@@ -101,13 +116,65 @@ def _run_locked(
             precheck.check_beam_args(config.beam_args)
             data = resolve_input(config.data, os.path.join(output_dir, "data"))
             check_input(config.data, data)
-            pipeline = create_pipeline(config, data, paths)
         except Exception as e:
             _finish(
                 refused_summary(INPUT_CHECK_STAGE, f"{type(e).__name__}: {e}"),
                 output_dir,
                 stream,
                 run_log,
+            )
+            raise
+    service = local_service.for_run(config, output_dir, stream)
+    try:
+        return _run_pipeline(
+            config, data, paths, output_dir, runner, stream, run_log, service, started_ms
+        )
+    finally:
+        # Every path: _finish stopped it already unless the run was
+        # interrupted (KeyboardInterrupt) or failed while summarising.
+        if service is not None:
+            service.stop()
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, KeyboardInterrupt):
+        return "KeyboardInterrupt: the run was interrupted"
+    return f"{type(error).__name__}: {error}"
+
+
+def _run_pipeline(
+    config: PipelineConfig,
+    data,
+    paths: PipelinePaths,
+    output_dir: str,
+    runner: str,
+    stream,
+    run_log: RunLog,
+    service: local_service.LocalService | None,
+    started_ms: int,
+) -> dict[str, Any]:
+    from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
+
+    from components.compat import beam_signatures
+
+    with progress.console_logging(stream, run_log):
+        stage = SERVICE_START_STAGE
+        try:
+            if service is not None:
+                service.start()
+                # The components read the started dispatcher, as they would
+                # read one the user runs.
+                config = service.run_config(config)
+            stage = INPUT_CHECK_STAGE
+            pipeline = create_pipeline(config, data, paths)
+        except (Exception, KeyboardInterrupt) as e:
+            _finish(
+                refused_summary(stage, _describe(e)),
+                output_dir,
+                stream,
+                run_log,
+                service,
             )
             raise
     dag_runner = BeamDagRunner() if runner == "beam" else LocalDagRunner()
@@ -120,11 +187,15 @@ def _run_locked(
             dag_runner.run(pipeline)
         except Exception as e:  # noqa: BLE001 - summarised, then re-raised below
             error = e
+        except KeyboardInterrupt as e:
+            # Summarised as a failure (what ran until then), then re-raised.
+            error = e
     summary = summarize_run(paths.metadata_path, config.name, since_ms=started_ms)
     if error is not None:
         summary["status"] = "failed"
-        summary["error"] = f"{type(error).__name__}: {error}"
+        summary["error"] = _describe(error)
         summary["pushed_model"] = None
+    if isinstance(error, Exception):
         failed = next(
             (node for node, c in summary["components"].items() if c["status"] == "failed"), None
         )
@@ -133,11 +204,13 @@ def _run_locked(
         if full is not None:
             # The cause in words; what the library raised stays beside it.
             summary["error"], summary["cause"] = full, summary["error"]
-    elif config.distillation.enabled:
+    elif error is None and config.distillation.enabled:
         summary["distillation"] = report.distillation_report(
             paths.metadata_path, config, output_dir
         )
-    _finish(summary, output_dir, stream, run_log)
+    _finish(summary, output_dir, stream, run_log, service)
+    if isinstance(error, KeyboardInterrupt):
+        raise error
     if error is not None:
         raise RuntimeError(f"pipeline {config.name!r} failed: {summary['error']}") from error
     return summary

@@ -56,12 +56,29 @@ def check_cluster_paths(config: PipelineConfig) -> None:
             )
 
 
+def check_cluster_service(config: PipelineConfig) -> None:
+    """No `ingestion.service.local_workers` on the cluster: those are a local run's processes.
+
+    Raises:
+      ConfigError: naming the field and `dispatcher: kubeflow`, the job's own service.
+    """
+    workers = config.ingestion.service.local_workers
+    if workers:
+        raise ConfigError(
+            f"ingestion.service.local_workers: {workers} starts a tf.data service on the machine of a "
+            "local run (tfxkit run), not on the cluster; for Kubeflow set local_workers: 0 and "
+            "dispatcher: kubeflow (the training job starts the dispatcher and workers beside its "
+            "trainers; kubeflow.placements.tfdata_workers.replicas sets how many workers)"
+        )
+
+
 def check_for_cluster(config: PipelineConfig) -> None:
     """Everything `tfxkit compile` can refuse before building the pipeline.
 
     Raises:
       ConfigError: naming the field.
     """
+    check_cluster_service(config)
     cluster_data_uri(config)
     check_cluster_paths(config)
 

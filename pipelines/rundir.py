@@ -24,6 +24,7 @@ SUMMARY_NAME = "summary.json"
 # `stage` of a run refused before any component ran.
 CONFIG_CHECK_STAGE = "config check (before any component ran)"
 INPUT_CHECK_STAGE = "input check (before any component ran)"
+SERVICE_START_STAGE = "tf.data service start (before any component ran)"
 
 
 class OutputDirError(ValueError):

@@ -2,94 +2,25 @@
 
 `LocalService` starts `python -m components.data.service` processes on free ports, waits
 (bounded) for each to listen, and stops them on every path; workers can be killed and the
-dispatcher restarted from its journal, as a pod would be.
+dispatcher restarted from its journal, as a pod would be. One process is the product's
+(`pipelines.local_service.ServiceProcess`, what a run with `ingestion.service.local_workers`
+starts); this harness adds CPU pinning, the fault-tolerant journal and restarts.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Bound on one server's start (it imports TensorFlow) on 2 busy cores.
-START_TIMEOUT_S = 120
-# Bound on a server's exit after SIGTERM, before SIGKILL.
-STOP_TIMEOUT_S = 15
+from pipelines.local_service import START_TIMEOUT_S, ServiceProcess
 
 
-class Server:
-    """One dispatcher or worker process."""
+class Server(ServiceProcess):
+    """One dispatcher or worker process (`pipelines.local_service.ServiceProcess`),
+    optionally pinned to `cpus` (`taskset`), listening once constructed."""
 
     def __init__(self, role: str, args: list[str], log_path: str, cpus: str = ""):
-        self.role = role
-        self.log_path = log_path
-        self.ready_file = f"{log_path}.address"
-        if os.path.exists(self.ready_file):
-            os.remove(self.ready_file)
-        command = [
-            sys.executable, "-m", "components.data.service", role, *args,
-            "--ready_file", self.ready_file,
-        ]  # fmt: skip
-        if cpus:
-            command = ["taskset", "-c", cpus, *command]
-        # INFO logs kept: they say what a server that does not start is waiting for.
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "0"}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (REPO_ROOT, env.get("PYTHONPATH"))))
-        with open(log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                command,
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.address = self._wait_listening()
-
-    def _wait_listening(self) -> str:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if os.path.exists(self.ready_file):
-                with open(self.ready_file) as f:
-                    address = f.read().removeprefix("grpc://")
-                # IPv4 loopback, as the servers bind it: `localhost` may resolve to ::1 first.
-                return address.replace("localhost:", "127.0.0.1:")
-            if self.process.poll() is not None:
-                raise RuntimeError(f"tf.data service {self.role} exited at start:\n{self.tail()}")
-            time.sleep(0.1)
-        self.kill()
-        raise TimeoutError(
-            f"tf.data service {self.role} did not listen within {START_TIMEOUT_S} s:\n{self.tail()}"
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self.address.rsplit(":", 1)[1])
-
-    def log(self) -> str:
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log()[-chars:]
-
-    def kill(self) -> None:
-        """SIGKILL, as a node failure would end it."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=STOP_TIMEOUT_S)
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL past `STOP_TIMEOUT_S`."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        super().__init__(role, args, log_path, ["taskset", "-c", cpus] if cpus else ())
+        self.wait_listening(START_TIMEOUT_S)
 
 
 class LocalService:

@@ -35,6 +35,7 @@ _EXPORTS = {
     "read_yaml": "components.config.loading",
     "to_dict": "components.config.loading",
     "PipelineConfig": "components.config.pipeline",
+    "ConfigWarning": "components.config.runtime",
     "IngestionConfig": "components.config.runtime",
     "ServiceConfig": "components.config.runtime",
     "StrategyConfig": "components.config.runtime",

@@ -23,6 +23,7 @@ from tfx.utils import proto_utils
 
 from components.config import ConfigError, PipelineConfig
 from components.config.dropin import DropInSettings
+from components.config.runtime import local_workers_outside_run
 
 CONFIG_KEY = "tfxkit_config"
 DROPIN_KEY = "tfxkit_dropin"
@@ -101,8 +102,13 @@ def encode(
 
     Raises:
       ConfigError: naming `custom_config` when it is not a dict or already
-        uses a tfxkit key.
+        uses a tfxkit key; naming `ingestion.service.local_workers` when it
+        is set (a local run hands its components the started dispatcher
+        instead, so here nobody started one).
     """
+    for carried in (config, settings):
+        if carried is not None and carried.ingestion.service.local_workers:
+            raise ConfigError(local_workers_outside_run(carried.ingestion.service.local_workers))
     encoded = check_user(custom_config)
     if settings is not None:
         encoded[DROPIN_KEY] = settings.to_json()

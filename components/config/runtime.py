@@ -3,7 +3,9 @@ pipeline and the `strategy` (tf.distribute) sections."""
 
 from __future__ import annotations
 
+import os
 import re
+import warnings
 from dataclasses import field
 from typing import Literal, Self
 
@@ -51,6 +53,17 @@ _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 REMOTE_PARTS = ("read", "parse", "augment")
 
 
+class ConfigWarning(UserWarning):
+    """A config value that is allowed but likely a mistake; the message names the field."""
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def check_dispatcher_address(value: str) -> str | None:
     """None when `value` is a `[grpc://]host:port` address, else what is wrong with it."""
     match = _ADDRESS.fullmatch(value)
@@ -61,6 +74,17 @@ def check_dispatcher_address(value: str) -> str | None:
     return None
 
 
+def local_workers_outside_run(local_workers: int) -> str:
+    """Why `ingestion.service.local_workers` cannot reach a component (only a tfxkit run starts them)."""
+    return (
+        f"ingestion.service.local_workers: {local_workers} asks a tfxkit local run (tfxkit run, make run, "
+        "pipelines.local_runner.run) to start a tf.data service, and this is not one; in a pipeline of "
+        "your own start the servers yourself (python -m components.data.service dispatcher --port 5050, "
+        "and for each worker python -m components.data.service worker --dispatcher localhost:5050), then "
+        "set ingestion.service.dispatcher: localhost:5050 and local_workers: 0"
+    )
+
+
 @section("ingestion.service")
 class ServiceConfig:
     """Input processing on tf.data service workers instead of the training host.
@@ -69,7 +93,8 @@ class ServiceConfig:
       dispatcher: The tf.data service dispatcher, `host:port` or
         `grpc://host:port`; `kubeflow` for the dispatcher the compiled
         Kubeflow training job starts beside its trainers; '' (default) keeps
-        all input processing on the training host.
+        all input processing on the training host, unless `local_workers`
+        starts a service for a local run.
       processing_mode: `distributed_epoch` (the dispatcher hands out files:
         each example at most once per epoch across all workers and trainers;
         TensorFlow documents exactly once when no worker fails, but a pass
@@ -97,6 +122,13 @@ class ServiceConfig:
         starting, pods not yet scheduled), logging what it waits for every
         few seconds; then it fails naming the dispatcher and the workers it
         saw. Without this bound a run with no worker waits forever.
+      local_workers: A tfxkit local run (`tfxkit run`, `make run`,
+        `pipelines.local_runner.run`) starts a dispatcher and this many
+        workers on this machine for the run, on free ports, logs them under
+        `<output>/tfdata_service/` and stops them when the run ends; 0
+        (default) starts none. Not with `dispatcher` (the run sets it), not
+        for Kubeflow (use `dispatcher: kubeflow`) and not in a pipeline of
+        your own (start the servers yourself and give `dispatcher`).
     """
 
     dispatcher: str = ""
@@ -107,13 +139,35 @@ class ServiceConfig:
     work_dir: str = ""
     connect_timeout_seconds: int = 60
     worker_wait_seconds: int = 300
+    local_workers: int = 0
 
     @property
     def enabled(self) -> bool:
-        return bool(self.dispatcher)
+        """Whether input runs on the service: a dispatcher named, or one the local run starts."""
+        return bool(self.dispatcher) or self.local_workers > 0
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        if self.local_workers < 0:
+            fail("local_workers", f"expected an integer >= 0 (0 = none), got {self.local_workers}")
+        if self.local_workers and self.dispatcher:
+            fail(
+                "local_workers",
+                f"{self.local_workers} starts a dispatcher for the run, and ingestion.service.dispatcher "
+                f"names one ({self.dispatcher!r}); set dispatcher: '' to start a local service, or "
+                "local_workers: 0 to use that dispatcher",
+            )
+        cores = available_cores()
+        if self.local_workers > cores:
+            # Allowed (a worker may wait on I/O), but workers beyond the cores
+            # compete with the trainer for them.
+            warnings.warn(
+                f"ingestion.service.local_workers: {self.local_workers} workers on {cores} available "
+                "cores compete with the trainer and each other for them; fewer workers than cores "
+                "is the useful range",
+                ConfigWarning,
+                stacklevel=2,
+            )
         if self.dispatcher and self.dispatcher != KUBEFLOW_DISPATCHER:
             problem = check_dispatcher_address(self.dispatcher)
             if problem:

@@ -25,6 +25,7 @@ from components.config.runtime import (
     DISPATCHER_ENV,
     KUBEFLOW_DISPATCHER,
     check_dispatcher_address,
+    local_workers_outside_run,
 )
 from components.data.layout import IngestionError
 
@@ -46,9 +47,12 @@ def resolve_address(config: ServiceConfig) -> str:
     """The `grpc://host:port` of the dispatcher `config.dispatcher` names.
 
     Raises:
-      IngestionError: for `kubeflow` outside the Kubeflow job that sets its address.
+      IngestionError: for `kubeflow` outside the Kubeflow job that sets its address,
+        and for `local_workers` that no local run turned into an address.
     """
     address = config.dispatcher
+    if not address and config.local_workers:
+        raise IngestionError(local_workers_outside_run(config.local_workers))
     if address == KUBEFLOW_DISPATCHER:
         address = os.environ.get(DISPATCHER_ENV, "")
         if not address:

@@ -1,12 +1,14 @@
-"""`pipelines.precheck.check_beam_args`: a Beam runner that cannot start is refused
-before any component runs, naming the argument."""
+"""`pipelines.precheck`: a Beam runner that cannot start is refused before any
+component runs, naming the argument; a config the cluster cannot run is refused
+before compiling, naming the field."""
 
 from __future__ import annotations
 
 import pytest
 
-from components.config import ConfigError
+from components.config import ConfigError, from_dict, to_dict
 from pipelines import precheck
+from pipelines.configs import load_config
 
 
 @pytest.mark.parametrize(
@@ -70,3 +72,14 @@ def test_dataflow_without_its_settings_is_refused_naming_them():
 def test_an_unknown_runner_is_refused():
     with pytest.raises(ConfigError, match=r"^beam_args\[0\]: unknown Beam runner 'FlinkRuner'"):
         precheck.check_beam_args(["--runner=FlinkRuner"])
+
+
+def test_local_workers_are_refused_for_kubeflow_naming_the_field_and_the_fix():
+    data = to_dict(load_config("taxi"))
+    data["ingestion"]["service"] = {"local_workers": 1}
+    with pytest.raises(ConfigError) as e:
+        precheck.check_for_cluster(from_dict(data))
+    assert str(e.value).startswith(
+        "ingestion.service.local_workers: 1 starts a tf.data service on the machine of a local run"
+    )
+    assert "set local_workers: 0 and dispatcher: kubeflow" in str(e.value)

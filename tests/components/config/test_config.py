@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import warnings
 
 import jsonschema
 import numpy as np
@@ -13,12 +14,14 @@ import yaml
 
 from components.config import (
     ConfigError,
+    ConfigWarning,
     PipelineConfig,
     Placement,
     dropin,
     from_dict,
     json_schema,
     load_config_file,
+    runtime,
     to_dict,
 )
 from pipelines.configs import SHIPPED_CONFIG_DIR, load_config
@@ -751,6 +754,51 @@ def test_service_refusals_across_sections():
     with pytest.raises(ConfigError, match="user module's augmentation is its own code"):
         dropin.from_mapping({"ingestion": augment})
     assert from_dict(_mutate("ingestion", service)).ingestion.service.enabled
+
+
+def _local_workers(n, **service):
+    return from_dict(_mutate("ingestion", {"service": {"local_workers": n, **service}}))
+
+
+def test_local_workers_below_zero_are_refused_naming_the_field():
+    with pytest.raises(
+        ConfigError,
+        match=r"^ingestion\.service\.local_workers: expected an integer >= 0 \(0 = none\), got -1",
+    ):
+        _local_workers(-1)
+
+
+def test_local_workers_with_a_dispatcher_are_refused_naming_both_fields():
+    with pytest.raises(ConfigError) as e:
+        _local_workers(2, dispatcher="h:5050")
+    assert str(e.value).startswith("ingestion.service.local_workers: 2 starts a dispatcher")
+    assert "ingestion.service.dispatcher names one ('h:5050')" in str(e.value)
+
+
+def test_more_local_workers_than_cores_is_a_named_warning_not_a_refusal(monkeypatch):
+    monkeypatch.setattr(runtime, "available_cores", lambda: 2)
+    with pytest.warns(ConfigWarning) as caught:
+        config = _local_workers(3)
+    assert config.ingestion.service.local_workers == 3
+    message = str(caught[0].message)
+    assert message.startswith("ingestion.service.local_workers: 3 workers on 2 available cores")
+
+
+def test_local_workers_turn_the_service_and_its_rules_on(monkeypatch):
+    monkeypatch.setattr(runtime, "available_cores", lambda: 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)  # 2 workers on 2 cores: no warning
+        assert _local_workers(2).ingestion.service.enabled
+    assert not _local_workers(0).ingestion.service.enabled
+    with pytest.raises(ConfigError, match=r"^ingestion\.deterministic: with ingestion\.service"):
+        from_dict(_mutate("ingestion", {"deterministic": True, "service": {"local_workers": 1}}))
+    augment = {"service": {"local_workers": 1, "remote": "augment"}}
+    with pytest.raises(ConfigError, match="train.augmentation has no image views"):
+        from_dict(_mutate("ingestion", augment))
+    tpu = _mutate("ingestion", {"service": {"local_workers": 1}})
+    tpu["strategy"] = {"kind": "tpu"}
+    with pytest.raises(ConfigError, match="ingestion.service: the product has not run a TPU"):
+        from_dict(tpu)
 
 
 def test_remote_views_with_scarce_labels_are_refused():

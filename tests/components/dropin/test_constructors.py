@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -377,3 +378,22 @@ def test_module_file_and_run_fn_together_are_named(channels):
             module_file=PENGUIN_MODULE,
             run_fn="components.trainer.run_fn.run_fn",
         )
+
+
+def test_local_workers_in_a_pipeline_of_ones_own_are_refused_naming_the_field(
+    channels, taxi_config
+):
+    # Only a tfxkit run starts the servers (and hands its components their
+    # address); nothing would start them here.
+    with pytest.raises(
+        ConfigError,
+        match=r"^ingestion\.service\.local_workers: 2 asks a tfxkit local run .* start the "
+        r"servers yourself",
+    ):
+        _user_module_trainer(channels, {"ingestion": {"service": {"local_workers": 2}}})
+    service = dataclasses.replace(taxi_config.ingestion.service, local_workers=1)
+    config = dataclasses.replace(
+        taxi_config, ingestion=dataclasses.replace(taxi_config.ingestion, service=service)
+    )
+    with pytest.raises(ConfigError, match=r"^ingestion\.service\.local_workers: 1 asks"):
+        Trainer(examples=channels["examples"], config=config)

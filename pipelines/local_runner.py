@@ -116,6 +116,7 @@ def _run_locked(
             precheck.check_beam_args(config.beam_args)
             data = resolve_input(config.data, os.path.join(output_dir, "data"))
             check_input(config.data, data)
+            precheck.check_service_ready(config)
         except Exception as e:
             _finish(
                 refused_summary(INPUT_CHECK_STAGE, f"{type(e).__name__}: {e}"),

@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Sequence
 
 from components.config import ConfigError, PipelineConfig
+from components.config.runtime import KUBEFLOW_DISPATCHER
 
 
 def cluster_data_uri(config: PipelineConfig) -> str:
@@ -173,3 +174,25 @@ def check_beam_args(args: Sequence[str], field: str = "beam_args") -> None:
         return
     known = sorted(_IN_PROCESS_RUNNERS | set(_JOB_SERVER_JARS) | {"DataflowRunner"})
     raise ConfigError(f"{where}: unknown Beam runner {runner!r}; expected one of {known}")
+
+
+def check_service_ready(config: PipelineConfig) -> None:
+    """The tf.data service a config names answers and has a worker that answers.
+
+    Run before the first component, so a dispatcher that is down, or up with
+    no worker, is reported in seconds rather than when the Trainer starts,
+    after ExampleGen and Transform. Bounded by `connect_timeout_seconds` and
+    `worker_wait_seconds`. The Kubeflow job's dispatcher is checked where it
+    runs; a run's own service (`local_workers`) is started by the run.
+
+    Raises:
+      IngestionError: naming the dispatcher (and the workers it registered).
+    """
+    service = config.ingestion.service
+    if not service.dispatcher or service.dispatcher == KUBEFLOW_DISPATCHER:
+        return
+    from components.data import service as tfdata_service  # imports TensorFlow
+
+    address = tfdata_service.resolve_address(service)
+    tfdata_service.check_reachable(address, service.connect_timeout_seconds)
+    tfdata_service.wait_for_workers(address, service.worker_wait_seconds)

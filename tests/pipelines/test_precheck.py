@@ -83,3 +83,32 @@ def test_local_workers_are_refused_for_kubeflow_naming_the_field_and_the_fix():
         "ingestion.service.local_workers: 1 starts a tf.data service on the machine of a local run"
     )
     assert "set local_workers: 0 and dispatcher: kubeflow" in str(e.value)
+
+
+@pytest.mark.multiprocess
+def test_a_dispatcher_without_workers_is_refused_before_any_component(tmp_path, taxi_config):
+    import dataclasses
+    import json
+
+    from components.data.layout import IngestionError
+    from pipelines import local_runner
+    from pipelines.rundir import INPUT_CHECK_STAGE
+    from testkit.data_service import LocalService
+    from testkit.tiny import tiny
+
+    config = tiny(taxi_config)
+    with LocalService(str(tmp_path / "service"), workers=0) as service:
+        ingestion = dataclasses.replace(
+            config.ingestion,
+            deterministic=False,
+            service=dataclasses.replace(
+                config.ingestion.service, dispatcher=service.address, worker_wait_seconds=2
+            ),
+        )
+        config = dataclasses.replace(config, ingestion=ingestion)
+        with pytest.raises(IngestionError, match="has no worker that answers after 2 s"):
+            local_runner.run(config, str(tmp_path / "out"), runner="beam")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["pushed_model"] is None
+    assert summary["stage"] == INPUT_CHECK_STAGE and summary["components"] == {}
+    assert f"grpc://{service.address} has no worker" in summary["error"]

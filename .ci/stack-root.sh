@@ -14,7 +14,7 @@
 #
 # Environment: TFXKIT_STACK_CACHE (default ~/.cache/tfxkit), TFXKIT_GLIBC and
 # TFXKIT_HOST_PYTHON_VERSION (force the host's answers, for tests),
-# TFXKIT_STACK_SUITE (default trixie = Debian 13).
+# TFXKIT_STACK_SUITE (default trixie = Debian 13), TFXKIT_DEBOOTSTRAP (its path).
 #
 # Mounts: every mount is made inside `unshare --mount --propagation private`, so
 # all of them disappear with the command, whichever way it exits.
@@ -24,6 +24,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd -P)
 CACHE=${TFXKIT_STACK_CACHE:-$HOME/.cache/tfxkit}
 ROOT=$CACHE/debian13
 SUITE=${TFXKIT_STACK_SUITE:-trixie}
+DEBOOTSTRAP=${TFXKIT_DEBOOTSTRAP:-debootstrap}
 LOCK=$REPO/requirements-current.lock
 MIN_GLIBC=2.39
 # g++ and python3-dev: TFDV 1.21 pins pyfarmhash <0.4, whose 0.3.2 has no cp313
@@ -104,7 +105,7 @@ host_mirror() {
 }
 
 cannot_build() {
-    echo "STACK=current needs glibc >= $MIN_GLIBC (this host has $(host_glibc)); building a Debian 13 root instead needs root (uid $(id -u) now), debootstrap ($1) and a Debian mirror in /etc/apt/sources*: run as root after 'apt-get install -y debootstrap', or use a host with glibc >= $MIN_GLIBC (Debian 13, Ubuntu 24.04), or STACK=1.16." >&2
+    echo "STACK=current cannot run here: this host's glibc $(host_glibc) is older than the $MIN_GLIBC TFX 1.21's wheels need, and the Debian 13 root that stands in for it cannot be built ($1); that needs root, debootstrap (apt-get install -y debootstrap) and a Debian mirror in the host's apt sources, or else use a host with glibc >= $MIN_GLIBC (Debian 13, Ubuntu 24.04) or STACK=1.16." >&2
     exit 1
 }
 
@@ -112,12 +113,12 @@ root_complete() { [ "$(cat "$ROOT/.tfxkit-complete" 2>/dev/null)" = "$SUITE $PAC
 
 cmd_root() {
     root_complete && return 0
-    [ "$(id -u)" = 0 ] || cannot_build "not run as root"
-    command -v debootstrap >/dev/null || PATH=$PATH:/usr/sbin:/sbin
-    command -v debootstrap >/dev/null || cannot_build "not installed"
-    command -v unshare >/dev/null || cannot_build "and unshare (util-linux) not found"
+    [ "$(id -u)" = 0 ] || cannot_build "not running as root"
+    command -v "$DEBOOTSTRAP" >/dev/null || PATH=$PATH:/usr/sbin:/sbin
+    command -v "$DEBOOTSTRAP" >/dev/null || cannot_build "debootstrap is not installed"
+    command -v unshare >/dev/null || cannot_build "unshare, from util-linux, is not installed"
     local mirror
-    mirror=$(host_mirror) || cannot_build "found, but no mirror found"
+    mirror=$(host_mirror) || cannot_build "no Debian mirror in /etc/apt/sources.list*"
     mkdir -p "$CACHE"
     exec 9>"$CACHE/.debian13.lock"
     flock 9
@@ -130,7 +131,7 @@ cmd_root() {
     start=$(date +%s)
     echo "stack-root: building Debian 13 ($SUITE) root in $ROOT (about 70 s)" >&2
     if ! unshare --mount --propagation private -- \
-        debootstrap --variant=minbase --include="$PACKAGES" \
+        "$DEBOOTSTRAP" --variant=minbase --include="$PACKAGES" \
         "$SUITE" "$tmp" "$mirror" >"$CACHE/debootstrap.log" 2>&1; then
         rm -rf "$tmp"
         die "debootstrap failed; see $CACHE/debootstrap.log (nothing left half-built)"
@@ -150,10 +151,11 @@ host_files() {
     fi
 }
 
-lock_hash() { sha256sum "$LOCK" | cut -c1-16; }
+# One venv per lock and clone (the clone is installed editable into it).
+venv_key() { { sha256sum <"$LOCK"; echo "$REPO"; } | sha256sum | cut -c1-16; }
 
 venv_dir() {
-    if native_ok; then echo "$CACHE/venv-current-$(lock_hash)"; else echo "$CACHE/debian13-venv-$(lock_hash)"; fi
+    if native_ok; then echo "$CACHE/venv-current-$(venv_key)"; else echo "$CACHE/debian13-venv-$(venv_key)"; fi
 }
 
 # Run "$@" in the root (or directly when native), repo at the same path, the
@@ -175,6 +177,11 @@ in_stack() {
         mkdir -p "$root$repo" "$root$cache"
         mount --bind "$repo" "$root$repo"
         mount --bind "$cache" "$root$cache"
+        # Debian dataset packages (dataset-fashion-mnist) installed on the host.
+        if [ -d /usr/share/datasets ]; then
+            mkdir -p "$root/usr/share/datasets"
+            mount --bind /usr/share/datasets "$root/usr/share/datasets"
+        fi
         cwd=$PWD; [ -d "$root$cwd" ] || cwd=$repo
         exec chroot "$root" /usr/bin/env -u VIRTUAL_ENV -u PYTHONHOME -u PYTHONPATH \
             PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
@@ -186,7 +193,13 @@ cmd_venv() {
     [ -f "$LOCK" ] || die "no $LOCK"
     local venv
     venv=$(venv_dir)
-    [ -f "$venv/.tfxkit-installed" ] && return 0
+    if [ -f "$venv/.tfxkit-installed" ]; then
+        # pyproject.toml changed: only the editable install is redone.
+        [ "$REPO/pyproject.toml" -nt "$venv/.tfxkit-installed" ] || return 0
+        in_stack "$venv/bin/uv" pip install -q --python "$venv/bin/python" --no-deps -e "$REPO"
+        touch "$venv/.tfxkit-installed"
+        return 0
+    fi
     native_ok || cmd_root
     mkdir -p "$CACHE/downloads"
     local py start
@@ -200,6 +213,13 @@ cmd_venv() {
     in_stack sh -c '
         set -e
         py=$1 venv=$2 cache=$3 lock=$4 repo=$5
+        # The lock names the Python it was resolved for: another one is refused.
+        want=$(sed -n "s/.*--python-version \([0-9.]*\).*/\1/p" "$lock" | head -1)
+        have=$("$py" -c "import sys; print(\"%d.%d\" % sys.version_info[:2])")
+        if [ "$want" != "$have" ]; then
+            echo "stack-root: requirements-current.lock was resolved for Python $want, but this stack runs Python $have: re-lock with make lock STACK=current" >&2
+            exit 1
+        fi
         export UV_CACHE_DIR=$cache/downloads/uv PIP_CACHE_DIR=$cache/downloads/pip
         "$py" -m venv "$venv"
         uv_version=$(sed -n "s/^uv==//p" "$lock")

@@ -128,6 +128,8 @@ cmd_root() {
     rm -rf "$ROOT" "$CACHE"/debian13.tmp.*
     local tmp start
     tmp=$(mktemp -d "$CACHE/debian13.tmp.XXXXXX")
+    # mktemp makes it 0700: the root's / must let every user in.
+    chmod 755 "$tmp"
     start=$(date +%s)
     echo "stack-root: building Debian 13 ($SUITE) root in $ROOT (about 70 s)" >&2
     if ! unshare --mount --propagation private -- \
@@ -151,12 +153,15 @@ host_files() {
     fi
 }
 
-# One venv per lock and clone (the clone is installed editable into it).
-venv_key() { { sha256sum <"$LOCK"; echo "$REPO"; } | sha256sum | cut -c1-16; }
-
-venv_dir() {
-    if native_ok; then echo "$CACHE/venv-current-$(venv_key)"; else echo "$CACHE/debian13-venv-$(venv_key)"; fi
+# One venv per clone (installed editable into it) and lock: <clone>-<lock>;
+# a new lock's venv replaces the clone's older ones.
+venv_prefix() {
+    local repo_hash
+    repo_hash=$(echo "$REPO" | sha256sum | cut -c1-8)
+    if native_ok; then echo "$CACHE/venv-current-$repo_hash"; else echo "$CACHE/debian13-venv-$repo_hash"; fi
 }
+
+venv_dir() { echo "$(venv_prefix)-$(sha256sum <"$LOCK" | cut -c1-12)"; }
 
 # Run "$@" in the root (or directly when native), repo at the same path, the
 # cache bind-mounted at the same path for the venv and the download cache.
@@ -228,6 +233,10 @@ cmd_venv() {
         nice -n 10 "$venv/bin/uv" pip install -q --python "$venv/bin/python" --no-deps -e "$repo"
     ' venv "$py" "$venv" "$CACHE" "$LOCK" "$REPO"
     touch "$venv/.tfxkit-installed"
+    local other
+    for other in "$(venv_prefix)"-*; do
+        [ "$other" = "$venv" ] || rm -rf "$other"
+    done
     echo "stack-root: venv ready in $(($(date +%s) - start)) s" >&2
 }
 

@@ -14,9 +14,36 @@ PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 BENCHES ?= ingestion strategies distillation gradient_checkpointing reliability faults tfdata_service
 
-.PHONY: setup run test test-fast bench bench-report lint format lock clean fashion-mnist
+# Two stacks: 1.16 (TFX 1.16 / TF 2.16 / tf_keras; .venv from requirements.lock)
+# and current (TFX 1.21 / TF 2.21 / Keras 3; requirements-current.lock, in a venv
+# under ~/.cache/tfxkit, inside a cached Debian 13 root where the host's glibc
+# is older than 2.39: .ci/stack-root.sh). Unset, STACK is the newest stack the
+# host installs natively, and `.ci/stack-root.sh choose` prints which and why
+# (TFXKIT_GLIBC=2.41 forces the glibc it sees). `make test STACK=current` chooses.
+ifndef STACK
+STACK := $(shell .ci/stack-root.sh choose)
+endif
+ifeq ($(STACK),current)
+SETUP  := stack-venv
+PY     := .ci/stack-root.sh run python
+TFXKIT := .ci/stack-root.sh run tfxkit
+RUFF   := .ci/stack-root.sh run ruff
+else ifeq ($(STACK),1.16)
+SETUP  := $(STAMP)
+PY     := $(BIN)/python
+TFXKIT := $(BIN)/tfxkit
+RUFF   := $(BIN)/ruff
+else
+$(error STACK=$(STACK): choose STACK=current or STACK=1.16)
+endif
 
-setup: $(STAMP)
+.PHONY: setup stack-venv run test test-fast bench bench-report lint format lock clean fashion-mnist
+
+setup: $(SETUP)
+
+# The current stack's venv (and the Debian 13 root where needed), built once.
+stack-venv:
+	.ci/stack-root.sh venv
 
 # --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE
 # is set (as on this project's machines) Python never caches one either, so every
@@ -33,20 +60,20 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 run: setup fashion-mnist
-	$(BIN)/tfxkit run --config $(CONFIG) --runner $(RUNNER) --output $(OUTPUT)
+	$(TFXKIT) run --config $(CONFIG) --runner $(RUNNER) --output $(OUTPUT)
 
 # --dist loadscope: a module's tests stay on one worker, so its module
 # fixtures are built once; session fixtures that run a pipeline are built once
 # for all workers (tests/conftest.py, once_per_run). The 25 slowest tests are
 # listed at the end: the suite's time is a target (README, Tests).
 test: setup fashion-mnist
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --durations=25 $(PYTEST_ARGS)
 
 # The fast loop: unit and component tests, without whole pipelines (marker
 # e2e) or multi-process clusters (marker multiprocess); pyproject.toml
 # documents the markers. Under 4 minutes here (docs/development.md).
 test-fast: setup fashion-mnist
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope -m "not e2e and not multiprocess" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope -m "not e2e and not multiprocess" $(PYTEST_ARGS)
 
 # Fashion-MNIST ships in Debian (dataset-fashion-mnist). Root installs it when
 # missing; anyone else is told how (see components/data/fashion_mnist.py).
@@ -62,27 +89,33 @@ fashion-mnist:
 
 # Each benchmark prints JSON lines, its headline figures last.
 bench: setup
-	set -e; for b in $(BENCHES); do echo "== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py; done
+	set -e; for b in $(BENCHES); do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py; done
 
 # Every committed result's headline, with its commit, date and machine, and
 # whether the product or the benchmark changed since (stale); runs nothing.
 bench-report: setup
-	$(BIN)/python -m testkit.results
+	$(PY) -m testkit.results
 
 # Format check, then lint: both gate CI (.ci/run) before the tests.
 LINT_PATHS := components pipelines testkit tests benchmarks
 lint: setup
-	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/ruff check $(LINT_PATHS)
+	$(RUFF) format --check $(LINT_PATHS)
+	$(RUFF) check $(LINT_PATHS)
 
 format: setup
-	$(BIN)/ruff format $(LINT_PATHS)
-	$(BIN)/ruff check --fix $(LINT_PATHS)
+	$(RUFF) format $(LINT_PATHS)
+	$(RUFF) check --fix $(LINT_PATHS)
 
-# Re-resolve the lock for Python 3.11 on manylinux x86-64 from requirements.in.
+# Re-resolve the stack's lock: 1.16 for Python 3.11 on manylinux x86-64 from
+# requirements.in; current for the Debian 13 root's Python 3.13 and glibc 2.41.
 lock: setup
+ifeq ($(STACK),current)
+	.ci/stack-root.sh run uv pip compile -q --python-version 3.13 --python-platform x86_64-manylinux_2_39 \
+		requirements-current.in -o requirements-current.lock
+else
 	$(BIN)/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 		requirements.in -o requirements.lock
+endif
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -2,7 +2,7 @@
 
 `cached_signatures()` memoises Beam's `get_signature` by function for a block of code
 (bound methods through their function; other callables go to Beam every time); it is
-installed only on the Beam it was read from (`EXPECTED_BEAM`).
+installed only on the Beams it was read from (`EXPECTED_BEAM`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from apache_beam.typehints import decorators
 
 from components.compat import patching
 
-EXPECTED_BEAM = "2.72"
+# The two stacks' Beams: `get_signature` and the modules importing it by name
+# are the same in both.
+EXPECTED_BEAM = ("2.72", "2.77")
 # What the patch compares against EXPECTED_BEAM (a module attribute so tests can fake it).
 BEAM_VERSION: str = apache_beam.__version__
 # Every module that calls `get_signature` by a name of its own (`from ... import get_signature`).
@@ -47,8 +49,8 @@ def _cached_get_signature(func):
 
 
 def installable() -> bool:
-    """Whether this Beam is the one the patch was read from, with `get_signature` where expected."""
-    return BEAM_VERSION.split(".")[:2] == EXPECTED_BEAM.split(".") and all(
+    """Whether this Beam is one the patch was read from, with `get_signature` where expected."""
+    return ".".join(BEAM_VERSION.split(".")[:2]) in EXPECTED_BEAM and all(
         getattr(module, "get_signature", None) in (BEAM_GET_SIGNATURE, _cached_get_signature)
         for module in MODULES
     )

@@ -97,19 +97,31 @@ def keep_libraries_unconverted() -> None:
     user's `train_step`, `test_step` or `predict_step`. Idempotent; called
     when tf_keras becomes `tf.keras` with TensorFlow imported
     (`ensure_legacy_keras`) and when a training task starts.
+
+    TensorFlow 2.21 lists `DoNotConvert("tf_keras")` itself, its engine
+    included, so there a user's `train_step` that branches on a tensor fails
+    unless the engine's `Convert` goes first: that rule, not tf_keras's
+    `DoNotConvert`, tells whether this already ran.
     """
     from tensorflow.python.autograph.core import config as autograph_config
 
     rules = autograph_config.CONVERSION_RULES
     if any(
-        isinstance(rule, autograph_config.DoNotConvert) and rule.matches(TF_KERAS_MODULE)
+        isinstance(rule, autograph_config.Convert)
+        and rule.matches(TF_KERAS_TRAINING_ENGINE)
+        and not rule.matches(TF_KERAS_MODULE)
         for rule in rules
     ):
         return
     # The first rule that matches decides: the engine's Convert goes first.
+    # tf_keras's DoNotConvert is added where TensorFlow (2.16) has none.
+    tf_keras_known = any(
+        isinstance(rule, autograph_config.DoNotConvert) and rule.matches(TF_KERAS_MODULE)
+        for rule in rules
+    )
     autograph_config.CONVERSION_RULES = (
         autograph_config.Convert(TF_KERAS_TRAINING_ENGINE),
-        autograph_config.DoNotConvert(TF_KERAS_MODULE),
+        *(() if tf_keras_known else (autograph_config.DoNotConvert(TF_KERAS_MODULE),)),
         *(autograph_config.DoNotConvert(library) for library in TFX_LIBRARIES),
         *rules,
     )

@@ -2,7 +2,7 @@
 
 `tfrecord_writer` swaps a `TransformProcessor` subclass in for one run,
 `without_deep_copy` turns TFT's deep-copy optimisation off, and `internal_key_feature`
-names TFX's pass-through key column. `check` refuses a TFX / TFT other than
+names TFX's pass-through key column. `check` refuses a TFX / TFT other than those in
 `EXPECTED_TFX` / `EXPECTED_TFT`, or a name gone, with a `TfxCompatError` saying what to do.
 """
 
@@ -20,9 +20,10 @@ from tfx import version as tfx_version
 from tfx.components.transform import executor as tfx_transform_executor
 from tfx.components.transform import labels
 
-# The major.minor versions whose internals this module was written against.
-EXPECTED_TFX = "1.16"
-EXPECTED_TFT = "1.16"
+# The major.minor versions whose internals this module was written against: the
+# two stacks (every name below is the same in TFX / TFT 1.16 and 1.21).
+EXPECTED_TFX = ("1.16", "1.21")
+EXPECTED_TFT = ("1.16", "1.21")
 # What `check` compares against them (module attributes so tests can fake them).
 TFX_VERSION: str = tfx_version.__version__
 TFT_VERSION: str = tft.__version__
@@ -39,11 +40,13 @@ class TfxCompatError(RuntimeError):
     """The installed TFX / TFT are not the ones this module's patches were written for."""
 
 
-def _check_version(package: str, pin: str, found: str, expected: str) -> None:
-    if found.split(".")[:2] != expected.split("."):
+def _check_version(package: str, pin: str, found: str, expected: tuple[str, ...]) -> None:
+    if ".".join(found.split(".")[:2]) not in expected:
+        releases = " or ".join(f"{version}.x" for version in expected)
+        pins = " or ".join(f"{pin}=={version}.*" for version in expected)
         raise TfxCompatError(
-            f"tfxkit Transform: found {package} {found} but expected {package} {expected}.x: {_THIS_MODULE} "
-            f"patches {package} internals as they are in {expected}; pin {pin}=={expected}.* or update "
+            f"tfxkit Transform: found {package} {found} but expected {package} {releases}: {_THIS_MODULE} "
+            f"patches {package} internals as they are in those; pin {pins} or update "
             f"{_THIS_MODULE} (and its EXPECTED_{package}) for {package} {found}"
         )
 
@@ -81,7 +84,8 @@ def check() -> None:
             raise TfxCompatError(
                 f"tfxkit Transform: {qualifier}.{name} no longer exists (TFX {TFX_VERSION}, TFT {TFT_VERSION}), "
                 f"but {_THIS_MODULE} patches or reads it; update {_THIS_MODULE} for this TFX/TFT or pin "
-                f"tfx=={EXPECTED_TFX}.* and tensorflow-transform=={EXPECTED_TFT}.*"
+                f"tfx=={EXPECTED_TFX[0]}.* and tensorflow-transform=={EXPECTED_TFT[0]}.* "
+                f"(or {EXPECTED_TFX[-1]}.*)"
             )
 
 

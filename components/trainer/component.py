@@ -14,6 +14,7 @@ from tfx.dsl.components.base import executor_spec
 from tfx.proto import trainer_pb2
 from tfx.types import BaseChannel
 
+from components.compat import stack
 from components.config import ConfigError, PipelineConfig, payload, stock_args
 from components.trainer import executor
 
@@ -24,7 +25,8 @@ class Trainer(stock.Trainer):
     """Trains the configured model, or the user's `run_fn` under tfxkit's strategy and input pipeline.
 
     Args:
-      examples, transformed_examples, transform_graph, schema, base_model,
+      statistics (TFX 1.21 only, first there as in stock), examples,
+        transformed_examples, transform_graph, schema, base_model,
         hyperparameters, module_file, run_fn, train_args, eval_args,
         custom_config, custom_executor_spec: As for `tfx.components.Trainer`.
       config: tfxkit settings. Without a user module: the `PipelineConfig`
@@ -43,23 +45,67 @@ class Trainer(stock.Trainer):
 
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-    def __init__(
+    if stack.TRAINER_TAKES_STATISTICS:
+        # TFX 1.21's Trainer takes `statistics` first: stock positional calls keep their meaning.
+        def __init__(
+            self,
+            statistics: BaseChannel | None = None,
+            examples: BaseChannel | None = None,
+            transformed_examples: BaseChannel | None = None,
+            transform_graph: BaseChannel | None = None,
+            schema: BaseChannel | None = None,
+            base_model: BaseChannel | None = None,
+            hyperparameters: BaseChannel | None = None,
+            module_file: Any = None,
+            run_fn: Any = None,
+            train_args: Any = None,
+            eval_args: Any = None,
+            custom_config: Any = None,
+            custom_executor_spec: Any = None,
+            *,
+            config: Any = None,
+        ):
+            self._build(**{k: v for k, v in locals().items() if k != "self"})
+
+    else:
+
+        def __init__(
+            self,
+            examples: BaseChannel | None = None,
+            transformed_examples: BaseChannel | None = None,
+            transform_graph: BaseChannel | None = None,
+            schema: BaseChannel | None = None,
+            base_model: BaseChannel | None = None,
+            hyperparameters: BaseChannel | None = None,
+            module_file: Any = None,
+            run_fn: Any = None,
+            train_args: Any = None,
+            eval_args: Any = None,
+            custom_config: Any = None,
+            custom_executor_spec: Any = None,
+            *,
+            config: Any = None,
+        ):
+            self._build(**{k: v for k, v in locals().items() if k != "self"})
+
+    def _build(
         self,
-        examples: BaseChannel | None = None,
-        transformed_examples: BaseChannel | None = None,
-        transform_graph: BaseChannel | None = None,
-        schema: BaseChannel | None = None,
-        base_model: BaseChannel | None = None,
-        hyperparameters: BaseChannel | None = None,
-        module_file: Any = None,
-        run_fn: Any = None,
-        train_args: Any = None,
-        eval_args: Any = None,
-        custom_config: Any = None,
-        custom_executor_spec: Any = None,
         *,
-        config: Any = None,
-    ):
+        statistics=None,
+        examples,
+        transformed_examples,
+        transform_graph,
+        schema,
+        base_model,
+        hyperparameters,
+        module_file,
+        run_fn,
+        train_args,
+        eval_args,
+        custom_config,
+        custom_executor_spec,
+        config,
+    ) -> None:
         user_module = module_file is not None or run_fn is not None
         if module_file is not None and run_fn is not None:
             raise ConfigError("run_fn: give either module_file or run_fn, not both")
@@ -107,7 +153,9 @@ class Trainer(stock.Trainer):
             eval_args = eval_args or trainer_pb2.EvalArgs(
                 splits=["eval"], num_steps=config.train.eval_steps
             )
+        stock_statistics = {"statistics": statistics} if stack.TRAINER_TAKES_STATISTICS else {}
         super().__init__(
+            **stock_statistics,
             examples=examples,
             transformed_examples=transformed_examples,
             transform_graph=transform_graph,

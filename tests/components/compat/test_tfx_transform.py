@@ -54,22 +54,26 @@ def stock_do_must_not_run(monkeypatch):
 
 def test_supported_versions_pass():
     tfx_compat.check()
-    assert tfx_compat.TFX_VERSION.startswith(tfx_compat.EXPECTED_TFX + ".")
-    assert tfx_compat.TFT_VERSION.startswith(tfx_compat.EXPECTED_TFT + ".")
+    assert any(tfx_compat.TFX_VERSION.startswith(v + ".") for v in tfx_compat.EXPECTED_TFX)
+    assert any(tfx_compat.TFT_VERSION.startswith(v + ".") for v in tfx_compat.EXPECTED_TFT)
 
 
 @pytest.mark.parametrize(
     "attribute,package,pin",
     [
-        ("TFX_VERSION", "TFX", r"tfx==1\.16\.\*"),
-        ("TFT_VERSION", "TFT", r"tensorflow-transform==1\.16\.\*"),
+        ("TFX_VERSION", "TFX", r"tfx==1\.16\.\* or tfx==1\.21\.\*"),
+        (
+            "TFT_VERSION",
+            "TFT",
+            r"tensorflow-transform==1\.16\.\* or tensorflow-transform==1\.21\.\*",
+        ),
     ],
 )
 def test_other_version_fails_before_the_transform_runs(
     monkeypatch, tmp_path, taxi_config, stock_do_must_not_run, attribute, package, pin
 ):
     monkeypatch.setattr(tfx_compat, attribute, OTHER_VERSION)
-    expected = rf"found {package} 1\.17\.0 but expected {package} 1\.16\.x: .*; pin {pin} or update components/compat/tfx_transform\.py"
+    expected = rf"found {package} 1\.17\.0 but expected {package} 1\.16\.x or 1\.21\.x: .*; pin {pin} or update components/compat/tfx_transform\.py"
     with pytest.raises(tfx_compat.TfxCompatError, match=expected):
         _do(str(tmp_path), tiny(taxi_config))
     assert os.listdir(tmp_path) == [], "the Transform wrote something before failing"

@@ -45,7 +45,15 @@ def main(spec_path: str) -> None:
         beam_pipeline_args=(),
     )
     if spec.get("distill_steps"):
-        tfx_examples.add_distillation(example, pipeline, spec["root"], spec["distill_steps"])
+        # TFX 1.21's taxi module reads only some of the categorical features its
+        # Transform writes, so the label is no longer the one feature the teacher
+        # leaves unread: it is named, as a user of that module names it.
+        config = (
+            {"distillation": {"label_key": "tips_xf"}} if example is tfx_examples.TAXI else None
+        )
+        tfx_examples.add_distillation(
+            example, pipeline, spec["root"], spec["distill_steps"], config=config
+        )
     if spec.get("enable_tuning"):
         # The example's run_fn logs the hyperparameters it got at INFO.
         logging.set_verbosity(logging.INFO)

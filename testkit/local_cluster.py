@@ -412,7 +412,7 @@ def teacher_builder(config, inputs):
 
 def _configure_coordination(context, settings: dict) -> None:
     """What MultiWorkerMirroredStrategy configures itself, with test-sized timeouts."""
-    from tensorflow.tsl.protobuf import coordination_config_pb2
+    from components.compat.stack import coordination_config_pb2
 
     cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
     jobs = [

@@ -270,7 +270,10 @@ def summarize_run(
         "pushed_model": pushed_model,
         "gates": gates,
     }
-    refused = [m for g in gates.values() if g.get("blessed") is False for m in g["refused"]]
+    # Both gates of a distilled student check min_accuracy: say it once.
+    refused = dict.fromkeys(
+        m for g in gates.values() if g.get("blessed") is False for m in g["refused"]
+    )
     if refused:
         summary["not_pushed"] = "; ".join(refused)
     calibration = worse_calibrated(gates, pushed_model)

@@ -1,8 +1,9 @@
 """`create_pipeline(config, paths)`: the TFX DAG. Knows no orchestrator.
 
 Builds ExampleGen, the statistics and schema, DataGate, Transform, the teacher Trainers,
-the distillation stage (`distillation_stage`), the Evaluator (`eval_config`) and the
-Pusher from a validated config; both runners call it with their `PipelinePaths`.
+the distillation stage (`distillation_stage`), the Evaluators (against the served
+model's Resolver, `served_model`) and the Pusher from a validated config; both runners
+call it with their `PipelinePaths`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import tensorflow_model_analysis as tfma
 from tfx import components as stock
 from tfx.dsl.components.common.resolver import Resolver
 from tfx.dsl.input_resolution.strategies.latest_artifact_strategy import LatestArtifactStrategy
+from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
+    LatestBlessedModelStrategy,
+)
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2
@@ -27,7 +31,15 @@ from components.trainer.baseline import ModelBaseline, StudentBaseline
 from components.trainer.component import Trainer
 from components.transform.component import Transform
 from components.validation.component import DataGate
-from pipelines.roles import GATE_ID, GATE_SCHEMA_KEY, baseline_id, teacher_id
+from pipelines.roles import (
+    EVALUATOR_ID,
+    GATE_ID,
+    GATE_SCHEMA_KEY,
+    SERVED_GATE_ID,
+    SERVED_RESOLVER_ID,
+    baseline_id,
+    teacher_id,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +91,33 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     )
 
 
+def _accuracy_change_threshold(result: tfma.EvalConfig, max_drop: float) -> tfma.EvalConfig:
+    """`result` with a change threshold on accuracy: at most `max_drop` (absolute) below
+    the baseline model's."""
+    for metrics_spec in result.metrics_specs:
+        for metric in metrics_spec.metrics:
+            if metric.class_name == "SparseCategoricalAccuracy":
+                metric.threshold.change_threshold.CopyFrom(
+                    tfma.GenericChangeThreshold(
+                        direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+                        absolute={"value": -max_drop},
+                    )
+                )
+    return result
+
+
+def served_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    """`eval_config` plus the served-model gate: the candidate's accuracy may be at most
+    `evaluation.change_threshold` below the served model's (the Evaluator's baseline).
+
+    One unnamed model spec, as TFX's examples: TFX's Evaluator adds the
+    baseline's spec when the Resolver found a served model, and on a first run
+    (none) drops the change threshold (it always "rubber-stamps" a missing
+    baseline), leaving `min_accuracy` alone to decide.
+    """
+    return _accuracy_change_threshold(eval_config(config), config.evaluation.change_threshold)
+
+
 def distillation_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     """`eval_config` with the student as candidate and the teacher as baseline.
 
@@ -93,16 +132,7 @@ def distillation_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     candidate.name, baseline.name, baseline.is_baseline = "candidate", "baseline", True
     del result.model_specs[:]
     result.model_specs.extend([candidate, baseline])
-    for metrics_spec in result.metrics_specs:
-        for metric in metrics_spec.metrics:
-            if metric.class_name == "SparseCategoricalAccuracy":
-                metric.threshold.change_threshold.CopyFrom(
-                    tfma.GenericChangeThreshold(
-                        direction=tfma.MetricDirection.HIGHER_IS_BETTER,
-                        absolute={"value": -config.evaluation.max_accuracy_drop},
-                    )
-                )
-    return result
+    return _accuracy_change_threshold(result, config.evaluation.max_accuracy_drop)
 
 
 def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> list:
@@ -264,46 +294,86 @@ def transform_after_gate(config: PipelineConfig, gen, schema, gate) -> Transform
     return transform
 
 
+def served_model(gate_id: str) -> Resolver:
+    """The Resolver of the served model: the latest model the served gate blessed.
+
+    TFX's `LatestBlessedModelStrategy`, as in TFX's examples, with the
+    blessing channel bound to the served gate's node (`gate_id`: the
+    `Evaluator` without distillation, `SERVED_GATE_ID` with it), so a student
+    the teacher gate blessed does not count as served. Empty on a pipeline's
+    first run.
+    """
+    return Resolver(
+        strategy_class=LatestBlessedModelStrategy,
+        model=channel.Channel(type=standard_artifacts.Model),
+        model_blessing=channel.Channel(
+            type=standard_artifacts.ModelBlessing,
+            producer_component_id=gate_id,
+            output_key="blessing",
+        ),
+    ).with_id(SERVED_RESOLVER_ID)
+
+
 def evaluate_and_push(
     config: PipelineConfig, gen, trainer, distill: list, serving_dir: str
 ) -> list:
-    """The Evaluator and the Pusher of the pipeline's candidate model.
+    """The Evaluator(s) and the Pusher of the pipeline's candidate model.
 
     Args:
       config: The validated config.
-      gen: ExampleGen (the Evaluator reads its examples).
+      gen: ExampleGen (the Evaluators read its examples).
       trainer: The (first teacher) Trainer.
       distill: The distillation stage (`distillation_stage`), its last
         component the Distiller; [] without distillation.
       serving_dir: The Pusher's filesystem destination.
 
     Returns:
-      [Evaluator, Pusher]. Without distillation the Trainer's model is the
-      candidate, judged by `eval_config` alone; with it the Distiller's
-      student is, against the Trainer's model as baseline
-      (`distillation_eval_config`).
+      The components after the models, the Pusher last. Without
+      distillation the Trainer's model is the candidate: `[Evaluator,
+      Pusher]`, judged by `eval_config`, or with `evaluation.against_served`
+      `[served_model(...), Evaluator, Pusher]`, the Evaluator's baseline the
+      served model (`served_eval_config`). With distillation the
+      Distiller's student is, against the Trainer's model as baseline
+      (`distillation_eval_config`); with `against_served` a second
+      Evaluator (`SERVED_GATE_ID`) compares it with the served model and the
+      Pusher needs both blessings.
     """
-    candidate, baseline, evaluation = trainer.outputs["model"], None, eval_config(config)
-    if config.distillation.enabled:
-        candidate, baseline, evaluation = (
-            distill[-1].outputs["model"],
-            trainer.outputs["model"],
-            distillation_eval_config(config),
+    distilled = config.distillation.enabled
+    candidate = (distill[-1] if distilled else trainer).outputs["model"]
+
+    def evaluator(baseline, evaluation):
+        return stock.Evaluator(
+            examples=gen.outputs["examples"],
+            model=candidate,
+            baseline_model=baseline,
+            eval_config=evaluation,
         )
-    evaluator = stock.Evaluator(
-        examples=gen.outputs["examples"],
-        model=candidate,
-        baseline_model=baseline,
-        eval_config=evaluation,
-    )
+
+    against_served = config.evaluation.against_served
+    served_gate = None
+    if not distilled:
+        served = served_model(EVALUATOR_ID) if against_served else None
+        gate = (
+            evaluator(served.outputs["model"], served_eval_config(config))
+            if served
+            else evaluator(None, eval_config(config))
+        )
+    else:
+        gate = evaluator(trainer.outputs["model"], distillation_eval_config(config))
+        served = served_model(SERVED_GATE_ID) if against_served else None
+        if served:
+            served_gate = evaluator(served.outputs["model"], served_eval_config(config)).with_id(
+                SERVED_GATE_ID
+            )
     pusher = Pusher(
         model=candidate,
-        model_blessing=evaluator.outputs["blessing"],
+        model_blessing=gate.outputs["blessing"],
+        served_blessing=served_gate.outputs["blessing"] if served_gate else None,
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving_dir)
         ),
     )
-    return [evaluator, pusher]
+    return [c for c in (served, gate, served_gate, pusher) if c is not None]
 
 
 def create_pipeline(
@@ -318,7 +388,8 @@ def create_pipeline(
     ExampleGen, the data checks (`data_checks`), Transform once the gate has
     passed (`transform_after_gate`), the Trainer, the distillation stage
     when `distillation.enabled` (`distillation_stage`), then the Evaluator
-    and the Pusher (`evaluate_and_push`).
+    and the Pusher, behind the served model's Resolver when
+    `evaluation.against_served` (`evaluate_and_push`).
 
     Args:
       config: A validated `PipelineConfig`.

@@ -356,8 +356,26 @@ def distillation_report(
         "models": rows,
         "student_vs_teacher": _ratios(rows),
         "verdict": verdict(rows, config.distillation.method),
+        "calibration": calibration(rows),
         "chart": chart,
     }
+
+
+def calibration(rows: list[dict[str, Any]]) -> str:
+    """One line when the student's log-loss is worse than its network trained alone's
+    (the scratch baseline; '' without one or when it is not worse).
+
+    Accuracy can hide it: Noisy Student's pushed student once scored a
+    log-loss of 1.17 against 0.53 for the same network trained alone.
+    """
+    student = next((r for r in rows if r["role"] == roles.STUDENT), None)
+    alone = next((r for r in rows if r["role"] == roles.SCRATCH), None)
+    if student is None or alone is None or student["log_loss"] <= alone["log_loss"]:
+        return ""
+    return (
+        f"The student's log-loss {student['log_loss']:.4f} is worse than its network "
+        f"trained alone ({alone['log_loss']:.4f}): its probabilities are less calibrated."
+    )
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -375,5 +393,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"{q['saved_model_bytes']:>9.3f} {q['latency_ms_b1']:>7.3f} {q['latency_ms_b256']:>8.3f}"
     )
     lines.append(report["verdict"]["message"])
+    if report.get("calibration"):
+        lines.append(report["calibration"])
     lines.append(f"Chart: {report['chart']}")
     return "\n".join(lines)

@@ -33,6 +33,14 @@ ROUND = "round"
 GATE_ID = "DataGate"
 # Output key of the gate's validated schema (the next run's drift baseline).
 GATE_SCHEMA_KEY = "validated_schema"
+# The Evaluator of the candidate (stock's default id).
+EVALUATOR_ID = "Evaluator"
+# The Evaluator that compares a distilled student with the served model
+# (`evaluation.against_served`); without distillation the `Evaluator` does.
+SERVED_GATE_ID = "ServedEvaluator"
+# The Resolver of the served model: the latest model blessed by the served
+# gate. TFX binds its blessing channel by producer id, hence fixed ids.
+SERVED_RESOLVER_ID = "latest_served_model"
 
 _TRAINER_TYPE = Trainer.get_class_type()
 _DISTILLER_TYPE = Distiller.get_class_type()

@@ -2,8 +2,9 @@
 
 `summarize_run` looks up the newest pipeline run in the store and reports,
 per component, its state (`succeeded`, `cached`, `failed`, `running`) and
-seconds, the Evaluator's overall-slice metrics and blessing, and where the
-Pusher put the model.
+seconds, the Evaluator's overall-slice metrics and blessing, each gate's
+figures (`read_gate`: the candidate against the served model or the teacher),
+why a candidate was not pushed, and where the Pusher put the model.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 import tensorflow as tf
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
+
+from pipelines.roles import EVALUATOR_ID, SERVED_GATE_ID, SERVED_RESOLVER_ID
 
 _STATE = {
     metadata_store_pb2.Execution.COMPLETE: "succeeded",
@@ -116,6 +119,101 @@ def read_metrics(evaluation_uri: str) -> dict[str, float]:
     return metrics
 
 
+# Which model a gate compares the candidate with, and the config field of
+# its change threshold.
+SERVED, TEACHER = "served", "teacher"
+_CHANGE_FIELD = {
+    SERVED: "evaluation.change_threshold",
+    TEACHER: "evaluation.max_accuracy_drop",
+}
+_BASELINE_NAME = {SERVED: "the served model's", TEACHER: "the teacher's"}
+
+
+def gate_kinds(nodes) -> dict[str, str]:
+    """Evaluator node -> what its baseline is (`SERVED` or `TEACHER`), from node ids.
+
+    With distillation the `Evaluator` compares the student with the teacher
+    and `SERVED_GATE_ID` with the served model; without it the `Evaluator`
+    compares with the served model when the run has the served model's
+    Resolver (`evaluation.against_served`).
+    """
+    nodes = set(nodes)
+    if SERVED_GATE_ID in nodes:
+        return {EVALUATOR_ID: TEACHER, SERVED_GATE_ID: SERVED}
+    return {EVALUATOR_ID: SERVED} if SERVED_RESOLVER_ID in nodes else {}
+
+
+def _model_metrics(evaluation_uri: str) -> dict[str, dict[str, float]]:
+    """Model name -> overall-slice metrics (diffs left out) of a TFMA output."""
+    import tensorflow_model_analysis as tfma
+
+    by_model: dict[str, dict[str, float]] = {}
+    for metrics in tfma.load_metrics(evaluation_uri):
+        if metrics.slice_key.single_slice_keys:
+            continue
+        for kv in metrics.metric_keys_and_values:
+            if not kv.key.is_diff and kv.value.HasField("double_value"):
+                by_model.setdefault(kv.key.model_name, {})[kv.key.name] = (
+                    kv.value.double_value.value
+                )
+    return by_model
+
+
+def read_gate(evaluation_uri: str, kind: str | None) -> dict[str, Any]:
+    """What one Evaluator decided, and why, from its TFMA output.
+
+    Args:
+      evaluation_uri: The Evaluator's `evaluation` artifact.
+      kind: What its baseline is (`SERVED`, `TEACHER`, or None: no baseline).
+
+    Returns:
+      `{"against": kind, "accuracy", "loss", "baseline_accuracy",
+      "baseline_loss" (None without a baseline, as on a pipeline's first
+      run), "refused": [message, ...]}`, one message per failed threshold
+      with both figures and the config field, e.g. `accuracy 0.8842 is below
+      the served model's 0.8936 (evaluation.change_threshold 0.0)`.
+    """
+    import tensorflow_model_analysis as tfma
+
+    try:
+        by_model = _model_metrics(evaluation_uri)
+        validation = tfma.load_validation_result(evaluation_uri)
+    except (OSError, ValueError, AssertionError, tf.errors.OpError):
+        # No readable output (TFMA asserts on a missing validations file).
+        return {"against": kind, "refused": []}
+    baseline = by_model.get("baseline", {})
+    candidate = next((m for name, m in by_model.items() if name != "baseline"), {})
+    result: dict[str, Any] = {
+        "against": kind,
+        "accuracy": candidate.get("accuracy"),
+        "loss": candidate.get("loss"),
+        "baseline_accuracy": baseline.get("accuracy"),
+        "baseline_loss": baseline.get("loss"),
+        "refused": [],
+    }
+    for per_slice in validation.metric_validations_per_slice:
+        for failure in per_slice.failures:
+            name = failure.metric_key.name
+            value = candidate.get(name, failure.metric_value.double_value.value)
+            threshold = failure.metric_threshold
+            if failure.metric_key.is_diff and kind in _CHANGE_FIELD:
+                allowed = -threshold.change_threshold.absolute.value
+                result["refused"].append(
+                    f"{name} {value:.4f} is below {_BASELINE_NAME[kind]} "
+                    f"{baseline.get(name, float('nan')):.4f} ({_CHANGE_FIELD[kind]} {allowed})"
+                )
+            elif threshold.value_threshold.HasField("lower_bound"):
+                bound = threshold.value_threshold.lower_bound.value
+                result["refused"].append(
+                    f"{name} {value:.4f} is below evaluation.min_{name} {bound}"
+                )
+            else:
+                result["refused"].append(
+                    failure.message or f"{name} {value:.4f} failed its threshold"
+                )
+    return result
+
+
 def summarize_run(
     metadata_path: str, pipeline_name: str, since_ms: int | None = None
 ) -> dict[str, Any]:
@@ -129,7 +227,9 @@ def summarize_run(
     executions = latest_run_executions(store, pipeline_name, since_ms) if store else {}
     components: dict[str, Any] = {}
     metrics: dict[str, float] = {}
-    blessed = None
+    blessings: dict[str, bool] = {}
+    gates: dict[str, Any] = {}
+    kinds = gate_kinds(executions)
     pushed_model = None
     for node, execution in sorted(executions.items(), key=lambda kv: kv[1].id):
         state = _STATE.get(execution.last_known_state, "unknown")
@@ -145,22 +245,54 @@ def summarize_run(
         # Found by artifact type, not node id: a renamed Evaluator or Pusher
         # still reports (see `pipelines.roles`).
         for _, artifact in artifacts_of(store, execution.id, "ModelEvaluation"):
-            metrics = read_metrics(artifact.uri)
+            # The candidate's metrics as the first gate saw them: the served
+            # gate beside a teacher gate scores the same candidate.
+            if node != SERVED_GATE_ID or not metrics:
+                metrics = read_metrics(artifact.uri)
+            gates[node] = read_gate(artifact.uri, kinds.get(node))
         for _, artifact in artifacts_of(store, execution.id, "ModelBlessing"):
             props = artifact.custom_properties
-            blessed = bool(props["blessed"].int_value) if "blessed" in props else None
+            if "blessed" in props:
+                blessings[node] = bool(props["blessed"].int_value)
         for _, artifact in artifacts_of(store, execution.id, "PushedModel"):
             props = artifact.custom_properties
             if "pushed" in props and props["pushed"].int_value == 1:
                 pushed_model = props["pushed_destination"].string_value
     failed = any(c["status"] in ("failed", "running", "unknown") for c in components.values())
-    return {
+    for node, blessed in blessings.items():
+        gates.setdefault(node, {"against": kinds.get(node), "refused": []})["blessed"] = blessed
+    summary = {
         "status": "failed" if failed or not components else "succeeded",
         "components": components,
         "metrics": metrics,
-        "blessed": blessed,
+        # The Pusher needs every gate's blessing.
+        "blessed": all(blessings.values()) if blessings else None,
         "pushed_model": pushed_model,
+        "gates": gates,
     }
+    # Both gates of a distilled student check min_accuracy: say it once.
+    refused = dict.fromkeys(
+        m for g in gates.values() if g.get("blessed") is False for m in g["refused"]
+    )
+    if refused:
+        summary["not_pushed"] = "; ".join(refused)
+    calibration = worse_calibrated(gates, pushed_model)
+    if calibration:
+        summary["calibration"] = calibration
+    return summary
+
+
+def worse_calibrated(gates: dict[str, Any], pushed_model: str | None) -> str:
+    """One line when the pushed model's log-loss is worse than the served model's ('' if not)."""
+    served = next((g for g in gates.values() if g.get("against") == SERVED), None)
+    if not pushed_model or not served or served.get("baseline_loss") is None:
+        return ""
+    if served["loss"] is None or served["loss"] <= served["baseline_loss"]:
+        return ""
+    return (
+        f"The pushed model's log-loss {served['loss']:.4f} is worse than the served "
+        f"model's {served['baseline_loss']:.4f}: its probabilities are less calibrated."
+    )
 
 
 def write_summary(summary: dict[str, Any], output_dir: str) -> str:
@@ -180,11 +312,40 @@ def format_summary(summary: dict[str, Any]) -> str:
             "Evaluation (eval split): "
             + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary["metrics"].items()))
         )
+    lines.extend(format_gates(summary.get("gates", {})))
     if summary.get("blessed") is not None:
         lines.append(f"Blessed: {summary['blessed']}")
+    if summary.get("not_pushed"):
+        lines.append(f"Not pushed: {summary['not_pushed']}")
+    if summary.get("calibration"):
+        lines.append(summary["calibration"])
     lines.append(f"Pushed model: {summary['pushed_model'] or 'none'}")
     if summary.get("stage"):
         lines.append(f"Failed at: {summary['stage']}")
     if summary.get("error"):
         lines.append(f"Error: {summary['error']}")
     return "\n".join(lines)
+
+
+def format_gates(gates: dict[str, Any]) -> list[str]:
+    """A table of the gates that compared the candidate with another model: each
+    model's accuracy and log-loss (TFMA's `loss`), and the verdict."""
+    compared = {n: g for n, g in gates.items() if g.get("baseline_accuracy") is not None}
+    if not compared:
+        return []
+    lines = [f"  {'gate':<16} {'model':<10} {'accuracy':>8} {'log_loss':>8}  blessed"]
+    for node, gate in compared.items():
+        baseline = "served" if gate["against"] == SERVED else gate["against"] or "baseline"
+        verdict = {True: "yes", False: "no", None: ""}[gate.get("blessed")]
+        for model, acc, loss, mark in (
+            ("candidate", gate["accuracy"], gate["loss"], verdict),
+            (baseline, gate["baseline_accuracy"], gate["baseline_loss"], ""),
+        ):
+            lines.append(
+                f"  {node:<16} {model:<10} {_figure(acc)} {_figure(loss)}  {mark}".rstrip()
+            )
+    return ["Gates (eval split, TFMA):", *lines]
+
+
+def _figure(value: float | None) -> str:
+    return f"{value:>8.4f}" if value is not None else f"{'-':>8}"

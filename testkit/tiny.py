@@ -23,7 +23,11 @@ def tiny(config: PipelineConfig, **train_overrides) -> PipelineConfig:
         **train_overrides,
     )
     # Thresholds any model passes: a tiny run tests the plumbing, not quality.
-    evaluation = dataclasses.replace(config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0)
+    # A run again on a copy of a pushed run is compared with that run's model
+    # (evaluation.against_served) and must still push.
+    evaluation = dataclasses.replace(
+        config.evaluation, min_accuracy=0.0, max_accuracy_drop=1.0, change_threshold=1.0
+    )
     # A patient student stays patient: twice the teacher's tiny step count.
     student_steps = 40 if config.distillation.student_train_steps else 0
     # The scratch baseline and other baselines are one more Trainer each per

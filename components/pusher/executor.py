@@ -5,6 +5,10 @@ process killed mid-copy leaves a half-written version directory that a model
 server polling `<base>` will try to load. This executor pushes with
 `atomic.atomic_copy_model`, so the destination holds either the old versions
 only or the complete new one.
+
+It pushes only a model every blessing it is given blesses: the Evaluator's
+(`model_blessing`) and, when the pipeline has a second gate, the served-model
+Evaluator's (`served_blessing`); the log names the one that refused.
 """
 
 from __future__ import annotations
@@ -15,15 +19,42 @@ import time
 import tensorflow as tf
 from absl import logging
 from tfx.components.pusher import executor as tfx_pusher_executor
+from tfx.components.util import model_utils
 from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
 from components.pusher.atomic import atomic_copy_model
 
+SERVED_BLESSING_KEY = "served_blessing"
+# Each blessing input and what refused when it does not bless.
+_GATES = (
+    (standard_component_specs.MODEL_BLESSING_KEY, "the Evaluator"),
+    (SERVED_BLESSING_KEY, "the served-model gate"),
+)
+
 
 class Executor(tfx_pusher_executor.Executor):
     """Pushes a blessed model with an atomic rename (filesystem destinations)."""
+
+    def CheckBlessing(self, input_dict) -> bool:
+        """Whether every given blessing (`_GATES`, then stock's infra blessing) blesses.
+
+        Logs which one refused.
+        """
+        for key, gate in _GATES:
+            if not input_dict.get(key):
+                continue
+            blessing = artifact_utils.get_single_instance(input_dict[key])
+            if not model_utils.is_model_blessed(blessing):
+                logging.info(
+                    "Pusher: not pushed: %s (%s) did not bless the model (%s)",
+                    gate,
+                    key,
+                    blessing.uri,
+                )
+                return False
+        return super().CheckBlessing(input_dict)
 
     def Do(self, input_dict, output_dict, exec_properties):
         self._log_startup(input_dict, output_dict, exec_properties)

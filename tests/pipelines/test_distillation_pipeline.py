@@ -132,8 +132,11 @@ def test_pipeline_without_distillation_is_unchanged(tmp_path, digits_config):
     )
     components = _build(plain, tmp_path)
     assert "Distiller" not in components and "Trainer_1" not in components
+    assert "ServedEvaluator" not in components
     assert components["Evaluator"].inputs["model"] is components["Trainer"].outputs["model"]
-    assert "baseline_model" not in components["Evaluator"].inputs
+    # The one baseline is the served model (evaluation.against_served).
+    served = components["latest_served_model"].outputs["model"]
+    assert components["Evaluator"].inputs["baseline_model"] is served
     assert components["Pusher"].inputs["model"] is components["Trainer"].outputs["model"]
 
 

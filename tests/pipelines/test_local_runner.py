@@ -37,6 +37,9 @@ EXPECTED_NODES = {
 # The shipped taxi config trains one model: no teacher beats its small
 # student there (pipelines/configs/taxi.yaml), so it has no Distiller.
 RESOLVER = "latest_validated_schema"
+# The served model's Resolver (evaluation.against_served): on a first run it
+# resolves nothing and succeeds; the Evaluator then judges by min_accuracy.
+SERVED_RESOLVER = "latest_served_model"
 # The gate re-checks every run against the newest validated schema, so it is
 # the one node that is never served from the cache.
 CACHEABLE_NODES = EXPECTED_NODES - {"DataGate"}
@@ -116,7 +119,7 @@ def taxi_run(tiny_taxi_run):
 def test_taxi_every_component_ran_and_model_was_pushed(taxi_run, taxi_config):
     output, summary = taxi_run
     states = _node_states(output, taxi_config.name)
-    assert EXPECTED_NODES | {"CsvExampleGen", RESOLVER} == set(states)
+    assert EXPECTED_NODES | {"CsvExampleGen", RESOLVER, SERVED_RESOLVER} == set(states)
     assert all(
         s == metadata_store_pb2.Execution.COMPLETE for n, s in states.items() if n != RESOLVER
     ), states
@@ -219,10 +222,18 @@ def test_taxi_rerun_is_served_from_cache(tiny_taxi_run, taxi_config, tmp_path):
     states = _node_states(output, taxi_config.name)
     cached = {n for n, s in states.items() if s == metadata_store_pb2.Execution.CACHED}
     # The copy's Pusher pushes to the copy's own serving directory (its
-    # destination changed), so it runs again; everything before it is cached.
-    assert CACHEABLE_NODES - {"Pusher"} <= cached, states
+    # destination changed), so it runs again; the Evaluator now has a served
+    # model to compare with (the first run's), so it runs again; everything
+    # before them is cached.
+    reran = {"Evaluator", "Pusher"}
+    assert CACHEABLE_NODES - reran <= cached, states
     assert second["status"] == "succeeded"
-    assert all(second["components"][n]["status"] == "cached" for n in CACHEABLE_NODES - {"Pusher"})
+    assert all(second["components"][n]["status"] == "cached" for n in CACHEABLE_NODES - reran)
+    gate = second["gates"]["Evaluator"]
+    assert gate["against"] == "served" and gate["blessed"] is True
+    assert gate["baseline_accuracy"] == pytest.approx(
+        tiny_taxi_run["summary"]["metrics"]["accuracy"]
+    )
     assert second["pushed_model"].startswith(os.path.join(output, "serving"))
     # The second run's gate found the first run's validated schema.
     assert second["components"][RESOLVER]["status"] == "succeeded"
@@ -233,8 +244,15 @@ def test_taxi_rerun_is_served_from_cache(tiny_taxi_run, taxi_config, tmp_path):
 def test_digits_end_to_end(tmp_path, digits_config):
     summary = local_runner.run(tiny(digits_config), str(tmp_path), runner="beam")
     states = _node_states(str(tmp_path), digits_config.name)
-    # digits distils a student (tiny() leaves out the scratch baseline).
-    assert EXPECTED_NODES | {"ImportExampleGen", RESOLVER, "Distiller"} == set(states)
+    # digits distils a student (tiny() leaves out the scratch baseline), which
+    # a second Evaluator compares with the served model.
+    assert EXPECTED_NODES | {
+        "ImportExampleGen",
+        RESOLVER,
+        SERVED_RESOLVER,
+        "Distiller",
+        "ServedEvaluator",
+    } == set(states)
     assert all(
         s == metadata_store_pb2.Execution.COMPLETE for n, s in states.items() if n != RESOLVER
     ), states

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from components.distillation import verdict as verdict_lib
-from pipelines.report import verdict
+from pipelines.report import calibration, verdict
 
 
 def _rows(teacher: float, student: float, scratch: float | None = None) -> list[dict]:
@@ -131,3 +131,19 @@ def test_when_the_students_network_alone_is_best_the_verdict_names_its_node():
         "Distillation did NOT beat the best model trained alone here: the student's network alone "
         "(50,000 parameters) scored 0.9000" in result["message"]
     )
+
+
+def test_a_student_worse_calibrated_than_its_network_alone_is_told_so_in_one_line():
+    # The Noisy Student figures of issue 60: log-loss 1.17 against 0.53 alone.
+    rows = [
+        {"role": "teacher", "log_loss": 0.40},
+        {"role": "scratch", "log_loss": 0.53},
+        {"role": "student", "log_loss": 1.17},
+    ]
+    assert calibration(rows) == (
+        "The student's log-loss 1.1700 is worse than its network trained alone (0.5300): "
+        "its probabilities are less calibrated."
+    )
+    rows[2]["log_loss"] = 0.50
+    assert calibration(rows) == ""
+    assert calibration([rows[0], rows[2]]) == ""  # no network alone to compare with

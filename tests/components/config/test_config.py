@@ -111,6 +111,16 @@ def _mutate(path, value):
         ("teacher.dropout", 1.0, r"teacher\.dropout: expected a number in \[0, 1\)"),
         ("evaluation.min_accuracy", 2, r"evaluation\.min_accuracy: expected a number in \[0, 1\]"),
         (
+            "evaluation.change_threshold",
+            -0.01,
+            r"evaluation\.change_threshold: expected a number in \[0, 1\], got -0\.01",
+        ),
+        (
+            "evaluation.change_threshold",
+            1.5,
+            r"evaluation\.change_threshold: expected a number in \[0, 1\], got 1\.5",
+        ),
+        (
             "data.features.0.kind",
             "complex",
             r"data\.features\[0\]\.kind: expected one of \['float', 'int_categorical', 'string_categorical'\]",

@@ -115,6 +115,12 @@ cmd_root() {
     root_complete && return 0
     [ "$(id -u)" = 0 ] || cannot_build "not running as root"
     command -v "$DEBOOTSTRAP" >/dev/null || PATH=$PATH:/usr/sbin:/sbin
+    # As the Makefile installs Fashion-MNIST: root with apt installs what is missing.
+    if ! command -v "$DEBOOTSTRAP" >/dev/null && [ "$DEBOOTSTRAP" = debootstrap ] && command -v apt-get >/dev/null; then
+        echo "stack-root: installing debootstrap (apt-get)" >&2
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; } \
+            || cannot_build "debootstrap is not installed and apt-get could not install it"
+    fi
     command -v "$DEBOOTSTRAP" >/dev/null || cannot_build "debootstrap is not installed"
     command -v unshare >/dev/null || cannot_build "unshare, from util-linux, is not installed"
     local mirror

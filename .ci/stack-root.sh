@@ -181,6 +181,9 @@ in_stack() {
     unshare --mount --propagation private -- bash -c '
         set -e
         root=$1 repo=$2 cache=$3 git_dir=$4; shift 4
+        # The root a mount point of its own: inside it / is one, so a nested
+        # `unshare --mount` (tests use one for a size-limited tmpfs) can work.
+        mount --bind "$root" "$root"
         mount --rbind /dev "$root/dev"
         mount -t proc proc "$root/proc"
         mount --rbind /sys "$root/sys"

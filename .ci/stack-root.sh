@@ -28,8 +28,9 @@ DEBOOTSTRAP=${TFXKIT_DEBOOTSTRAP:-debootstrap}
 LOCK=$REPO/requirements-current.lock
 MIN_GLIBC=2.39
 # g++ and python3-dev: TFDV 1.21 pins pyfarmhash <0.4, whose 0.3.2 has no cp313
-# wheel and builds from source. A root built with another list is rebuilt.
-PACKAGES=python3,python3-venv,python3-pip,python3-dev,g++,ca-certificates
+# wheel and builds from source; git: the benchmarks' code key reads the clone.
+# A root built with another list is rebuilt.
+PACKAGES=python3,python3-venv,python3-pip,python3-dev,g++,git,ca-certificates
 # Python versions TFX 1.21's wheels cover.
 PYTHONS="3.10 3.11 3.12 3.13"
 
@@ -178,16 +179,27 @@ in_stack() {
     fi
     cmd_root
     host_files "$ROOT"
+    # A worktree's git directory lies outside it: mounted too, at its own path.
+    local git_dir
+    git_dir=$(git -C "$REPO" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+    case "$git_dir" in "$REPO"/* | "") git_dir=$REPO ;; esac
     # shellcheck disable=SC2016
     unshare --mount --propagation private -- bash -c '
         set -e
-        root=$1 repo=$2 cache=$3; shift 3
+        root=$1 repo=$2 cache=$3 git_dir=$4; shift 4
+        # The root a mount point of its own: inside it / is one, so a nested
+        # `unshare --mount` (tests use one for a size-limited tmpfs) can work.
+        mount --bind "$root" "$root"
         mount --rbind /dev "$root/dev"
         mount -t proc proc "$root/proc"
         mount --rbind /sys "$root/sys"
         mkdir -p "$root$repo" "$root$cache"
         mount --bind "$repo" "$root$repo"
         mount --bind "$cache" "$root$cache"
+        if [ "$git_dir" != "$repo" ]; then
+            mkdir -p "$root$git_dir"
+            mount --bind "$git_dir" "$root$git_dir"
+        fi
         # Debian dataset packages (dataset-fashion-mnist) installed on the host.
         if [ -d /usr/share/datasets ]; then
             mkdir -p "$root/usr/share/datasets"
@@ -197,7 +209,7 @@ in_stack() {
         exec chroot "$root" /usr/bin/env -u VIRTUAL_ENV -u PYTHONHOME -u PYTHONPATH \
             PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
             LANG=C.UTF-8 /bin/sh -c "cd \"\$0\" && exec \"\$@\"" "$cwd" "$@"
-    ' stack-root "$ROOT" "$REPO" "$CACHE" "$@"
+    ' stack-root "$ROOT" "$REPO" "$CACHE" "$git_dir" "$@"
 }
 
 cmd_venv() {

@@ -53,7 +53,13 @@ def test_make_uses_the_chosen_stack_and_says_which_once(glibc, expected):
     result = subprocess.run(
         ["make", "-n", "-C", ROOT, "test"],
         env={
-            **{k: v for k, v in os.environ.items() if k != "STACK"},
+            # Not the calling make's choice: `make test STACK=...` hands STACK to
+            # every make below it through MAKEFLAGS.
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if k not in ("STACK", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+            },
             "TFXKIT_GLIBC": glibc,
             "TFXKIT_HOST_PYTHON_VERSION": "3.13",
         },

@@ -183,10 +183,18 @@ in_stack() {
     local git_dir
     git_dir=$(git -C "$REPO" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
     case "$git_dir" in "$REPO"/* | "") git_dir=$REPO ;; esac
+    # A /tmp of this command's own, removed after it: TFX leaves a packaged copy
+    # of each module file there (~50 MB a Trainer run), which would pile up in
+    # the cached root from run to run.
+    local run_tmp rc=0
+    run_tmp=$(mktemp -d "$CACHE/run-tmp.XXXXXX")
+    chmod 1777 "$run_tmp"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$run_tmp'" EXIT
     # shellcheck disable=SC2016
     unshare --mount --propagation private -- bash -c '
         set -e
-        root=$1 repo=$2 cache=$3 git_dir=$4; shift 4
+        root=$1 repo=$2 cache=$3 git_dir=$4 run_tmp=$5; shift 5
         # The root a mount point of its own: inside it / is one, so a nested
         # `unshare --mount` (tests use one for a size-limited tmpfs) can work.
         mount --bind "$root" "$root"
@@ -196,6 +204,7 @@ in_stack() {
         mkdir -p "$root$repo" "$root$cache"
         mount --bind "$repo" "$root$repo"
         mount --bind "$cache" "$root$cache"
+        mount --bind "$run_tmp" "$root/tmp"
         if [ "$git_dir" != "$repo" ]; then
             mkdir -p "$root$git_dir"
             mount --bind "$git_dir" "$root$git_dir"
@@ -209,7 +218,10 @@ in_stack() {
         exec chroot "$root" /usr/bin/env -u VIRTUAL_ENV -u PYTHONHOME -u PYTHONPATH \
             PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
             LANG=C.UTF-8 /bin/sh -c "cd \"\$0\" && exec \"\$@\"" "$cwd" "$@"
-    ' stack-root "$ROOT" "$REPO" "$CACHE" "$git_dir" "$@"
+    ' stack-root "$ROOT" "$REPO" "$CACHE" "$git_dir" "$run_tmp" "$@" || rc=$?
+    rm -rf "$run_tmp"
+    trap - EXIT
+    return "$rc"
 }
 
 cmd_venv() {

@@ -16,6 +16,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from components.config import NOISY_STUDENT, PipelineConfig
+from components.distillation import positional
 from components.distillation.model import count_params
 from components.training.export import SERVING_OUTPUT_KEYS, TRANSFORMED_LOGITS_SIGNATURE
 
@@ -49,6 +50,9 @@ class TeacherInfo:
         parses, the transformed features it returns). A Keras teacher's only.
       serving_problem: Why a student could not serve as this teacher does
         ("" when it can); `components.distillation.students` refuses on it.
+      positional: The transformed feature each input of a Keras 3 model's
+        call reads, in call order (`components.distillation.positional`);
+        empty where the call takes named inputs.
     """
 
     export_dir: str
@@ -65,6 +69,7 @@ class TeacherInfo:
         default_factory=dict
     )
     serving_problem: str = ""
+    positional: tuple[str, ...] = ()
 
 
 def _load(export_dir: str):
@@ -113,8 +118,14 @@ def describe_teacher(
             output=LOGITS,
             num_params=num_params,
         )
-    call = _keras_call(loaded, export_dir)
+    call, positional_names = _keras_call(loaded, serving, export_dir, transformed_features)
     specs = tf.nest.flatten(call.structured_input_signature[0][0])
+    if positional_names:
+        specs = [
+            tf.TensorSpec(s.shape, s.dtype, name=n)
+            for s, n in zip(specs, positional_names, strict=True)
+        ]
+        num_params = count_params(call.trainable_variables)
     width = _output_width(call, export_dir)
     output = teacher_output if teacher_output != "auto" else read_output_kind(call)
     parse_keys, transform_signatures, problems = _read_signatures(
@@ -134,6 +145,7 @@ def describe_teacher(
         transform_signatures=transform_signatures,
         # What a student_fn student could not reproduce: refused only on that path.
         serving_problem="; ".join(problems),
+        positional=positional_names,
     )
 
 
@@ -149,26 +161,29 @@ def _serving_default(loaded, export_dir: str):
     return signatures["serving_default"]
 
 
-def _keras_call(loaded, export_dir: str):
-    """The restored Keras call on transformed features of a teacher without tfxkit's signature."""
+def _keras_call(loaded, serving, export_dir: str, transformed_features: Sequence[str]):
+    """The restored Keras call on transformed features of a teacher without tfxkit's signature.
+
+    Returns:
+      `(call, positional names)`: a tf_keras model's inference call (names
+      empty: its inputs are named), or a Keras 3 model's positional call and
+      the transformed feature each input reads. Without `transformed_features`
+      a positional call keeps its own input names (`inputs_0`, ...).
+    """
     call = _inference_call(loaded)
-    if call is None and hasattr(loaded, "_default_save_signature"):
-        # What `tf.saved_model.save` writes for a Keras 3 model: a call on
-        # positional inputs, not named transformed features.
-        raise ValueError(
-            f"distillation: teacher model {export_dir!r} was saved by Keras 3 (tf.keras was Keras 3 "
-            "in its Trainer's process, as stock TFX gives a module file unless TF_USE_LEGACY_KERAS=1 "
-            "is set); the Distiller restores tf_keras teachers: set TF_USE_LEGACY_KERAS=1 in the "
-            "environment that runs the pipeline, before TensorFlow is imported, so the teacher's "
-            "run_fn builds it with tf_keras"
-        )
-    if call is None:
-        raise ValueError(
-            f"distillation: teacher model {export_dir!r} has neither a '{TRANSFORMED_LOGITS_SIGNATURE}' signature "
-            "(the tfxkit Trainer's export) nor a restorable Keras call on transformed features; save the teacher "
-            "with the Keras model's model.save(serving_model_dir, signatures=...) in its run_fn"
-        )
-    return call
+    if call is not None:
+        return call, ()
+    call = positional.positional_call(loaded)
+    if call is not None:
+        specs = tf.nest.flatten(call.structured_input_signature[0][0])
+        if not transformed_features:
+            return call, tuple(s.name for s in specs)
+        return call, positional.input_names(call, serving, transformed_features, export_dir)
+    raise ValueError(
+        f"distillation: teacher model {export_dir!r} has neither a '{TRANSFORMED_LOGITS_SIGNATURE}' signature "
+        "(the tfxkit Trainer's export) nor a restorable Keras call on transformed features; save the teacher "
+        "with the Keras model's model.save(serving_model_dir, signatures=...) in its run_fn"
+    )
 
 
 def _output_width(call, export_dir: str) -> int:
@@ -541,6 +556,9 @@ class ExportedTeacher(keras.layers.Layer):
         if self.info.kind == TFXKIT:
             self._logits_fn = self._loaded.signatures[TRANSFORMED_LOGITS_SIGNATURE]
             self.input_keys = tuple(sorted(self._logits_fn.structured_input_signature[1]))
+        elif self.info.positional:
+            call = positional.positional_call(self._loaded)
+            self._structure = call.structured_input_signature[0][0]
         else:
             self._structure = _inference_call(self._loaded).structured_input_signature[0][0]
 
@@ -548,6 +566,10 @@ class ExportedTeacher(keras.layers.Layer):
         """The teacher model's own output (as it serves it, before `class_logits`)."""
         if self.info.kind == TFXKIT:
             return self._logits_fn(**{k: features[k] for k in self.input_keys})["logits"]
+        if self.info.positional:
+            flat = [conform(features, self.info.input_specs[name]) for name in self.info.positional]
+            inputs = tf.nest.pack_sequence_as(self._structure, flat)
+            return self._loaded._default_save_signature(inputs)
         inputs = tf.nest.map_structure(lambda spec: conform(features, spec), self._structure)
         return self._loaded(inputs, training=False)
 

@@ -9,8 +9,14 @@ the same functions, so the rules live here once.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
 from collections.abc import Sequence
+from importlib import metadata
 
 from components.config import ConfigError, PipelineConfig
 from components.config.runtime import KUBEFLOW_DISPATCHER
@@ -91,7 +97,6 @@ _IN_PROCESS_RUNNERS = {
     "SwitchingDirectRunner",
     "BundleBasedDirectRunner",
     "FnApiRunner",
-    "PrismRunner",
 }
 # Portable runners: they submit to a job server, which Beam otherwise starts
 # from a jar it downloads at run time (unreachable here), then runs the SDK
@@ -122,8 +127,8 @@ def check_beam_args(args: Sequence[str], field: str = "beam_args") -> None:
 
     Beam would otherwise fail only in the first Beam component, after the
     pipeline started: a portable runner (Flink, Spark) tries to download its
-    job server and to start Docker workers, Dataflow needs its project,
-    region and a bucket.
+    job server and to start Docker workers, Prism downloads its binary
+    (`check_prism`), Dataflow needs its project, region and a bucket.
 
     Raises:
       ConfigError: naming `field[i]` (the argument), what was found and the fix.
@@ -135,6 +140,9 @@ def check_beam_args(args: Sequence[str], field: str = "beam_args") -> None:
     where = f"{field}[{index}]"
     name = runner.rsplit(".", 1)[-1]
     if name in _IN_PROCESS_RUNNERS:
+        return
+    if name == "PrismRunner":
+        check_prism(options, where, field)
         return
     if name in _JOB_SERVER_JARS:
         jar_option = _JOB_SERVER_JARS[name]
@@ -172,8 +180,103 @@ def check_beam_args(args: Sequence[str], field: str = "beam_args") -> None:
                 f"{where}: --runner={runner} needs {', '.join(missing)}; give them in {field}"
             )
         return
-    known = sorted(_IN_PROCESS_RUNNERS | set(_JOB_SERVER_JARS) | {"DataflowRunner"})
+    known = sorted(_IN_PROCESS_RUNNERS | set(_JOB_SERVER_JARS) | {"DataflowRunner", "PrismRunner"})
     raise ConfigError(f"{where}: unknown Beam runner {runner!r}; expected one of {known}")
+
+
+# Where Beam's PrismRunner downloads its binary (apache_beam/runners/portability/
+# prism_runner.py, `PrismJobServer._construct_download_url`), and where it keeps
+# the downloaded zip (`PrismJobServer.BIN_CACHE`), which it uses when present.
+PRISM_DOWNLOAD_PREFIX = "https://github.com/apache/beam/releases/download/"
+PRISM_CACHE = os.path.expanduser("~/.apache_beam/cache/prism/bin")
+# Bounds the look at the download: long enough for a slow link to answer a
+# HEAD, short enough that a machine without the internet hears it at once.
+PRISM_REACH_TIMEOUT_SECONDS = 3.0
+PRISM_BUILD = "GOFLAGS=-mod=mod go install github.com/apache/beam/sdks/v2/go/cmd/prism@v2.73.0"
+_ARCHES = {"amd64": "amd64", "x86_64": "amd64", "x86-64": "amd64", "x64": "amd64"}
+_ARCHES.update(dict.fromkeys(("arm64", "aarch64_be", "aarch64", "armv8b", "armv8l"), "arm64"))
+
+
+def prism_download_url(version: str | None = None) -> str | None:
+    """The URL PrismRunner downloads Prism from without `--prism_location`, as Beam builds it.
+
+    Args:
+      version: Beam's release tag (`--prism_beam_version_override`); default:
+        `v` + the installed apache-beam's version.
+
+    Returns:
+      The URL, or None where Beam downloads nothing (a development version,
+      which it builds with Go, or a system or machine it has no binary for).
+    """
+    version = version or f"v{metadata.version('apache-beam')}"
+    opsys, arch = platform.system().lower(), _ARCHES.get(platform.machine().lower())
+    if ".dev" in version or opsys not in ("linux", "windows", "darwin") or arch is None:
+        return None
+    tag = "-RC".join(version.split("rc"))
+    version = version.split("rc")[0]
+    return f"{PRISM_DOWNLOAD_PREFIX}{tag}/apache_beam-{version}-prism-{opsys}-{arch}.zip"
+
+
+def reachable(url: str, timeout: float = PRISM_REACH_TIMEOUT_SECONDS) -> str | None:
+    """None when a HEAD of `url` answers below 400 within `timeout` seconds, else why not.
+
+    The proxies of the environment apply, as they do to Beam's download.
+    """
+    request = urllib.request.Request(url, method="HEAD")
+    try:
+        with urllib.request.build_opener().open(request, timeout=timeout) as response:
+            status = response.status
+    except urllib.error.HTTPError as e:
+        return f"HTTP {e.code}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return str(getattr(e, "reason", None) or e)
+    return None if status < 400 else f"HTTP {status}"
+
+
+def check_prism(options: dict[str, tuple[int, str]], where: str, field: str) -> None:
+    """PrismRunner has a Prism binary to start: `--prism_location`, or a download it can reach.
+
+    Without `--prism_location` Beam downloads Prism's release zip when the
+    first Beam component starts (ExampleGen), about 20 s into a run on a
+    machine that cannot reach it; a cached download (Beam's `PRISM_CACHE`)
+    or a HEAD of the URL answered within `PRISM_REACH_TIMEOUT_SECONDS` lets
+    the run go on. A local `--prism_location` must be an executable file or
+    a zip of one (Beam unzips those); a URL is left to Beam.
+
+    Raises:
+      ConfigError: naming the argument, the flag and how to build Prism.
+    """
+    index, location = options.get("--prism_location", (None, ""))
+    if location:
+        at = f"{field}[{index}]"
+        if urllib.parse.urlparse(location).scheme:
+            return
+        if not os.path.exists(location):
+            raise ConfigError(
+                f"{at}: --prism_location: no such file {location!r}; build Prism with "
+                f"`{PRISM_BUILD}` and give the binary's path (by default $(go env GOPATH)/bin/prism)"
+            )
+        if not os.path.isfile(location) or not (
+            os.access(location, os.X_OK) or zipfile.is_zipfile(location)
+        ):
+            raise ConfigError(
+                f"{at}: --prism_location: {location!r} is not an executable file (nor a zip of "
+                f"one); give the Prism binary (`{PRISM_BUILD}` builds it), or `chmod +x {location}`"
+            )
+        return
+    version = options.get("--prism_beam_version_override", (None, ""))[1] or None
+    url = prism_download_url(version)
+    if url and os.path.isfile(os.path.join(PRISM_CACHE, os.path.basename(url))):
+        return
+    why = reachable(url) if url else "Beam has no Prism binary to download for this machine"
+    if why is None:
+        return
+    raise ConfigError(
+        f"{where}: --runner=PrismRunner without --prism_location downloads Prism from "
+        f"{url or 'nowhere'} when the first Beam component starts, which this machine cannot do "
+        f"({why}); build Prism with `{PRISM_BUILD}` and give "
+        "--prism_location=<its path> (by default $(go env GOPATH)/bin/prism)"
+    )
 
 
 def check_service_ready(config: PipelineConfig) -> None:

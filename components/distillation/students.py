@@ -1,21 +1,25 @@
 """A student from the user's module file: `student_fn(fn_args) -> keras.Model`.
 
-`load_student_fn` and `build` load and build it, `check_student` and `check_logits` check
-it before training, `class_logits_model` is the view the KD loss trains and
+`load_student_fn` and `build` load and build it, `check_at_build` checks it when the
+pipeline is built, `check_student` and `check_logits` before training, `class_logits_model` is the view the KD loss trains and
 `export_like_teacher` exports it with the teacher's serving signatures.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
+from absl import logging
+from tfx.components.trainer.fn_args_utils import FnArgs
 from tfx.components.util import udf_utils
 
-from components.compat import user_code
+from components.compat import legacy_keras, user_code
 from components.config import ConfigError, PipelineConfig
 from components.distillation import teachers as teachers_lib
 
@@ -119,13 +123,18 @@ def check_student(
         )
 
 
-def check_logits(student: keras.Model, features, module: str = "?") -> None:
+def check_logits(
+    student: keras.Model, features, module: str = "?", batch: str = "the first batch"
+) -> None:
     """Fails before training when the student outputs probabilities instead of logits.
 
-    Read twice on the first batch: the op its output comes from (a final
-    Softmax or Sigmoid), and the values (every row in [0, 1] and summing to
-    1, for more than one unit). The KD loss softens logits by the
-    temperature; probabilities trained as logits learn the wrong targets.
+    Read twice on a batch: the op its output comes from (a final Softmax or
+    Sigmoid), and the values (every row in [0, 1] and summing to 1, for more
+    than one unit). The KD loss softens logits by the temperature;
+    probabilities trained as logits learn the wrong targets.
+
+    Args:
+      batch: What `features` is, as the message says it.
 
     Raises:
       ValueError: naming `student_fn`, `module`, what was found and the fix.
@@ -142,7 +151,7 @@ def check_logits(student: keras.Model, features, module: str = "?") -> None:
         and bool(np.all((outputs >= 0.0) & (outputs <= 1.0)))
         and bool(np.allclose(outputs.sum(axis=-1), 1.0, atol=1e-3))
     ):
-        found = "on the first batch every row of its output lies in [0, 1] and sums to 1"
+        found = f"on {batch} every row of its output lies in [0, 1] and sums to 1"
     if found:
         raise ValueError(
             f"module_file: {STUDENT_FN} of {module!r} returns probabilities, not logits: {found}. "
@@ -150,6 +159,151 @@ def check_logits(student: keras.Model, features, module: str = "?") -> None:
             "activation (for example Dense(n) instead of Dense(n, activation='softmax')) so the "
             "model returns logits; the export still serves what the teacher serves."
         )
+
+
+# `FnArgs` fields that name the run's artifacts (Transform's output, the data,
+# the model directories), unknown when the pipeline is built.
+RUN_TIME_FIELDS = frozenset(
+    {
+        "working_dir",
+        "train_files",
+        "eval_files",
+        "schema_path",
+        "schema_file",
+        "transform_graph_path",
+        "transform_output",
+        "data_accessor",
+        "serving_model_dir",
+        "eval_model_dir",
+        "model_run_dir",
+        "base_model",
+    }
+)
+# The batch a student is called on at pipeline build (shape `[None, ...]`
+# inputs get this many rows).
+BUILD_BATCH = 2
+
+
+class BuildFnArgs(FnArgs):
+    """`FnArgs` as known at pipeline build, recording which run-time field `student_fn` reads.
+
+    The steps, `custom_config` and `hyperparameters` (when the Distiller has
+    no hyperparameters input) are what the executor will pass; the fields
+    of `RUN_TIME_FIELDS` (and `hyperparameters` from an input) are None.
+    """
+
+    def __init__(self, *, unknown: frozenset[str] = RUN_TIME_FIELDS, **known):
+        super().__init__(**known)
+        object.__setattr__(self, "_unknown", unknown)
+        object.__setattr__(self, "read_unknown", set())
+
+    def __getattribute__(self, name):
+        if name in object.__getattribute__(self, "_unknown"):
+            object.__getattribute__(self, "read_unknown").add(name)
+        return super().__getattribute__(name)
+
+
+def location(student_fn: Callable, module_file: str) -> str:
+    """`path:line` of the `def student_fn` line, or the module file where it cannot be read."""
+    try:
+        return f"{module_file}:{inspect.getsourcelines(student_fn)[1]}"
+    except (OSError, TypeError):
+        return module_file
+
+
+def _raised_at(error: BaseException, module_file: str) -> str:
+    """` (at path:line)`: the last line of the module file the error passed through, or ''."""
+    target, line = os.path.realpath(module_file), None
+    tb = error.__traceback__
+    while tb is not None:
+        if os.path.realpath(tb.tb_frame.f_code.co_filename) == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f" (at {module_file}:{line})" if line else ""
+
+
+def zeros_batch(model: keras.Model) -> dict[str, tf.Tensor] | None:
+    """A batch of zeros (empty strings) for every input of `model`, by input name.
+
+    Returns:
+      None when an input is sparse or ragged (no dense batch to call it on).
+    """
+    features = {}
+    for name, spec in zip(model.input_names, model.inputs, strict=True):
+        if isinstance(getattr(spec, "type_spec", None), (tf.SparseTensorSpec, tf.RaggedTensorSpec)):
+            return None
+        shape = [BUILD_BATCH if d is None else d for d in spec.shape]
+        if spec.dtype == tf.string:
+            features[name] = tf.fill(shape, b"")
+        else:
+            features[name] = tf.zeros(shape, spec.dtype)
+    return features
+
+
+def check_at_build(module_file: str, fn_args: BuildFnArgs) -> bool:
+    """Builds `student_fn` once when the pipeline is built, and checks it returns logits.
+
+    Run before any component, so a student_fn that raises, returns no Keras
+    model or returns probabilities is refused in seconds, naming the module
+    file and line, rather than inside the Distiller's run after Transform
+    and the teachers. A student_fn that reads a run-time field of `fn_args`
+    (Transform's output, say) is built only where the Distiller runs, which
+    checks it then (`build`, `check_logits`, `check_student`).
+
+    Args:
+      module_file: The module file defining `student_fn`, a local path.
+      fn_args: What is known of the Distiller's `FnArgs` now.
+
+    Returns:
+      True when the student was built and checked; False when it depends on
+      the run (the executor checks it).
+
+    Raises:
+      ConfigError: naming the module file and line of `student_fn`: it
+        returns no Keras model, several outputs, or probabilities; or the
+        module cannot be loaded.
+      UserCodeError: `student_fn` raised (naming the line it raised at);
+        the user's exception is the cause.
+    """
+    # Loaded inside the scope, as the Distiller's run_fn loads it: a module
+    # that binds `tf.keras` at import gets tf_keras.
+    with legacy_keras.tf_keras_scope():
+        student_fn = load_student_fn({"module_file": module_file})
+        where = location(student_fn, module_file)
+        try:
+            model = build(student_fn, fn_args, module_file)
+        except user_code.UserCodeError as e:
+            if fn_args.read_unknown:
+                return _deferred(where, fn_args)
+            raise user_code.UserCodeError(
+                f"{where}: {e}{_raised_at(e.__cause__, module_file)}, built at pipeline build with "
+                f"fn_args holding train_steps, eval_steps, custom_config and hyperparameters; make "
+                f"{STUDENT_FN} build from those (or from Transform's output, read where the "
+                "Distiller runs)"
+            ) from e.__cause__
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if fn_args.read_unknown:
+            return _deferred(where, fn_args)
+        features = zeros_batch(model)
+        if features is None:
+            return _deferred(where, fn_args, "it reads sparse or ragged inputs")
+        try:
+            check_logits(model, features, where, batch="a batch of zeros at pipeline build")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    return True
+
+
+def _deferred(where: str, fn_args: BuildFnArgs, why: str = "") -> bool:
+    why = why or f"it reads fn_args.{', fn_args.'.join(sorted(fn_args.read_unknown))}"
+    logging.info(
+        "%s of %s is checked when the Distiller runs, not at pipeline build: %s, known then.",
+        STUDENT_FN,
+        where,
+        why,
+    )
+    return False
 
 
 def label_key(

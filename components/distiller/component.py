@@ -29,6 +29,7 @@ from components.config import (
     stock_args,
 )
 from components.config.distillation import KD, NOISY_STUDENT, method_problem
+from components.distillation import students
 from components.distillation.students import STUDENT_FN
 from components.distiller import executor
 
@@ -103,7 +104,10 @@ class Distiller(base_component.BaseComponent):
       ConfigError: naming the argument: a module file that is missing or
         defines no `student_fn`, zero training steps, augmentation asked
         for a `student_fn` student, or `custom_config` that is not a dict or
-        uses a key reserved for tfxkit.
+        uses a key reserved for tfxkit; a local module file's `student_fn`
+        that returns no Keras model or returns probabilities, built once here
+        (`students.check_at_build`), naming the file and line.
+      UserCodeError: that `student_fn` raised when built here.
     """
 
     SPEC_CLASS = DistillerSpec
@@ -141,18 +145,27 @@ class Distiller(base_component.BaseComponent):
             )
         _check_method(config, len(teacher_models), module_file is not None)
         stock_args.check_steps(train_args, eval_args, None)
+        train_args = train_args or trainer_pb2.TrainArgs(
+            splits=["train"], num_steps=config.student_train_steps()
+        )
+        eval_args = eval_args or trainer_pb2.EvalArgs(
+            splits=["eval"], num_steps=config.train.eval_steps
+        )
+        custom_config = json_utils.dumps(payload.encode(custom_config, config=config))
+        if isinstance(module_file, str) and "://" not in module_file:
+            _check_student_fn(
+                module_file, train_args, eval_args, custom_config, hyperparameters is not None
+            )
         spec = DistillerSpec(
             examples=examples,
             transform_graph=transform_graph,
             schema=schema,
             hyperparameters=hyperparameters,
-            train_args=train_args
-            or trainer_pb2.TrainArgs(splits=["train"], num_steps=config.student_train_steps()),
-            eval_args=eval_args
-            or trainer_pb2.EvalArgs(splits=["eval"], num_steps=config.train.eval_steps),
+            train_args=train_args,
+            eval_args=eval_args,
             module_file=module_file,
             run_fn=run_fn,
-            custom_config=json_utils.dumps(payload.encode(custom_config, config=config)),
+            custom_config=custom_config,
             model=types.Channel(type=standard_artifacts.Model),
             model_run=types.Channel(type=standard_artifacts.ModelRun),
             **{teacher_key(i): channel for i, channel in enumerate(teacher_models)},
@@ -161,6 +174,33 @@ class Distiller(base_component.BaseComponent):
         if module_file is not None:
             # As tfx.components.Trainer: the module travels as a wheel to where the step runs.
             udf_utils.add_user_module_dependency(self, "module_file", "module_path")
+
+
+def _check_student_fn(
+    module_file: str,
+    train_args: trainer_pb2.TrainArgs,
+    eval_args: trainer_pb2.EvalArgs,
+    custom_config: str,
+    tuned: bool,
+) -> None:
+    """Builds the module's `student_fn` now, on the `FnArgs` the executor will pass as far as
+    they are known, and checks it returns logits (`students.check_at_build`).
+
+    Args:
+      custom_config: The component's `custom_config` execution property (JSON).
+      tuned: The Distiller has a `hyperparameters` input (known when it runs).
+
+    Raises:
+      ConfigError, UserCodeError: as `students.check_at_build`.
+    """
+    unknown = students.RUN_TIME_FIELDS | ({"hyperparameters"} if tuned else set())
+    fn_args = students.BuildFnArgs(
+        unknown=frozenset(unknown),
+        train_steps=train_args.num_steps,
+        eval_steps=eval_args.num_steps,
+        custom_config=json_utils.loads(custom_config),
+    )
+    students.check_at_build(module_file, fn_args)
 
 
 def _check_method(config: PipelineConfig, num_teachers: int, student_fn: bool) -> None:

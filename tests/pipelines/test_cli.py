@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import re
 import subprocess
 import sys
@@ -53,8 +54,11 @@ def test_help_does_not_import_tensorflow():
 CLI_TIMEOUT_SECONDS = 120
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    """Runs `tfxkit ARGS` in a fresh interpreter and reports whether it imported TensorFlow."""
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Runs `tfxkit ARGS` in a fresh interpreter and reports whether it imported TensorFlow.
+
+    `env`: variables set for it over this process's environment.
+    """
     code = (
         "import sys\nfrom pipelines import cli\n"
         "try:\n    code = cli.main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
@@ -67,6 +71,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT_SECONDS,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -181,6 +186,40 @@ def test_a_beam_runner_that_cannot_start_is_refused_before_any_component(tmp_pat
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["pushed_model"] is None
     assert summary["stage"] == rundir.CONFIG_CHECK_STAGE and summary["components"] == {}
+
+
+@pytest.mark.multiprocess
+def test_prism_without_its_binary_is_refused_before_any_component(tmp_path):
+    from pipelines import precheck
+    from tests.pipelines.test_precheck import CLOSED_PROXY
+
+    out = _previous_run(tmp_path)
+    config = yaml.safe_load(open(_config_file(tmp_path, path=str(REPO / "no-data-needed.csv"))))
+    config["beam_args"] = ["--runner=PrismRunner"]
+    path = tmp_path / "prism.yaml"
+    path.write_text(yaml.safe_dump(config))
+    # Beam's download of Prism goes through a proxy that refuses it, as on a
+    # machine without the internet.
+    proxies = {k: CLOSED_PROXY for k in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")}
+    url = precheck.prism_download_url()
+    if os.path.isfile(os.path.join(precheck.PRISM_CACHE, os.path.basename(url))):
+        pytest.skip("Beam's cache holds the Prism download: the runner starts without it")
+    result = _cli(
+        "run", "--config", str(path), "--output", str(out), env={**proxies, "no_proxy": ""}
+    )
+    assert result.returncode == 2
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(
+        f"tfxkit: invalid config: beam_args[0]: --runner=PrismRunner without --prism_location "
+        f"downloads Prism from {url} when the first Beam component starts"
+    )
+    assert f"build Prism with `{precheck.PRISM_BUILD}`" in first
+    assert "Traceback" not in result.stderr
+    assert result.stderr.rstrip().endswith("no tensorflow")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["pushed_model"] is None
+    assert summary["stage"] == rundir.CONFIG_CHECK_STAGE and summary["components"] == {}
+    assert "--runner=PrismRunner without --prism_location" in summary["error"]
 
 
 @pytest.mark.multiprocess

@@ -4,6 +4,8 @@ before compiling, naming the field."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from components.config import ConfigError, from_dict, to_dict
@@ -112,3 +114,122 @@ def test_a_dispatcher_without_workers_is_refused_before_any_component(tmp_path, 
     assert summary["status"] == "failed" and summary["pushed_model"] is None
     assert summary["stage"] == INPUT_CHECK_STAGE and summary["components"] == {}
     assert f"grpc://{service.address} has no worker" in summary["error"]
+
+
+# A port on the loopback interface nothing listens on: a proxy there refuses
+# every connection at once, as a machine without the internet would.
+CLOSED_PROXY = "http://127.0.0.1:9"
+
+
+def _unreachable(monkeypatch):
+    """Every HTTP(S) request of this process goes to a proxy that refuses it."""
+    for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, CLOSED_PROXY)
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_the_prism_url_is_the_one_beam_downloads():
+    import platform
+
+    from apache_beam.runners.portability.prism_runner import PrismJobServer
+    from apache_beam.version import __version__ as beam_version
+
+    for version in (f"v{beam_version}", "v2.66.0rc2"):
+        assert precheck.prism_download_url(version) == PrismJobServer._construct_download_url(
+            version, version, platform.system(), platform.machine()
+        )
+    assert precheck.prism_download_url() == precheck.prism_download_url(f"v{beam_version}")
+
+
+def test_prism_without_its_location_is_refused_when_the_download_is_unreachable(monkeypatch):
+    _unreachable(monkeypatch)
+    url = precheck.prism_download_url()
+    if os.path.isfile(os.path.join(precheck.PRISM_CACHE, os.path.basename(url))):
+        pytest.skip("Beam's cache holds the Prism download: the runner starts without it")
+    with pytest.raises(ConfigError) as e:
+        precheck.check_beam_args(["--direct_num_workers=1", "--runner=PrismRunner"])
+    message = str(e.value)
+    assert message.startswith(
+        f"beam_args[1]: --runner=PrismRunner without --prism_location downloads Prism from {url} "
+        "when the first Beam component starts, which this machine cannot do ("
+    )
+    assert message.endswith(
+        f"build Prism with `{precheck.PRISM_BUILD}` and give --prism_location=<its path> "
+        "(by default $(go env GOPATH)/bin/prism)"
+    )
+
+
+def test_a_reachable_url_answers_and_a_missing_one_says_its_status():
+    import http.server
+    import threading
+
+    class Files(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(200 if self.path == "/prism.zip" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert precheck.reachable(f"{base}/prism.zip") is None
+        assert precheck.reachable(f"{base}/other.zip") == "HTTP 404"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_prism_location_that_is_not_there_or_not_executable_is_named(tmp_path):
+    missing = str(tmp_path / "prism")
+    with pytest.raises(ConfigError) as e:
+        precheck.check_beam_args(["--runner=PrismRunner", f"--prism_location={missing}"])
+    assert str(e.value).startswith(
+        f"beam_args[1]: --prism_location: no such file {missing!r}; build Prism with "
+        f"`{precheck.PRISM_BUILD}`"
+    )
+    text = tmp_path / "prism.txt"
+    text.write_text("not a binary")
+    text.chmod(0o644)
+    with pytest.raises(ConfigError) as e:
+        precheck.check_beam_args(["--runner=PrismRunner", "--prism_location", str(text)])
+    assert str(e.value).startswith(
+        f"beam_args[1]: --prism_location: {str(text)!r} is not an executable file (nor a zip of one)"
+    )
+    assert f"chmod +x {text}" in str(e.value)
+
+
+def test_an_executable_or_zipped_prism_passes_without_the_network(tmp_path, monkeypatch):
+    import zipfile
+
+    _unreachable(monkeypatch)
+    binary = tmp_path / "prism"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    zipped = tmp_path / "prism.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.write(binary, "prism")
+    for location in (binary, zipped):
+        precheck.check_beam_args(["--runner=PrismRunner", f"--prism_location={location}"])
+
+
+def test_prism_with_a_missing_location_is_refused_before_any_component(tmp_path, taxi_config):
+    import dataclasses
+    import io
+    import json
+
+    from pipelines import local_runner
+    from testkit.tiny import tiny
+
+    missing = str(tmp_path / "bin" / "prism")
+    config = dataclasses.replace(
+        tiny(taxi_config), beam_args=("--runner=PrismRunner", f"--prism_location={missing}")
+    )
+    with pytest.raises(ConfigError, match=r"^beam_args\[1\]: --prism_location: no such file"):
+        local_runner.run(config, str(tmp_path / "out"), stream=io.StringIO())
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["components"] == {}
+    assert f"--prism_location: no such file {missing!r}" in summary["error"]

@@ -169,3 +169,46 @@ def test_a_module_without_student_fn_or_returning_no_model_is_named(tmp_path):
     module.write_text("def run_fn(fn_args):\n    pass\n")
     with pytest.raises(ConfigError, match=r"module_file: cannot load student_fn from"):
         student_lib.load_student_fn({"module_file": str(module)})
+
+
+STUDENT_AT_BUILD = """import tensorflow as tf
+
+
+def student_fn(fn_args):
+    inputs = {
+        "x_xf": tf.keras.Input((fn_args.custom_config["width"],), name="x_xf"),
+        "city_xf": tf.keras.Input((1,), name="city_xf", dtype=tf.string),
+    }
+    hidden = tf.keras.layers.Dense(4)(inputs["x_xf"])
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(3)(hidden))
+"""
+
+
+def _build_args(**known):
+    return student_lib.BuildFnArgs(train_steps=5, eval_steps=1, custom_config={"width": 2}, **known)
+
+
+def test_a_logit_student_is_built_and_checked_from_what_the_build_knows(tmp_path):
+    module = tmp_path / "student.py"
+    module.write_text(STUDENT_AT_BUILD)
+    fn_args = _build_args()
+    assert student_lib.check_at_build(str(module), fn_args) is True
+    assert fn_args.read_unknown == set()
+
+
+def test_a_student_fn_returning_no_model_is_named_with_its_line_at_build(tmp_path):
+    module = tmp_path / "student.py"
+    module.write_text("\n\ndef student_fn(fn_args):\n    return 3\n")
+    with pytest.raises(ConfigError) as e:
+        student_lib.check_at_build(str(module), _build_args())
+    assert str(e.value).startswith(
+        f"{module}:3: module_file: student_fn returned int, not a tf.keras Model"
+    )
+
+
+def test_a_student_fn_reading_the_run_is_not_judged_at_build(tmp_path):
+    module = tmp_path / "student.py"
+    module.write_text("def student_fn(fn_args):\n    return open(fn_args.schema_path).read()\n")
+    fn_args = _build_args()
+    assert student_lib.check_at_build(str(module), fn_args) is False
+    assert fn_args.read_unknown == {"schema_path"}

@@ -86,7 +86,12 @@ def test_component_with_too_many_teachers_fails_at_build_time(digits_config):
         )
 
 
-STUDENT_MODULE = "def student_fn(fn_args):\n    raise NotImplementedError\n"
+# A logit student: the Distiller builds it once at construction.
+STUDENT_MODULE = (
+    "import tensorflow as tf\n\n\ndef student_fn(fn_args):\n"
+    "    inputs = tf.keras.Input((2,), name='x_xf')\n"
+    "    return tf.keras.Model(inputs, tf.keras.layers.Dense(3)(inputs))\n"
+)
 
 
 def test_a_student_fn_module_needs_no_config_and_travels_as_a_module_file(tmp_path):
@@ -148,6 +153,75 @@ def test_a_student_fn_distiller_refuses_bad_arguments_at_construction(
             teacher_models=teachers,
             module_file=str(module),
         )
+
+
+def _penguin_pipeline(root: str):
+    """TFX's penguin example as its pipeline file builds it, under `root` (nothing run)."""
+    from testkit import tfx_examples
+
+    example = tfx_examples.PENGUIN
+    module = tfx_examples.load_pipeline(example, os.path.join(root, "code"), swapped=False)
+    data_root = tfx_examples.penguin_data_root(root)
+    return tfx_examples.create_pipeline(example, module, root, data_root, beam_pipeline_args=())
+
+
+def test_a_softmax_student_fn_is_refused_when_the_pipeline_is_built(tmp_path):
+    from testkit import tfx_examples
+
+    # The example's own small student with a final softmax, as a user may write it.
+    with open(tfx_examples.PENGUIN.student_module) as f:
+        source = f.read()
+    old = "tf.keras.layers.Dense(3)(hidden)"
+    assert source.count(old) == 1
+    module = tmp_path / "penguin_student.py"
+    module.write_text(source.replace(old, "tf.keras.layers.Dense(3, activation='softmax')(hidden)"))
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if "def student_fn" in text)
+    example = dataclasses.replace(tfx_examples.PENGUIN, student_module=str(module))
+    pipeline = _penguin_pipeline(str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        tfx_examples.add_distillation(example, pipeline, str(tmp_path), train_steps=5)
+    assert str(e.value).startswith(
+        f"module_file: student_fn of '{module}:{line}' returns probabilities, not logits: its "
+        "output comes from a final softmax / sigmoid activation."
+    )
+    assert "drop the final activation" in str(e.value)
+    assert "apache_beam" not in str(e.value) and ".whl" not in str(e.value)
+    # Refused while the pipeline was built: no component ran, none wrote anything.
+    assert not (tmp_path / "pipeline_root").exists() and not (tmp_path / "metadata.db").exists()
+
+
+def test_a_student_fn_that_raises_is_refused_at_construction_naming_its_line(tmp_path):
+    from components.compat.user_code import UserCodeError
+
+    module = tmp_path / "student.py"
+    module.write_text("def student_fn(fn_args):\n    return fn_args.custom_config['width']\n")
+    examples, graph, teachers = _channels(1)
+    with pytest.raises(UserCodeError) as e:
+        Distiller(
+            examples=examples,
+            transform_graph=graph,
+            teacher_models=teachers,
+            module_file=str(module),
+        )
+    assert str(e.value).startswith(
+        f"{module}:1: student_fn of module_file '{module}' raised KeyError: 'width' "
+        f"(at {module}:2), built at pipeline build"
+    )
+    assert isinstance(e.value.__cause__, KeyError)
+
+
+def test_a_student_fn_reading_transform_output_is_left_to_the_distiller_run(tmp_path):
+    module = tmp_path / "student.py"
+    module.write_text(
+        "import tensorflow_transform as tft\n\n\ndef student_fn(fn_args):\n"
+        "    return tft.TFTransformOutput(fn_args.transform_output).transformed_feature_spec()\n"
+    )
+    examples, graph, teachers = _channels(1)
+    # Built where the Distiller runs, on Transform's output: build, check_student and
+    # check_logits refuse it there (test_student_fn).
+    Distiller(
+        examples=examples, transform_graph=graph, teacher_models=teachers, module_file=str(module)
+    )
 
 
 def test_without_module_file_a_config_with_data_is_needed():

@@ -67,10 +67,14 @@ def channels(n: int):
 
 
 def student_fn_distiller(root: str, config: dict, teachers: int) -> Distiller:
-    """A Distiller built in code with a (trivial) student_fn module and `config`."""
+    """A Distiller built in code with a small logit student_fn module and `config`."""
     module = os.path.join(root, "student.py")
     with open(module, "w") as f:
-        f.write("def student_fn(fn_args):\n    return None\n")
+        f.write(
+            "import tensorflow as tf\n\n\ndef student_fn(fn_args):\n"
+            "    inputs = tf.keras.Input((2,), name='x_xf')\n"
+            "    return tf.keras.Model(inputs, tf.keras.layers.Dense(3)(inputs))\n"
+        )
     examples, graph, models = channels(teachers)
     return Distiller(
         config=config,

@@ -102,9 +102,11 @@ MNIST = Example(
         "trainer_pb2.TrainArgs(num_steps={train})",
     ),
     accuracy="SparseCategoricalAccuracy",
+    student_module=os.path.join(STUDENTS, "mnist_student.py"),
     # Its run_fn reads training and evaluation batches of 40.
     batch=("tf_transform_output, 40)", "tf_transform_output, {batch})"),
 )
+MNIST_SAMPLE = os.path.join(REPO_ROOT, "tests", "data", "mnist_1000.tfrecord")
 MNIST_IMAGES = 12_000
 
 
@@ -137,6 +139,15 @@ def mnist_data_root(workdir: str, images: int = MNIST_IMAGES) -> str:
 
 # The examples by the short key `benchmarks/drop_in.py` takes.
 BY_KEY = {"taxi": TAXI, "penguin": PENGUIN, "mnist": MNIST}
+BY_NAME = {e.name: e for e in BY_KEY.values()}
+
+
+def mnist_sample_root(workdir: str) -> str:
+    """A data root for the MNIST example holding the repository's 1,000 MNIST digits."""
+    root = os.path.join(workdir, "mnist_sample")
+    os.makedirs(root, exist_ok=True)
+    shutil.copy(MNIST_SAMPLE, root)
+    return root
 
 
 def data_root(example: Example, workdir: str) -> str:
@@ -295,7 +306,8 @@ def add_distillation(
 
     by_id = {c.id: c for c in pipeline.components}
     example_gen = next(c for c in pipeline.components if c.id.endswith("ExampleGen"))
-    transform, trainer = by_id["Transform"], by_id["Trainer"]
+    transform = by_id["Transform"]
+    trainer = by_id["Trainer.mnist" if example is MNIST else "Trainer"]
     distiller = Distiller(
         module_file=example.student_module,
         examples=transform.outputs["transformed_examples"],
@@ -305,12 +317,15 @@ def add_distillation(
         eval_args=tfx_v1.proto.EvalArgs(num_steps=5),
         config=config,
     )
-    label = {TAXI.name: "tips_xf", PENGUIN.name: "species_xf"}[example.name]
-    spec = dict(
-        signature_name="serving_default",
-        label_key=label,
-        preprocessing_function_names=["transform_features"],
-    )
+    if example is MNIST:
+        # Its model serves no transform signature: the Evaluator reads the raw label.
+        spec = dict(signature_name="serving_default", label_key="image_class")
+    else:
+        spec = dict(
+            signature_name="serving_default",
+            label_key={TAXI.name: "tips_xf", PENGUIN.name: "species_xf"}[example.name],
+            preprocessing_function_names=["transform_features"],
+        )
     eval_config = tfma.EvalConfig(
         model_specs=[
             tfma.ModelSpec(name="candidate", **spec),
@@ -371,3 +386,48 @@ def signatures(model_dir: str) -> dict[str, tuple]:
         outputs = {k: (v.dtype.name, tuple(v.shape)) for k, v in fn.structured_outputs.items()}
         out[key] = (tuple(sorted(inputs.items())), tuple(sorted(outputs.items())))
     return out
+
+
+def teacher_agreement(root: str, rows: int = 64) -> dict:
+    """How the Distiller reads the run's teacher, against the teacher itself.
+
+    The teacher (the run's one Trainer model) described as the Distiller
+    describes it, called as the Distiller calls it on the Transform's output
+    for raw eval examples, and its own `serving_default` on the same raw
+    examples.
+
+    Returns:
+      `kind` and `positional` of its description, and `max_abs_diff` between
+      the two outputs.
+    """
+    import glob
+
+    import numpy as np
+    import tensorflow_transform as tft
+
+    from components.distillation import teachers as teachers_lib
+
+    pipeline_root = os.path.join(root, "pipeline_root")
+    (trainer,) = glob.glob(os.path.join(pipeline_root, "Trainer*", "model", "*", "Format-Serving"))
+    (graph,) = glob.glob(os.path.join(pipeline_root, "Transform", "transform_graph", "*"))
+    (examples,) = glob.glob(os.path.join(pipeline_root, "*ExampleGen", "examples", "*"))
+    files = tf.io.gfile.glob(os.path.join(examples, "Split-eval", "*"))
+    raw = [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP").take(rows)]
+    tft_output = tft.TFTransformOutput(graph)
+    info = teachers_lib.describe_teacher(
+        trainer, transformed_features=sorted(tft_output.transformed_feature_spec())
+    )
+    transformed = tft_output.transform_raw_features(
+        tf.io.parse_example(raw, tft_output.raw_feature_spec())
+    )
+    read = teachers_lib.ExportedTeacher(trainer, info).outputs_of(transformed).numpy()
+    (served,) = (
+        tf.saved_model.load(trainer)
+        .signatures["serving_default"](examples=tf.constant(raw))
+        .values()
+    )
+    return {
+        "kind": info.kind,
+        "positional": list(info.positional),
+        "max_abs_diff": float(np.max(np.abs(read - served.numpy()))),
+    }

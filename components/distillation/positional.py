@@ -2,7 +2,8 @@
 
 `tf.saved_model.save` of a Keras 3 model (what TFX's examples do under Keras 3) keeps
 the model's call only as `_default_save_signature`: positional inputs `inputs_0`,
-`inputs_1`, ... without the names of the Keras inputs. The names survive in the
+`inputs_1`, ... without the names of the Keras inputs (a model built on a dict of
+inputs keeps them as the dict's keys). The names survive in the
 teacher's `serving_default`, which calls the same model on the dict its
 `TransformFeaturesLayer` returns. `input_names` reads them from the two graphs: the
 ops of the model that read input `i` in the default signature read, in the serving
@@ -12,7 +13,7 @@ features in sorted order (TensorFlow flattens a dict by sorted key). No TFX type
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import tensorflow as tf
 
@@ -49,7 +50,11 @@ def input_names(
     Raises:
       ValueError: when the graphs do not say, naming the teacher and the fix.
     """
-    specs = tf.nest.flatten(call.structured_input_signature[0][0])
+    structure = call.structured_input_signature[0][0]
+    if isinstance(structure, Mapping) and set(structure) <= set(transformed_features):
+        # A model built on a dict of inputs keeps their names as the dict's keys.
+        return tuple(sorted(structure))
+    specs = tf.nest.flatten(structure)
     placeholders = [t.op.name for t in call.inputs[: len(specs)]]
     readers = _readers(call.graph.as_graph_def(), placeholders)
     found = _read_in_serving(serving.graph.as_graph_def(), readers, sorted(transformed_features))

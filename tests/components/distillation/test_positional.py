@@ -48,12 +48,17 @@ def _serialized(raw: dict[str, np.ndarray]) -> tf.Tensor:
     return tf.constant([r.SerializeToString() for r in rows])
 
 
-def _save(path, through_transform: bool = True) -> tuple[str, keras.Model]:
-    """A Keras 3 model on three same-spec inputs, saved with `tf.saved_model.save`."""
+def _save(path, through_transform: bool = True, dict_inputs: bool = False):
+    """A Keras 3 model on three same-spec inputs (a list, or a dict by name), saved with
+    `tf.saved_model.save`; returns `(dir, model)`."""
     keras.utils.set_random_seed(0)
     inputs = [keras.Input(shape=(1,), name=name) for name in MODEL_INPUTS]
     hidden = keras.layers.Dense(8, activation="relu")(keras.layers.concatenate(inputs))
-    model = keras.Model(inputs, keras.layers.Dense(3)(hidden))
+    outputs = keras.layers.Dense(3)(hidden)
+    if dict_inputs:
+        model = keras.Model(dict(zip(MODEL_INPUTS, inputs, strict=True)), outputs)
+    else:
+        model = keras.Model(inputs, outputs)
     transform = tf.function(_transform)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
@@ -78,11 +83,13 @@ def test_a_keras3_teachers_inputs_are_named_by_the_transformed_feature_each_read
     assert info.num_params == model.count_params()
 
 
-def test_a_keras3_teachers_logits_equal_its_own_serving_outputs(tmp_path):
+@pytest.mark.parametrize("dict_inputs", [False, True], ids=["list_inputs", "dict_inputs"])
+def test_a_keras3_teachers_logits_equal_its_own_serving_outputs(tmp_path, dict_inputs):
     """Called on the Transform's output as the Distiller calls it, the teacher gives what it
     serves on the raw examples; a reading in another order would not."""
-    path, _ = _save(tmp_path / "t")
+    path, _ = _save(tmp_path / "t", dict_inputs=dict_inputs)
     info = teachers_lib.describe_teacher(path, transformed_features=TRANSFORMED)
+    assert info.positional == tuple(sorted(MODEL_INPUTS) if dict_inputs else MODEL_INPUTS)
     raw = _raw()
     served = tf.saved_model.load(path).signatures["serving_default"](examples=_serialized(raw))
     served = served["outputs"].numpy()
@@ -91,10 +98,10 @@ def test_a_keras3_teachers_logits_equal_its_own_serving_outputs(tmp_path):
     }
     read = teachers_lib.ExportedTeacher(path, info).outputs_of(transformed).numpy()
     np.testing.assert_allclose(read, served, rtol=1e-6, atol=1e-6)
-    sorted_reading = teachers_lib.ExportedTeacher(
-        path, dataclasses.replace(info, positional=tuple(sorted(MODEL_INPUTS)))
+    misread = teachers_lib.ExportedTeacher(
+        path, dataclasses.replace(info, positional=tuple(reversed(info.positional)))
     )
-    assert not np.allclose(sorted_reading.outputs_of(transformed).numpy(), served, atol=1e-3)
+    assert not np.allclose(misread.outputs_of(transformed).numpy(), served, atol=1e-3)
 
 
 def test_a_keras3_teacher_whose_inputs_cannot_be_named_is_refused_naming_the_fix(tmp_path):

@@ -2,7 +2,7 @@
 
     python -m tests.components.dropin.run_example SPEC_JSON
 
-The spec names the example (`tfx_examples.TAXI.name` or `PENGUIN.name`),
+The spec names the example (`tfx_examples.TAXI.name`, `PENGUIN.name` or `MNIST.name`),
 the work directory, the data root, whether the imports are swapped, the
 step count, with `enable_tuning` the penguin example's own stock Tuner, and
 with `distill_steps` the distillation stage a user adds
@@ -11,7 +11,8 @@ leaves its vocabulary tables in the process's TensorFlow resource manager
 under names derived from the graph, so a later, different Transform in the
 same process (the product's own, in the next test module) would collide
 with them. Writes `<root>/result.json`: the node ids of the example's DAG
-and the signatures of every pushed model (teacher and student).
+and the signatures of every pushed model (teacher and student); when it
+distils, how the Distiller reads the teacher (`tfx_examples.teacher_agreement`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from testkit import tfx_examples
 def main(spec_path: str) -> None:
     with open(spec_path) as f:
         spec = json.load(f)
-    example = {e.name: e for e in (tfx_examples.TAXI, tfx_examples.PENGUIN)}[spec["example"]]
+    example = tfx_examples.BY_NAME[spec["example"]]
     module = tfx_examples.load_pipeline(
         example, spec["code_dir"], swapped=spec["swapped"], train_steps=spec["train_steps"]
     )
@@ -68,6 +69,8 @@ def main(spec_path: str) -> None:
             for m in tfx_examples.pushed_models(spec["root"], tfx_examples.STUDENT_PUSH)
         },
     }
+    if spec.get("distill_steps"):
+        result["teacher"] = tfx_examples.teacher_agreement(spec["root"])
     if spec.get("enable_tuning"):
         (path,) = glob.glob(
             os.path.join(

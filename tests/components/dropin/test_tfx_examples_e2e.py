@@ -1,10 +1,12 @@
 """TFX's own example pipelines with the two-import swap, end to end through BeamDagRunner.
 
-The penguin Keras and taxi native-Keras pipelines are taken from the tfx
-wheel as they are, with only their `Transform` / `Trainer` imports changed
-(and tiny step counts, one in-memory Beam worker); every component must
+The penguin Keras, taxi native-Keras and MNIST native-Keras pipelines are taken
+from the tfx wheel as they are, with only their `Transform` / `Trainer` imports
+changed (and tiny step counts, one in-memory Beam worker); every component must
 run, the model must be pushed, and its serving signatures must be those the
-stock Trainer's model has.
+stock Trainer's model has. Their module files get the Keras stock TFX gives them
+(Keras 3), so the teachers the Distiller stages read are Keras 3 models, saved as
+those examples save them.
 """
 
 from __future__ import annotations
@@ -26,12 +28,16 @@ from testkit import tfx_examples
 # split; its Keras model starts unseeded, and after 5 steps it scored 0.72 in
 # one run and below 0.6 in another (nothing pushed). At 200 steps it is
 # trained, not a draw of its initial weights, for a few seconds more.
-TRAIN_STEPS = {"taxi_native_keras": 200, "penguin_keras": 5}
+TRAIN_STEPS = {"taxi_native_keras": 200, "penguin_keras": 5, "mnist_native_keras": 20}
 # Student steps of the distillation stage a user adds (`tfx_examples.add_distillation`):
 # to the stock penguin run (a stock Trainer's teacher on stock Transform
 # output) and to the swapped taxi run (the tfxkit Trainer's teacher, from
 # the example's own run_fn).
-DISTILL_STEPS = {("penguin_keras", False): 20, ("taxi_native_keras", True): 50}
+DISTILL_STEPS = {
+    ("penguin_keras", False): 20,
+    ("taxi_native_keras", True): 50,
+    ("mnist_native_keras", True): 20,
+}
 
 
 def _executed(root: str) -> set[str]:
@@ -44,20 +50,16 @@ def _executed(root: str) -> set[str]:
 RUN_TIMEOUT_S = 1500
 
 
-def _user_env(legacy_keras: bool) -> dict[str, str]:
+def _user_env() -> dict[str, str]:
     """The environment of a user's shell for an example run.
 
-    TF_USE_LEGACY_KERAS as the user sets it (importing TFT into this test
-    process set it here): unset, a module file gets Keras 3 under stock TFX
-    and the swap alike, which keras_tuner (the penguin example's Tuner)
-    needs; set, tf_keras, which the Distiller needs of a teacher it restores
-    (docs/bring-your-own-pipeline.md). Runs side by side may share one GPU:
-    each takes memory as it needs it.
+    TF_USE_LEGACY_KERAS unset (importing TFT into this test process set it
+    here): a module file gets Keras 3 under stock TFX and the swap alike, as
+    TFX's examples expect, and the Distiller reads the Keras 3 teachers they
+    save. Runs side by side may share one GPU: each takes memory as it needs it.
     """
     env = {**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     env.pop("TF_USE_LEGACY_KERAS", None)
-    if legacy_keras:
-        env["TF_USE_LEGACY_KERAS"] = "1"
     return env
 
 
@@ -88,7 +90,7 @@ class _ExampleRun:
             cwd=tfx_examples.REPO_ROOT,
             # Runs side by side may share one GPU: each takes memory as it needs
             # it instead of all of it at start-up.
-            env=_user_env(legacy_keras=bool(spec["distill_steps"])),
+            env=_user_env(),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             text=True,
@@ -109,10 +111,12 @@ class _ExampleRun:
         with open(self.result_path) as f:
             result = json.load(f)
         self.student_signatures = result["student_signatures"]
+        self.teacher = result.get("teacher")
         self.best_hyperparameters = result.get("best_hyperparameters")
         # Resolvers write no outputs; every other node of the example's own DAG must have run.
         nodes = {n for n in result["nodes"] if "resolver" not in n}
-        assert {"Transform", "Trainer", "Pusher"} <= nodes
+        # The MNIST example names its own `Trainer.mnist`, `Pusher.mnist`, ...
+        assert {"Transform", "Trainer", "Pusher"} <= {n.split(".")[0] for n in nodes}
         assert nodes <= _executed(self.root), (
             f"not executed: {sorted(nodes - _executed(self.root))}"
         )
@@ -165,6 +169,11 @@ def example_runs(request, tmp_path_factory):
             (tfx_examples.PENGUIN, data_root, False),
             (tfx_examples.PENGUIN, data_root, True),
         ]
+    if selected & {
+        "test_mnist_native_keras_example_swapped_pushes_a_model_with_the_stock_signature",
+        "test_mnist_native_keras_model_distils_into_a_student_fn_that_serves_like_it",
+    }:
+        wanted.append((tfx_examples.MNIST, tfx_examples.mnist_sample_root(workdir), True))
     runs = {}
     try:
         for example, data_root, swapped in wanted:
@@ -185,12 +194,21 @@ def example_runs(request, tmp_path_factory):
 
 
 def _check_distilled(run, teacher_signatures) -> None:
-    """The student was distilled, evaluated against the teacher, pushed, and serves like it."""
+    """The student was distilled from the Keras 3 teacher, evaluated against it, pushed, and
+    serves like it.
+
+    The teacher is read as the Distiller reads it: a Keras 3 model's positional
+    call, each input named by the transformed feature it reads; called so on
+    the Transform's output for raw eval examples, it gives what the teacher's
+    own serving_default gives on them.
+    """
     executed = _executed(run.root)
     assert {"Distiller", "StudentEvaluator", "StudentPusher"} <= executed
     (teacher,) = teacher_signatures.values()
     (student,) = run.student_signatures.values()
     assert student == teacher
+    assert run.teacher["kind"] == "keras" and run.teacher["positional"], run.teacher
+    assert run.teacher["max_abs_diff"] <= 1e-5, run.teacher
 
 
 def _check_swapped_run(root: str) -> None:
@@ -264,3 +282,26 @@ def test_taxi_native_keras_model_distils_into_a_student_fn_that_serves_like_it(e
     run = example_runs[tfx_examples.TAXI.name, "swapped"]
     _, signatures = run.result()
     _check_distilled(run, signatures)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.e2e
+def test_mnist_native_keras_example_swapped_pushes_a_model_with_the_stock_signature(example_runs):
+    swapped, signatures = example_runs[tfx_examples.MNIST.name, "swapped"].result()
+    _check_swapped_run(swapped)
+    (sigs,) = signatures.values()
+    # The stock module's one signature (mnist_utils_native_keras.run_fn): raw tf.Examples
+    # in, the ten class probabilities out (its model's last layer is a softmax).
+    assert list(sigs) == ["serving_default"]
+    ((inputs, outputs),) = [sigs["serving_default"]]
+    assert inputs == [["examples", ["string", [None]]]]
+    assert [shape for _, (_, shape) in outputs] == [[None, 10]]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.e2e
+def test_mnist_native_keras_model_distils_into_a_student_fn_that_serves_like_it(example_runs):
+    run = example_runs[tfx_examples.MNIST.name, "swapped"]
+    _, signatures = run.result()
+    _check_distilled(run, signatures)
+    assert run.teacher["positional"] == ["image_floats_xf"]

@@ -39,7 +39,7 @@ def load_student_fn(student_module: Mapping[str, str]) -> Callable:
     module_file = student_module.get("module_file") or student_module.get("module_path")
     try:
         fn = udf_utils.get_fn(dict(student_module), STUDENT_FN)
-    except (AttributeError, ImportError, FileNotFoundError) as e:
+    except (AttributeError, ImportError, FileNotFoundError, SyntaxError) as e:
         raise ConfigError(
             f"module_file: cannot load {STUDENT_FN} from {module_file!r}: {e}; define "
             f"`def {STUDENT_FN}(fn_args) -> tf.keras.Model` in the Distiller's module_file"
@@ -268,7 +268,21 @@ def check_at_build(module_file: str, fn_args: BuildFnArgs) -> bool:
     # Loaded inside the scope, as the Distiller's run_fn loads it: a module
     # that binds `tf.keras` at import gets tf_keras.
     with legacy_keras.tf_keras_scope():
-        student_fn = load_student_fn({"module_file": module_file})
+        try:
+            student_fn = load_student_fn({"module_file": module_file})
+        except ConfigError as e:
+            missing = e.__cause__
+            if (
+                isinstance(missing, ModuleNotFoundError)
+                and missing.name
+                and not (os.path.basename(module_file).startswith(missing.name.split(".")[0]))
+            ):
+                # A package installed only where the pipeline runs (a cluster's
+                # image) is no reason to refuse a pipeline compiled here.
+                return _deferred(
+                    module_file, fn_args, f"it imports {missing.name}, not installed here"
+                )
+            raise
         where = location(student_fn, module_file)
         try:
             model = build(student_fn, fn_args, module_file)

@@ -212,3 +212,17 @@ def test_a_student_fn_reading_the_run_is_not_judged_at_build(tmp_path):
     fn_args = _build_args()
     assert student_lib.check_at_build(str(module), fn_args) is False
     assert fn_args.read_unknown == {"schema_path"}
+
+
+def test_a_student_fn_importing_a_package_not_installed_here_is_left_to_the_run(tmp_path):
+    """A package in the cluster's image only: the pipeline still compiles here."""
+    module = tmp_path / "student.py"
+    module.write_text("import tfxkit_only_on_the_cluster\n\ndef student_fn(fn_args):\n    pass\n")
+    assert student_lib.check_at_build(str(module), _build_args()) is False
+
+
+def test_a_student_module_that_does_not_import_is_refused_at_build(tmp_path):
+    module = tmp_path / "student.py"
+    module.write_text("def student_fn(fn_args):\n    return (\n")
+    with pytest.raises(ConfigError, match=r"module_file: cannot load student_fn from"):
+        student_lib.check_at_build(str(module), _build_args())

@@ -596,7 +596,7 @@ def committed_choice(
     starts at its trials. A choice that differs in any key, or a file that is not
     such a choice, is not used: that run chooses again.
     """
-    path = os.path.join(results_dir, f"{choice_stem(setting)}.json")
+    path = results_lib.results_path(choice_stem(setting), results_dir)
     try:
         with open(path) as f:
             record = json.load(f)
@@ -644,11 +644,7 @@ def run_setting(
         choice["seconds"] = validation["_seconds"]
         # The file that commits the choice records the run that writes it, which may
         # be a later one (resumed from this work directory): this is the stage's own.
-        choice["measured"] = {
-            "commit": results_lib.commit()["commit"],
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": results_lib.machine(),
-        }
+        choice["measured"] = results_lib.provenance()
     if not os.path.exists(choice_file):
         with open(choice_file + ".tmp", "w") as f:
             json.dump(choice, f, indent=1)

@@ -503,7 +503,7 @@ def _teacher(bench: Measured, config: PipelineConfig, seed: int, workdir: str, k
     serving = bench.train_classifier(
         bench_lib.with_seed(config, seed), "teacher", f"{key}/teacher{seed}"
     )
-    _save(marker, {"serving_dir": serving, **results_lib.commit()})
+    _save(marker, {"serving_dir": serving, "provenance": results_lib.provenance()})
     return serving
 
 
@@ -561,7 +561,7 @@ def kd_trial(
             bench_lib.with_seed(chosen, seed, alpha=0.0), teacher, f"kd/seed{seed}/control"
         ),
     }
-    row = {"seed": seed, "teacher": teacher, **results_lib.commit()}
+    row = {"seed": seed, "teacher": teacher}
     for name, run in runs.items():
         d = bench_lib.timed(seconds, name, run)
         row[f"{name}_acc"] = bench.test_accuracy(bench.test_probabilities(d))
@@ -633,8 +633,9 @@ def run_kd(bench: Measured, config: PipelineConfig, seeds: int, workdir: str):
 
 def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[dict]:
     """Rows 0 .. count - 1 of one setting: read back where a run saved them, else
-    `run_one(i)`, saved at once (and `describe(i, row)` printed); with
-    `SAVED_ONLY`, the saved rows before the first missing one."""
+    `run_one(i)` with its `provenance` (commit, date, machine, stack), saved at once (and
+    `describe(i, row)` printed); with `SAVED_ONLY`, the saved rows before the first
+    missing one."""
     rows = []
     for i in range(count):
         path = _trial_file(workdir, key, i)
@@ -644,7 +645,7 @@ def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[di
             continue
         if SAVED_ONLY:
             break
-        rows.append(run_one(i))
+        rows.append({**run_one(i), "provenance": results_lib.provenance()})
         _save(path, rows[-1])
         print(f"# {describe(i, rows[-1])}", file=sys.stderr, flush=True)
     return rows
@@ -652,14 +653,14 @@ def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[di
 
 def _saved_choice(workdir: str, key: str, choose) -> dict | None:
     """The settings choice saved under `key`, else `choose()` saved there (None with
-    `SAVED_ONLY`, which trains nothing)."""
+    `SAVED_ONLY`, which trains nothing), with its `provenance`."""
     path = os.path.join(workdir, "trials", key, "choice.json")
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
     if SAVED_ONLY:
         return None
-    choice = choose()
+    choice = {**choose(), "provenance": results_lib.provenance()}
     _save(path, choice)
     return choice
 

@@ -1,6 +1,10 @@
 """Committed benchmark results: each file names the commit, date and machine it came from.
 
-`write` saves a benchmark's JSON lines to `benchmarks/results/<name>.json`;
+`write` saves a benchmark's JSON lines to `benchmarks/results/<name>.json`
+(`<name>.tfx1.21.json` on the current stack) with the commit the process
+started on (`STARTED`, taken at this module's first import), the stack, and the
+load measured since: `idle` only when no one said the cores were shared and
+other processes used under `IDLE_OTHER_CPU_SHARE` of a core;
 `python -m testkit.results` (`make bench-report`) prints every
 committed headline without running anything, marking a file stale when the
 product, its benchmark or a test helper it imports changed since the commit
@@ -11,13 +15,16 @@ figure (and the report then prints the declaration).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import datetime
 import functools
+import importlib.metadata
 import json
 import os
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,6 +107,205 @@ def machine() -> dict:
     }
 
 
+# What other processes may use, in cores on average over a run (1.0 = one core
+# busy throughout), for the run still to count as having had the machine to
+# itself. A quiet machine's daemons and shells use a few hundredths of a core;
+# another benchmark, a test suite or a compile uses half a core or more. A tenth
+# of a core (5% of this project's 2-core machines) sits between the two.
+IDLE_OTHER_CPU_SHARE = 0.10
+NO_PROC = "unmeasured (no /proc)"
+STACK_DISTRIBUTIONS = {
+    "tfx": "tfx",
+    "tensorflow": "tensorflow",
+    "keras": "keras",
+    "tf_keras": "tf-keras",
+    "apache_beam": "apache-beam",
+}
+# The stack whose results keep the plain `<stem>.json`: every figure committed
+# before the current stack existed was measured on it.
+PLAIN_STEM_TFX = "1.16"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadSample:
+    """One reading of the machine's CPU counters and a process tree's, in clock ticks.
+
+    Attributes:
+      loadavg: The 1, 5 and 15 minute load averages.
+      busy: Ticks all CPUs spent busy since boot (user, nice, system, irq, softirq and
+        steal: time the hypervisor gave to another machine counts as taken by others).
+      total: Ticks all CPUs spent in any state since boot (busy, idle, iowait).
+      cpus: The CPUs `stat` lists.
+      pid: The process at the root of the tree `own` counts.
+      own: Ticks the process and its descendants used: the live ones' own and their
+        reaped children's (a reaped child's time moves to its parent's count).
+      monotonic: `time.monotonic()` at the reading.
+    """
+
+    loadavg: tuple[float, ...]
+    busy: int
+    total: int
+    cpus: int
+    pid: int
+    own: int
+    monotonic: float
+
+
+def sample_load(proc: str = "/proc", pid: int | None = None) -> LoadSample | None:
+    """Reads `proc`'s `loadavg`, `stat` and the `stat` of `pid`'s process tree (default:
+    this process); None where they cannot be read (no /proc)."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        with open(os.path.join(proc, "loadavg")) as f:
+            loadavg = tuple(float(x) for x in f.read().split()[:3])
+        busy = total = cpus = 0
+        with open(os.path.join(proc, "stat")) as f:
+            for line in f:
+                label, *ticks = line.split()
+                if label == "cpu":
+                    # Guest time is already inside user and nice: left out.
+                    user, nice, system, idle, iowait, irq, softirq, steal = (
+                        [int(t) for t in ticks[:8]] + [0] * 8
+                    )[:8]
+                    busy = user + nice + system + irq + softirq + steal
+                    total = busy + idle + iowait
+                elif label.startswith("cpu"):
+                    cpus += 1
+        own = _tree_ticks(proc, pid)
+    except (OSError, ValueError):
+        return None
+    if not cpus or not total:
+        return None
+    return LoadSample(loadavg, busy, total, cpus, pid, own, time.monotonic())
+
+
+def _tree_ticks(proc: str, pid: int) -> int:
+    """CPU ticks of `pid` and its live descendants, each with its reaped children's
+    (`utime + stime + cutime + cstime` of `<proc>/<pid>/stat`)."""
+    parents, ticks = {}, {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "stat")) as f:
+                text = f.read()
+        except OSError:
+            continue  # exited since the listing
+        # The command name, in parentheses, may hold spaces and parentheses itself.
+        fields = text[text.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(v) for v in fields[11:15])
+    if pid not in ticks:
+        raise OSError(f"{proc}/{pid}/stat: no such process")
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    total, todo = 0, [pid]
+    while todo:
+        process = todo.pop()
+        total += ticks[process]
+        todo += children.get(process, [])
+    return total
+
+
+def measure_load(start: LoadSample | None, end: LoadSample | None) -> dict | str:
+    """What the machine did between two samples: load averages at each, and the mean
+    CPU use of everything, of the sampled process tree and of every other process, in
+    cores (1.0 = one core busy throughout); a sentence saying why not where it cannot
+    say."""
+    if start is None or end is None:
+        return NO_PROC
+    if start.pid != end.pid:
+        return f"unmeasured (started in process {start.pid}, written by {end.pid})"
+    per_core = (end.total - start.total) / end.cpus
+    if per_core <= 0:
+        return "unmeasured (no time elapsed)"
+    busy = (end.busy - start.busy) / per_core
+    own = (end.own - start.own) / per_core
+    return {
+        "seconds": round(end.monotonic - start.monotonic, 1),
+        "cpus": end.cpus,
+        "loadavg_start": list(start.loadavg),
+        "loadavg_end": list(end.loadavg),
+        "busy_cpu_share": round(busy, 3),
+        "own_cpu_share": round(own, 3),
+        # Process and machine counts tick apart: a few ticks either way.
+        "other_cpu_share": round(max(0.0, busy - own), 3),
+        "idle_below": IDLE_OTHER_CPU_SHARE,
+    }
+
+
+def verdict(shared_with: str | None, load: dict | str) -> dict:
+    """`idle`: no one said the cores were shared and the measured load agrees (never
+    without a measurement); `load_says_shared`: other processes used at least
+    `IDLE_OTHER_CPU_SHARE` of a core on average (None when unmeasured)."""
+    if not isinstance(load, dict):
+        return {"idle": False, "load_says_shared": None}
+    shared = load["other_cpu_share"] >= IDLE_OTHER_CPU_SHARE
+    return {"idle": shared_with is None and not shared, "load_says_shared": shared}
+
+
+def installed_stack() -> dict:
+    """The versions of Python and of the libraries a figure depends on (None: not
+    installed)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for key, distribution in STACK_DISTRIBUTIONS.items():
+        try:
+            versions[key] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            versions[key] = None
+    return versions
+
+
+def stack_suffix(stack: dict) -> str:
+    """What a results file's stem gets for the stack it was measured on: nothing on TFX
+    1.16, `.tfx<major>.<minor>` on any other (`.tfx1.21`), `.no-tfx` without TFX."""
+    tfx = stack.get("tfx")
+    if not tfx:
+        return ".no-tfx"
+    version = ".".join(tfx.split(".")[:2])
+    return "" if version == PLAIN_STEM_TFX else f".tfx{version}"
+
+
+def results_path(stem: str, results_dir: str = RESULTS_DIR, stack: dict | None = None) -> str:
+    """The file a result of `stem` measured on `stack` (default: this process's) goes to."""
+    suffix = stack_suffix(installed_stack() if stack is None else stack)
+    return os.path.join(results_dir, f"{stem}{suffix}.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class Started:
+    """What a benchmark process started on.
+
+    Attributes:
+      commit: `commit()` at the start.
+      date: UTC, ISO 8601.
+      load: The first load sample (None without /proc).
+      proc: The /proc the samples read.
+    """
+
+    commit: dict
+    date: str
+    load: LoadSample | None
+    proc: str = "/proc"
+
+
+def start(cwd: str = REPO_ROOT, proc: str = "/proc") -> Started:
+    """Records the commit, the date and a load sample now (see `STARTED`)."""
+    return Started(commit(cwd), _now(), sample_load(proc), proc)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def provenance(cwd: str = REPO_ROOT) -> dict:
+    """Where a saved trial, pair or stage came from: the commit (and dirty state), the
+    date, the machine and the stack, now. For files a benchmark saves besides its
+    results file (resumable trials)."""
+    return {**commit(cwd), "date": _now(), "machine": machine(), "stack": installed_stack()}
+
+
 def write(
     name: str,
     lines: Sequence[dict],
@@ -109,6 +315,8 @@ def write(
     argv: Sequence[str] = (),
     cwd: str = REPO_ROOT,
     stem: str | None = None,
+    started: Started | None = None,
+    stack: dict | None = None,
 ) -> str:
     """Writes a benchmark's JSON lines, headline last, with where they came from.
 
@@ -116,11 +324,16 @@ def write(
       name: The benchmark (its script is `benchmarks/<name>.py`).
       lines: Everything it printed, in order; the last is the headline.
       shared_with: What else ran on the cores meanwhile, or None when the
-        machine was otherwise idle (timings need an idle machine).
+        machine was otherwise idle (timings need an idle machine). The file says
+        `idle` only when this is None and the measured load agrees (`verdict`).
       argv: The command line it ran with.
       cwd: The repository whose commit is recorded.
       stem: The file's name without `.json` when one benchmark keeps several
-        results (one per example); default: `name`.
+        results (one per example); default: `name`. Measured on a stack other
+        than TFX 1.16, the name gets `stack_suffix` (`drop_in_taxi.tfx1.21.json`).
+      started: What the process started on; default `STARTED`, taken when this
+        module was first imported. The load is measured from its sample to now.
+      stack: The versions the figures were measured with; default: the installed ones.
 
     Returns:
       The file written.
@@ -130,19 +343,28 @@ def write(
     """
     if not lines:
         raise ValueError(f"{name}: no result lines to write")
+    started = STARTED if started is None else started
+    stack = installed_stack() if stack is None else stack
+    load = measure_load(started.load, sample_load(started.proc))
+    at_write = commit(cwd)
     record = {
         "benchmark": name,
-        **commit(cwd),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **at_write,
+        "commit_start": started.commit,
+        "commit_changed": started.commit != at_write,
+        "date_start": started.date,
+        "date": _now(),
         "machine": machine(),
-        "idle": shared_with is None,
+        "stack": stack,
+        "load": load,
+        **verdict(shared_with, load),
         "shared_with": shared_with,
         "argv": list(argv),
         "lines": list(lines),
         "headline": lines[-1],
     }
     os.makedirs(results_dir, exist_ok=True)
-    path = os.path.join(results_dir, f"{stem or name}.json")
+    path = results_path(stem or name, results_dir, stack)
     with open(path + ".tmp", "w") as f:
         f.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
     os.replace(path + ".tmp", path)
@@ -165,6 +387,10 @@ RECORDING_ONLY = frozenset({f"{TESTING_DIR}/results.py"})
 # path's too) is declared for it and the result's commit is an ancestor of HEAD.
 # Read as committed at HEAD.
 NEUTRAL_FILE = "benchmarks/neutral_changes.json"
+# The commit, date and load a benchmark started on, taken when this module is first
+# imported: every benchmark imports it before measuring anything, so no benchmark
+# can forget to record its start. `write` measures the load from here.
+STARTED = start()
 
 
 @functools.cache
@@ -454,15 +680,51 @@ def report(results_dir: str = RESULTS_DIR, cwd: str = REPO_ROOT) -> list[str]:
             record = json.load(f)
         stale, crossed = assess(record, cwd)
         where = record["machine"]
+        tfx = (record.get("stack") or {}).get("tfx")
         out.append(
             f"== {record['benchmark']} ({entry}): commit {str(record.get('commit'))[:10]}, "
             f"{record['date']}, {where.get('cores')} cores {where.get('cpu')}, "
-            + ("idle" if record.get("idle") else f"shared with {record.get('shared_with')}")
+            + (f"tfx {tfx}, " if tfx else "")
+            + _occupancy(record)
             + (f"; STALE: {stale}" if stale else "")
         )
         out += [f"   declared not to touch its figures ({NEUTRAL_FILE}): {c}" for c in crossed]
+        out += _provenance_notes(record)
         out.append(json.dumps(record["headline"], sort_keys=True))
     return out or [f"no results in {os.path.relpath(results_dir, cwd)}"]
+
+
+def _occupancy(record: dict) -> str:
+    """Whether the run had the machine to itself, as its file records it."""
+    load, shared_with = record.get("load"), record.get("shared_with")
+    if record.get("idle"):
+        if isinstance(load, dict):
+            return f"idle (others used {load['other_cpu_share']} of a core)"
+        return "idle"  # written before the load was measured: the flag's word alone
+    said = f"shared with {shared_with}" if shared_with else ""
+    if isinstance(load, dict) and record.get("load_says_shared"):
+        measured = f"others used {load['other_cpu_share']} of a core on average"
+        return f"{said}; {measured}" if said else f"shared: {measured}"
+    if isinstance(load, str) and not said:
+        return f"not idle: load {load}"
+    return said or "shared"
+
+
+def _provenance_notes(record: dict) -> list[str]:
+    """A line for a file written before commit_start was recorded, or one whose commit
+    changed while its benchmark ran."""
+    if "commit_start" not in record:
+        return [
+            "   no commit_start: written before provenance was recorded "
+            "(no measured load either: its idle is the --shared-with flag's word)"
+        ]
+    if record.get("commit_changed"):
+        began = record["commit_start"]
+        return [
+            f"   commit changed while it ran: started on {str(began.get('commit'))[:10]}"
+            + (" with uncommitted changes" if began.get("dirty") else "")
+        ]
+    return []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

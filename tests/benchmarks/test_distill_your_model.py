@@ -75,9 +75,9 @@ def test_each_setting_writes_its_own_results_file_naming_it(tmp_path):
     )
     args = argparse.Namespace(shared_with="a test", argv=["--settings", "scarce,all"])
     paths = bench.write_results([scarce, every], args, results_dir=str(tmp_path))
-    assert [p.rsplit("/", 1)[1] for p in paths] == [
-        "distill_your_model_scarce.json",
-        "distill_your_model_all.json",
+    assert paths == [
+        results_lib.results_path("distill_your_model_scarce", str(tmp_path)),
+        results_lib.results_path("distill_your_model_all", str(tmp_path)),
     ]
     for path, setting, fraction in zip(paths, ("scarce", "all"), (0.1, 1.0), strict=True):
         with open(path) as f:
@@ -179,7 +179,8 @@ def test_a_committed_choice_serves_only_the_code_recipe_and_scoring_that_made_it
     _commit_choice(tmp_path)
     saved = bench.committed_choice("scarce", "r1", "scarce-x", str(tmp_path))
     assert {k: saved[k] for k in CHOICE} == CHOICE
-    assert saved["from"]["file"].endswith("distill_your_model_choice_scarce.json")
+    suffix = results_lib.stack_suffix(results_lib.installed_stack())
+    assert saved["from"]["file"].endswith(f"distill_your_model_choice_scarce{suffix}.json")
     assert {"commit", "date"} <= set(saved["from"])
     assert bench.committed_choice("scarce", "r2", "scarce-x", str(tmp_path)) is None
     assert bench.committed_choice("scarce", "r1", "scarce-y", str(tmp_path)) is None
@@ -236,7 +237,7 @@ def test_a_later_run_elsewhere_starts_at_the_trials_from_the_committed_choice(
     out = bench.run_setting(args, "scarce", "r1", lambda: checked.append("first"), results)
     assert out == {"setting": "scarce", "choice": {**CHOICE, "seconds": {"pipeline_wall": 1.0}}}
     assert checked == ["first"]
-    with open(tmp_path / "results" / "distill_your_model_choice_scarce.json") as f:
+    with open(results_lib.results_path(bench.choice_stem("scarce"), results)) as f:
         record = json.load(f)
     assert record["headline"]["revision"] == "r1" and record["headline"]["recipe"] == recipe
     # Another machine, an empty work directory, the same code: no choice stage, and

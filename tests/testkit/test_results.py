@@ -5,10 +5,28 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
 from testkit import results
+
+STACK_1_16 = {
+    "python": "3.11.7",
+    "tfx": "1.16.0",
+    "tensorflow": "2.16.2",
+    "keras": "3.15.1",
+    "tf_keras": "2.16.0",
+    "apache_beam": "2.72.0",
+}
+STACK_1_21 = {
+    **STACK_1_16,
+    "python": "3.13.5",
+    "tfx": "1.21.0",
+    "tensorflow": "2.21.0",
+    "tf_keras": "2.21.0",
+    "apache_beam": "2.77.0",
+}
 
 
 def _git(cwd, *args):
@@ -30,13 +48,44 @@ def repo(tmp_path):
     return root
 
 
+def _write_proc(proc, *, busy, idle, own, loadavg="0.10 0.20 0.30", pid=None, cpus=2):
+    """A hand-written /proc: the machine's counters (`busy` and `idle` ticks over all
+    CPUs) and one process, `pid` (default: this one), that used `own` ticks."""
+    pid = os.getpid() if pid is None else pid
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / "loadavg").write_text(f"{loadavg} 1/100 {pid}\n")
+    per_cpu = "".join(f"cpu{i} 0 0 0 0 0 0 0 0 0 0\n" for i in range(cpus))
+    # user nice system idle iowait irq softirq steal guest guest_nice: busy split
+    # over user, system and steal; guest (already inside user) must not count twice.
+    third = busy // 3
+    (proc / "stat").write_text(
+        f"cpu  {third} 0 {third} {idle} 0 0 0 {busy - 2 * third} 999 0\n{per_cpu}intr 1 2\n"
+    )
+    _write_process(proc, pid, ppid=1, utime=own, stime=0)
+
+
+def _write_process(proc, pid, *, ppid, utime, stime=0, cutime=0, cstime=0):
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    # A command name may hold spaces and parentheses.
+    (proc / str(pid) / "stat").write_text(
+        f"{pid} (a (b) c) S {ppid} 0 0 0 -1 0 0 0 0 0 {utime} {stime} {cutime} {cstime} 20 0\n"
+    )
+
+
 def test_the_writer_records_commit_date_machine_and_the_headline_last(tmp_path, repo):
+    proc = tmp_path / "proc"
+    # 2 CPUs for 1,000 ticks each: this process used 400 ticks, others 100 (0.05 core).
+    _write_proc(proc, busy=10_000, idle=50_000, own=200)
+    started = results.start(str(repo), str(proc))
+    _write_proc(proc, busy=10_450, idle=51_550, own=600, loadavg="0.50 0.25 0.31")
     path = results.write(
         "speed",
         [{"a": 1}, {"ratio": 0.5}],
         shared_with=None,
         results_dir=str(tmp_path / "r"),
         cwd=str(repo),
+        started=started,
+        stack=STACK_1_16,
     )
     record = json.loads(open(path).read())
     assert os.path.basename(path) == "speed.json"
@@ -44,6 +93,16 @@ def test_the_writer_records_commit_date_machine_and_the_headline_last(tmp_path, 
     assert len(record["commit"]) == 40
     assert record["headline"] == {"ratio": 0.5} and record["lines"][0] == {"a": 1}
     assert record["idle"] is True and record["shared_with"] is None
+    assert record["load_says_shared"] is False
+    load = record["load"]
+    assert (load["busy_cpu_share"], load["own_cpu_share"], load["other_cpu_share"]) == (
+        0.45,
+        0.4,
+        0.05,
+    )
+    assert load["loadavg_start"] == [0.1, 0.2, 0.3] and load["loadavg_end"] == [0.5, 0.25, 0.31]
+    assert load["cpus"] == 2 and load["idle_below"] == results.IDLE_OTHER_CPU_SHARE
+    assert record["stack"] == STACK_1_16
     assert record["machine"]["cores"] == os.cpu_count()
     assert record["date"].endswith("+00:00")
     assert results.report(str(tmp_path / "r"), str(repo))[1] == '{"ratio": 0.5}'
@@ -202,6 +261,7 @@ def test_one_benchmark_keeps_a_file_per_stem(tmp_path, repo):
             results_dir=str(tmp_path / "r"),
             cwd=str(repo),
             stem=f"drop_in_{example}",
+            stack=STACK_1_16,
         )
     assert sorted(os.listdir(tmp_path / "r")) == ["drop_in_penguin.json", "drop_in_taxi.json"]
     record = json.loads((tmp_path / "r" / "drop_in_penguin.json").read_text())
@@ -417,3 +477,229 @@ def test_a_malformed_declaration_is_refused_naming_the_file_and_the_form(repo):
         ValueError, match=r"neutral_changes\.json: changes\[0\]\.commit: expected a full"
     ):
         results.staleness(record, str(repo))
+
+
+def _sample(busy: int, total: int, own: int, pid: int = 7) -> results.LoadSample:
+    return results.LoadSample((0.0, 0.0, 0.0), busy, total, 2, pid, own, 0.0)
+
+
+def test_idle_only_without_a_flag_and_with_others_below_the_threshold():
+    # 2 CPUs over 1,000 ticks each; the benchmark's tree used 800 of them (0.8 core).
+    start = _sample(busy=5_000, total=20_000, own=0)
+    quiet = results.measure_load(start, _sample(busy=5_850, total=22_000, own=800))
+    busy = results.measure_load(start, _sample(busy=5_900, total=22_000, own=800))
+    assert (quiet["own_cpu_share"], quiet["other_cpu_share"]) == (0.8, 0.05)
+    assert busy["other_cpu_share"] == results.IDLE_OTHER_CPU_SHARE
+    assert results.verdict(None, quiet) == {"idle": True, "load_says_shared": False}
+    # At the threshold: the load says the cores were shared, whatever the flags say.
+    assert results.verdict(None, busy) == {"idle": False, "load_says_shared": True}
+    assert results.verdict("a test run", quiet) == {"idle": False, "load_says_shared": False}
+    assert results.verdict("a test run", busy) == {"idle": False, "load_says_shared": True}
+    # Process and machine counters tick apart: others never come out below nothing.
+    ahead = results.measure_load(start, _sample(busy=5_790, total=22_000, own=800))
+    assert ahead["other_cpu_share"] == 0.0
+
+
+def test_without_proc_the_load_is_unmeasured_and_never_idle(tmp_path, repo):
+    started = results.start(str(repo), str(tmp_path / "no-proc"))
+    assert started.load is None and started.commit == results.commit(str(repo))
+    path = results.write(
+        "speed",
+        [{"ratio": 0.5}],
+        shared_with=None,
+        results_dir=str(tmp_path / "r"),
+        cwd=str(repo),
+        started=started,
+        stack=STACK_1_16,
+    )
+    record = json.loads(open(path).read())
+    assert record["load"] == "unmeasured (no /proc)" == results.NO_PROC
+    assert record["idle"] is False and record["load_says_shared"] is None
+    assert results.report(str(tmp_path / "r"), str(repo))[0].endswith(
+        "not idle: load unmeasured (no /proc)"
+    )
+    assert results.measure_load(_sample(1, 2, 0, pid=1), _sample(1, 4, 0, pid=2)).startswith(
+        "unmeasured (started in process 1"
+    )
+
+
+def test_a_load_measured_busy_labels_a_flagless_run_shared(tmp_path, repo):
+    proc = tmp_path / "proc"
+    _write_proc(proc, busy=10_000, idle=50_000, own=0)
+    started = results.start(str(repo), str(proc))
+    # Over 1,000 ticks per CPU, others used 1,300 (1.3 cores): the faults run's case.
+    _write_proc(proc, busy=11_500, idle=50_500, own=200, loadavg="2.28 1.90 1.20")
+    results.write(
+        "speed",
+        [{"ratio": 0.5}],
+        shared_with=None,
+        results_dir=str(tmp_path / "r"),
+        cwd=str(repo),
+        started=started,
+        stack=STACK_1_16,
+    )
+    record = json.loads((tmp_path / "r" / "speed.json").read_text())
+    assert record["idle"] is False and record["load_says_shared"] is True
+    assert record["load"]["other_cpu_share"] == 1.3 and record["load"]["loadavg_end"][0] == 2.28
+    assert results.report(str(tmp_path / "r"), str(repo))[0].endswith(
+        "shared: others used 1.3 of a core on average"
+    )
+
+
+def test_the_process_tree_counts_live_descendants_and_their_reaped_children(tmp_path):
+    proc = tmp_path / "proc"
+    _write_proc(proc, busy=100, idle=100, own=5, pid=100)
+    _write_process(proc, 101, ppid=100, utime=10, stime=20, cutime=40, cstime=80)
+    _write_process(proc, 102, ppid=101, utime=160)
+    _write_process(proc, 200, ppid=1, utime=10_000)  # not of the tree
+    (proc / "self").mkdir()  # not a process directory
+    sample = results.sample_load(str(proc), pid=100)
+    assert sample.own == 5 + 10 + 20 + 40 + 80 + 160
+    assert (sample.busy, sample.total, sample.cpus) == (99 + 1, 200, 2)
+    assert results.sample_load(str(proc), pid=300) is None
+
+
+# The busy child's CPU seconds: enough to stand out of the counters' ticks.
+SPIN_CPU_SECONDS = 1.0
+SPIN = (
+    "import time\n"
+    f"while time.process_time() < {SPIN_CPU_SECONDS}:\n"
+    "    pass\n"
+    "print(time.process_time())\n"
+)
+
+
+def _spin() -> float:
+    """Runs a child that spins one core until it has used `SPIN_CPU_SECONDS`; its CPU
+    seconds (it has been reaped when this returns)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SPIN], capture_output=True, text=True, check=True, timeout=120
+    )
+    return float(done.stdout)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc")
+def test_a_busy_child_shows_in_the_machine_total_and_in_its_tree():
+    # Lower bounds only: on a shared machine others add to every count, never take away.
+    hz = os.sysconf("SC_CLK_TCK")
+    start = results.sample_load()
+    cpu = _spin()
+    end = results.sample_load()
+    own = end.own - start.own
+    # 0.8: the kernel's tick counts and the child's own clock part by a few ticks.
+    assert own >= 0.8 * cpu * hz
+    assert end.busy - start.busy >= 0.8 * cpu * hz
+    assert results.measure_load(start, end)["own_cpu_share"] > 0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc")
+def test_a_busy_process_outside_the_tree_shows_as_others_load():
+    hz = os.sysconf("SC_CLK_TCK")
+    # The tree sampled is a sleeping process; the spinning one is not in it.
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        start = results.sample_load(pid=sleeper.pid)
+        cpu = _spin()
+        end = results.sample_load(pid=sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=60)
+    assert (end.busy - start.busy) - (end.own - start.own) >= 0.8 * cpu * hz
+    load = results.measure_load(start, end)
+    # A second of CPU over the run: at least a tenth of a core unless the run took
+    # ten seconds, and then whatever slowed the child counts as others' too.
+    assert results.verdict(None, load) == {"idle": False, "load_says_shared": True}
+
+
+def test_commit_start_is_recorded_and_a_commit_that_changed_is_flagged(tmp_path, repo):
+    assert results.STARTED.commit["commit"] == results.commit()["commit"]
+    started = results.start(str(repo))
+    at_start = results.commit(str(repo))
+    assert started.commit == at_start and started.commit["dirty"] is False
+    (repo / "components" / "core.py").write_text("X = 2\n")
+    path = results.write(
+        "speed",
+        [{"ratio": 0.5}],
+        shared_with="a test",
+        results_dir=str(tmp_path / "r"),
+        cwd=str(repo),
+        started=started,
+        stack=STACK_1_16,
+    )
+    record = json.loads(open(path).read())
+    assert record["commit_start"] == at_start
+    assert record["dirty_files"] == ["components/core.py"] and record["commit_changed"] is True
+    assert record["date_start"] <= record["date"]
+    assert results.report(str(tmp_path / "r"), str(repo))[1] == (
+        f"   commit changed while it ran: started on {at_start['commit'][:10]}"
+    )
+    results.write(
+        "speed",
+        [{"ratio": 0.5}],
+        shared_with="a test",
+        results_dir=str(tmp_path / "r"),
+        cwd=str(repo),
+        started=results.start(str(repo)),
+        stack=STACK_1_16,
+    )
+    assert json.loads(open(path).read())["commit_changed"] is False
+
+
+def test_the_report_names_a_file_written_before_commit_start(tmp_path, repo):
+    (tmp_path / "r").mkdir()
+    record = {
+        "benchmark": "speed",
+        "commit": results.commit(str(repo))["commit"],
+        "dirty": False,
+        "dirty_files": [],
+        "date": "d",
+        "machine": {"cores": 2, "cpu": "c"},
+        "idle": True,
+        "shared_with": None,
+        "headline": {"ratio": 0.5},
+    }
+    (tmp_path / "r" / "speed.json").write_text(json.dumps(record))
+    assert results.report(str(tmp_path / "r"), str(repo))[:2] == [
+        f"== speed (speed.json): commit {record['commit'][:10]}, d, 2 cores c, idle",
+        "   no commit_start: written before provenance was recorded "
+        "(no measured load either: its idle is the --shared-with flag's word)",
+    ]
+
+
+def test_a_result_on_another_stack_keeps_the_1_16_file_and_both_are_reported(tmp_path, repo):
+    paths = [
+        results.write(
+            "speed",
+            [{"ratio": ratio}],
+            shared_with="a test",
+            results_dir=str(tmp_path / "r"),
+            cwd=str(repo),
+            stack=stack,
+        )
+        for ratio, stack in ((0.5, STACK_1_16), (0.7, STACK_1_21))
+    ]
+    assert [os.path.basename(p) for p in paths] == ["speed.json", "speed.tfx1.21.json"]
+    assert json.loads(open(paths[1]).read())["stack"] == STACK_1_21
+    report = results.report(str(tmp_path / "r"), str(repo))
+    headers = [line for line in report if line.startswith("==")]
+    # Each maps to benchmarks/speed.py through its recorded `benchmark`: neither is stale.
+    assert [h.split(":")[0] for h in headers] == [
+        "== speed (speed.json)",
+        "== speed (speed.tfx1.21.json)",
+    ]
+    assert "tfx 1.16.0" in headers[0] and "tfx 1.21.0" in headers[1]
+    assert not any("STALE" in h for h in headers)
+    assert '{"ratio": 0.7}' in report and '{"ratio": 0.5}' in report
+    assert results.stack_suffix({"tfx": "1.16.1"}) == ""
+    assert results.stack_suffix({"tfx": "1.22.0rc1"}) == ".tfx1.22"
+    assert results.stack_suffix({"tfx": None}) == ".no-tfx"
+    installed = results.installed_stack()
+    assert set(installed) == {"python", *results.STACK_DISTRIBUTIONS}
+    assert results.results_path("x", "d") == f"d/x{results.stack_suffix(installed)}.json"
+
+
+def test_provenance_names_commit_date_machine_and_stack(repo):
+    saved = results.provenance(str(repo))
+    assert saved["commit"] == results.commit(str(repo))["commit"] and saved["dirty"] is False
+    assert saved["date"].endswith("+00:00") and saved["machine"]["cores"] == os.cpu_count()
+    assert saved["stack"] == results.installed_stack()

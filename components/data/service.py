@@ -191,7 +191,8 @@ class WorkerWatch:
     `cancel` (which makes the blocked step raise) and records `message`; if
     the training has not returned `CANCEL_GRACE_SECONDS` later (or `cancel` is
     None), it writes the message to the log and stderr and ends the process
-    (`WATCH_EXIT_STATUS`). A worker answering again within the bound resets it.
+    (`WATCH_EXIT_STATUS`); a training that returned ends its process at exit
+    (`watching_workers`). A worker answering again within the bound resets it.
 
     Args:
       address: The dispatcher, `grpc://host:port`.

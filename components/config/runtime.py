@@ -121,7 +121,10 @@ class ServiceConfig:
         answers, for a registered worker that answers too (workers still
         starting, pods not yet scheduled), logging what it waits for every
         few seconds; then it fails naming the dispatcher and the workers it
-        saw. Without this bound a run with no worker waits forever.
+        saw. Without this bound a run with no worker waits forever. Also
+        the bound on a training whose workers are all lost: with none
+        answering and no step made for this long, the Trainer or Distiller
+        fails and its process ends.
       local_workers: A tfxkit local run (`tfxkit run`, `make run`,
         `pipelines.local_runner.run`) starts a dispatcher and this many
         workers on this machine for the run, on free ports, logs them under

@@ -2,22 +2,29 @@
 
 `distribute` sends a dataset through the service `ingestion.service` names, after
 `check_no_python` (the service cannot run Python functions) and `check_reachable`
-(a bounded wait, not a hang); `python -m components.data.service dispatcher|worker`
+(a bounded wait, not a hang); `watching_workers` fails a training whose workers are all
+lost and none returns; `python -m components.data.service dispatcher|worker`
 starts TensorFlow's servers, as the Kubeflow pods, the tests and the benchmark do.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import hashlib
+import logging as logging_lib
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from concurrent import futures
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.eager import cancellation
 
 from components.compat import tfdata_dispatcher
 from components.config import ServiceConfig
@@ -41,6 +48,15 @@ WORKER_DISPATCHER_TIMEOUT_MS = 60_000
 WORKER_POLL_SECONDS = 1.0
 WORKER_PROBE_SECONDS = 2.0
 WORKER_LOG_EVERY_SECONDS = 5.0
+# While training reads from the service (`watching_workers`): how often the
+# watcher asks the dispatcher, how often it says what it waits for while no
+# worker answers, and how long a cancelled training may take to return before
+# the process is ended instead.
+WATCH_POLL_SECONDS = 3.0
+WATCH_LOG_EVERY_SECONDS = 15.0
+CANCEL_GRACE_SECONDS = 30.0
+# The exit status of a process ended because its cancelled training did not return.
+WATCH_EXIT_STATUS = 1
 
 
 def resolve_address(config: ServiceConfig) -> str:
@@ -116,8 +132,7 @@ def wait_for_workers(address: str, wait_seconds: float) -> list[str]:
     started = time.monotonic()
     logged = started
     while True:
-        registered = tfdata_dispatcher.registered_workers(target, WORKER_PROBE_SECONDS * 5)
-        live = [w for w in registered if tfdata_dispatcher.answers(w, WORKER_PROBE_SECONDS)]
+        registered, live = live_workers(target)
         waited = time.monotonic() - started
         if live:
             logging.info("ingestion: %d tf.data service worker(s) answer: %s", len(live), live)
@@ -143,6 +158,228 @@ def wait_for_workers(address: str, wait_seconds: float) -> list[str]:
             )
             logged = time.monotonic()
         time.sleep(WORKER_POLL_SECONDS)
+
+
+def live_workers(target: str) -> tuple[list[str], list[str]]:
+    """The workers the dispatcher at `target` (`host:port`) has registered, and those that answer.
+
+    The dispatcher never drops a registered worker from `GetWorkers`, even past
+    its `worker_timeout_ms` (TensorFlow 2.16: that timeout only reaches snapshot
+    streams), so every address is probed, all at once.
+
+    Raises:
+      grpc.RpcError: the dispatcher did not answer.
+    """
+    registered = tfdata_dispatcher.registered_workers(target, WORKER_PROBE_SECONDS * 5)
+    if not registered:
+        return [], []
+    with futures.ThreadPoolExecutor(max_workers=min(16, len(registered))) as pool:
+        up = list(
+            pool.map(lambda w: tfdata_dispatcher.answers(w, WORKER_PROBE_SECONDS), registered)
+        )
+    return registered, [w for w, ok in zip(registered, up, strict=True) if ok]
+
+
+class WorkerWatch:
+    """A daemon thread failing a training whose tf.data service workers are all lost.
+
+    TensorFlow's client waits without end for a worker when every worker of
+    its job is gone: the trainer would sit idle until the job's deadline.
+    Every `WATCH_POLL_SECONDS` the watch asks the dispatcher which registered
+    workers answer (`live_workers`). When none has answered, and training has
+    made no step (`progress`), for `wait_seconds`, it logs why, then calls
+    `cancel` (which makes the blocked step raise) and records `message`; if
+    the training has not returned `CANCEL_GRACE_SECONDS` later (or `cancel` is
+    None), it writes the message to the log and stderr and ends the process
+    (`WATCH_EXIT_STATUS`); a training that returned ends its process at exit
+    (`watching_workers`). A worker answering again within the bound resets it.
+
+    Args:
+      address: The dispatcher, `grpc://host:port`.
+      wait_seconds: `ingestion.service.worker_wait_seconds`.
+      cancel: Makes the training's blocked call return with an error; None: none can.
+      what: Names the training in the message (`Trainer`, `Distiller`).
+    """
+
+    def __init__(self, address: str, wait_seconds: float, cancel, what: str):
+        self.address = address
+        self.wait_seconds = wait_seconds
+        self.what = what
+        self.message = ""
+        self._cancel = cancel
+        self._stop = threading.Event()
+        self._progress = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="tfdata-worker-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ends the watch (the training returned); waits a bounded time for its thread."""
+        self._stop.set()
+        self._thread.join(timeout=WORKER_PROBE_SECONDS * 10)
+
+    def progress(self) -> None:
+        """Training made a step (the workers' data still arrives, or it needs none now)."""
+        self._progress = time.monotonic()
+
+    def _poll(self, target: str) -> tuple[list[str], list[str], str]:
+        """(registered, answering, why none could be asked: '' when the dispatcher answered)."""
+        import grpc
+
+        try:
+            return (*live_workers(target), "")
+        except grpc.RpcError as e:
+            return [], [], f"the dispatcher does not answer ({e.code().name})"
+
+    def _run(self) -> None:
+        target = self.address.removeprefix("grpc://")
+        most, absent_since, logged = 0, None, 0.0
+        delay = 0.0  # The first poll at once: what answers before a loss is counted.
+        while not self._stop.wait(delay):
+            delay = WATCH_POLL_SECONDS
+            registered, live, problem = self._poll(target)
+            now = time.monotonic()
+            if live:
+                if absent_since is not None:
+                    logging.info("ingestion: tf.data service worker(s) answer again: %s", live)
+                most, absent_since = max(most, len(live)), None
+                continue
+            absent_since = absent_since or now
+            seen = problem or (
+                f"0 of {len(registered)} registered worker(s) answer"
+                + (f" ({', '.join(registered)})" if registered else "")
+                + f", {most} answered before"
+            )
+            stalled = now - max(absent_since, self._progress)
+            if stalled >= self.wait_seconds:
+                self._fail(seen)
+                return
+            if now - logged >= WATCH_LOG_EVERY_SECONDS:
+                logging.warning(
+                    "%s: waiting for a tf.data service worker of %s: %s; no training step for "
+                    "%.0f s, failing at %g s (ingestion.service.worker_wait_seconds)",
+                    self.what,
+                    self.address,
+                    seen,
+                    stalled,
+                    self.wait_seconds,
+                )
+                logged = now
+
+    def _fail(self, seen: str) -> None:
+        target = self.address.removeprefix("grpc://")
+        self.message = (
+            f"ingestion.service.worker_wait_seconds: {self.what}: every tf.data service worker of "
+            f"the dispatcher at {self.address} is lost ({seen}) and training has waited "
+            f"{self.wait_seconds:g} s for one without a step. Start a worker (python -m "
+            f"components.data.service worker --dispatcher {target}; on Kubeflow: check the "
+            "worker pods), or raise ingestion.service.worker_wait_seconds"
+        )
+        if self._stop.is_set():
+            return
+        _say(self.message)
+        if self._cancel is not None:
+            self._cancel()
+            if self._stop.wait(CANCEL_GRACE_SECONDS):
+                return
+            _say(
+                f"{self.what}: the training did not return within {CANCEL_GRACE_SECONDS:g} s of "
+                f"being cancelled: ending the process (exit status {WATCH_EXIT_STATUS})"
+            )
+        else:
+            _say(f"{self.what}: ending the process (exit status {WATCH_EXIT_STATUS})")
+        os._exit(WATCH_EXIT_STATUS)
+
+
+def _say(message: str) -> None:
+    """`message` to the log and to stderr, flushed (the process may end next)."""
+    logging.error("%s", message)
+    print(message, file=sys.stderr, flush=True)
+
+
+# The errors of trainings the watch cancelled. Each holds (through its
+# traceback) the training's input iterator, which must never be destroyed:
+# the cancelled step returns, but the iterator's own thread stays blocked on
+# the lost worker (a tf.distribute `MultiDeviceIterator` does not cancel its
+# host iterator), and destroying the iterator waits for that thread forever.
+_CANCELLED: list[BaseException] = []
+
+
+def _keep_until_exit(error: BaseException) -> None:
+    """Keeps `error` (and the training's iterator) alive; the process then ends at its exit
+    without finalizing TensorFlow's objects, which would wait for the lost worker forever."""
+    if not _CANCELLED:
+        atexit.register(_end_without_finalizing)
+    _CANCELLED.append(error)
+
+
+def _end_without_finalizing() -> None:
+    message = (
+        "ingestion.service: ending the process (exit status "
+        f"{WATCH_EXIT_STATUS}) without destroying the input iterator of the training the tf.data "
+        "service watch failed: TensorFlow would wait for its lost worker forever"
+    )
+    logging.warning("%s", message)
+    for handler in logging.get_absl_handler(), *logging_lib.getLogger().handlers:
+        handler.flush()
+    print(message, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(WATCH_EXIT_STATUS)
+
+
+@contextlib.contextmanager
+def watching_workers(
+    config: ServiceConfig, what: str, *, cancellable: bool = True
+) -> Iterator[WorkerWatch | None]:
+    """Runs the block (a training reading from the service) under a `WorkerWatch`.
+
+    Nothing is watched when the service is off. Function calls of the block
+    run under a TensorFlow cancellation manager the watch cancels: a step
+    blocked in the service iterator's `get_next` then raises
+    `tf.errors.CancelledError`, which leaves the block as `IngestionError`
+    naming the dispatcher, the workers and the field, so the component fails
+    with that message. The cancelled training's input iterator cannot be
+    destroyed (it waits for the lost worker), so it is kept, and the process
+    ends at its exit with `WATCH_EXIT_STATUS` without finalizing TensorFlow.
+    The manager is TensorFlow's process-wide one
+    (`tensorflow.python.eager.cancellation`), so `cancellable=False` where
+    something else sets it (the parameter-server coordinator's closures):
+    the watch then ends the process at once, the message written first.
+
+    Yields:
+      The watch (for `WorkerWatch.progress`), or None when the service is off.
+
+    Raises:
+      IngestionError: the watch failed the training.
+    """
+    if not config.enabled:
+        yield None
+        return
+    manager = None
+    if cancellable and hasattr(cancellation, "CancellationManagerContext"):
+        manager = cancellation.CancellationManager()
+    watch = WorkerWatch(
+        resolve_address(config),
+        config.worker_wait_seconds,
+        manager.start_cancel if manager is not None else None,
+        what,
+    )
+    watch.start()
+    try:
+        with (
+            cancellation.CancellationManagerContext(manager)
+            if manager is not None
+            else contextlib.nullcontext()
+        ):
+            yield watch
+    except Exception as e:
+        if watch.message:
+            _keep_until_exit(e)
+            raise IngestionError(watch.message) from e
+        raise
+    finally:
+        watch.stop()
 
 
 def python_ops(dataset: tf.data.Dataset) -> list[str]:

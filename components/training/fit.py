@@ -17,6 +17,7 @@ import tf_keras as keras
 from absl import logging
 
 from components.config import ConfigError, ModelConfig, PipelineConfig
+from components.data import service
 from components.data.preprocessing import num_ids
 from components.data.pseudo_labels import PseudoLabels
 from components.training import backup, cluster, models, strategies
@@ -78,6 +79,7 @@ def fit(
     choice: strategies.StrategyChoice,
     callbacks: Sequence[keras.callbacks.Callback] = (),
     unlabeled: str | PseudoLabels = DROP_UNLABELED,
+    component: str = "Trainer",
 ) -> tuple[keras.Model, dict[str, float]]:
     """Builds, trains and evaluates a model under the configured strategy.
 
@@ -102,7 +104,10 @@ def fit(
        after the export, see `Task.export` in `components.training.task`);
     5. a task of a multi-task cluster that loses a peer (a collective or a
        remote call fails: the peer died, or a collective timed out) raises
-       `cluster.PeerLost` naming it (see `naming_lost_peers`).
+       `cluster.PeerLost` naming it (see `naming_lost_peers`);
+    6. training from a tf.data service whose workers are all lost, none
+       answering again within `ingestion.service.worker_wait_seconds`, fails
+       with `IngestionError` naming the dispatcher (`service.watching_workers`).
 
     Loss scaling across replicas: Keras's compiled losses average per-example
     losses over the local batch and divide by the replicas in sync, so the
@@ -124,6 +129,7 @@ def fit(
       choice: The task's strategy (`Task.choice`; created before anything
         else touches TensorFlow).
       callbacks: Extra Keras callbacks, run after the backup callback.
+      component: Names the training in the service watch's messages.
 
     Returns:
       The trained model and its evaluation results on the eval split.
@@ -132,6 +138,7 @@ def fit(
       ConfigError: naming the field, for settings that cannot work (before
         any data is read).
       cluster.PeerLost: naming the task of the cluster that was lost.
+      IngestionError: every tf.data service worker lost for longer than the bound.
     """
     if choice.role != strategies.ROLE_TRAINER:
         raise ValueError(
@@ -145,26 +152,8 @@ def fit(
             model = build_and_compile()
         _configure_model(model, config)
         train_data, eval_data = distributed_datasets(config, inputs, tft_output, choice, unlabeled)
-        steps_per_epoch = min(config.train.steps_per_epoch, inputs.train_steps)
-        save_freq: int | str = max(
-            1, config.train.checkpoint_every_steps // config.strategy.steps_per_execution
-        )
-        if choice.uses_coordinator:
-            # Keras backs up a parameter-server run at epoch ends only, so
-            # epochs are no longer than the backup interval.
-            steps_per_epoch = min(steps_per_epoch, config.train.checkpoint_every_steps)
-            save_freq = "epoch"
-        backups = backup.TrainingBackup(
-            inputs.backup_dir, save_freq=save_freq, delete_checkpoint=False
-        )
         with naming_lost_peers(choice, inputs.backup_dir):
-            model.fit(
-                train_data,
-                steps_per_epoch=steps_per_epoch,
-                epochs=math.ceil(inputs.train_steps / steps_per_epoch),
-                callbacks=[backups, _ResumeLog(backups.backup_dir), *callbacks],
-                verbose=2,
-            )
+            _train(model, train_data, config, inputs, choice, component, callbacks)
             results = model.evaluate(
                 eval_data, steps=inputs.eval_steps, return_dict=True, verbose=0
             )
@@ -254,6 +243,53 @@ def _configure_model(model: keras.Model, config: PipelineConfig) -> None:
         model.grad_accum_steps = steps
     if config.strategy.steps_per_execution > 1:
         model.steps_per_execution = config.strategy.steps_per_execution
+
+
+def _train(
+    model: keras.Model,
+    train_data,
+    config: PipelineConfig,
+    inputs: TrainingInputs,
+    choice: strategies.StrategyChoice,
+    component: str,
+    callbacks: Sequence[keras.callbacks.Callback],
+) -> None:
+    """`model.fit` with the backup, under `service.watching_workers` (see `fit`)."""
+    steps_per_epoch = min(config.train.steps_per_epoch, inputs.train_steps)
+    save_freq: int | str = max(
+        1, config.train.checkpoint_every_steps // config.strategy.steps_per_execution
+    )
+    if choice.uses_coordinator:
+        # Keras backs up a parameter-server run at epoch ends only, so
+        # epochs are no longer than the backup interval.
+        steps_per_epoch = min(steps_per_epoch, config.train.checkpoint_every_steps)
+        save_freq = "epoch"
+    backups = backup.TrainingBackup(inputs.backup_dir, save_freq=save_freq, delete_checkpoint=False)
+    # Evaluation reads no service data: only training is watched.
+    with service.watching_workers(
+        config.ingestion.service, component, cancellable=not choice.uses_coordinator
+    ) as watch:
+        progress = [] if watch is None else [_Progress(watch)]
+        model.fit(
+            train_data,
+            steps_per_epoch=steps_per_epoch,
+            epochs=math.ceil(inputs.train_steps / steps_per_epoch),
+            callbacks=[backups, _ResumeLog(backups.backup_dir), *callbacks, *progress],
+            verbose=2,
+        )
+
+
+class _Progress(keras.callbacks.Callback):
+    """Tells a `service.WorkerWatch` that training still makes steps."""
+
+    def __init__(self, watch: service.WorkerWatch):
+        super().__init__()
+        self._watch = watch
+        # Keras need not convert the step's logs to numpy for this callback.
+        self._supports_tf_logs = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._watch.progress()
 
 
 class _ResumeLog(keras.callbacks.Callback):

@@ -74,7 +74,14 @@ class Task:
 
     def fit(self, inputs: training.TrainingInputs, build_and_compile, **kwargs):
         """`training.fit` of this task's config under this task's strategy."""
-        return training.fit(self.config, inputs, build_and_compile, choice=self.choice, **kwargs)
+        return training.fit(
+            self.config,
+            inputs,
+            build_and_compile,
+            choice=self.choice,
+            component=self.component,
+            **kwargs,
+        )
 
     def export(
         self,

@@ -842,6 +842,13 @@ def test_baselines_default_to_the_students_network_and_the_runs_augmentation():
     assert conv.model.conv.filters == (4,) and conv.augmentation is None
 
 
+def test_baselines_with_m_on_m_are_accepted():
+    config = _with_baselines(
+        [{"name": "wide", "model": {"hidden_units": [64]}}], method="m_on_m", num_teachers=2
+    )
+    assert [b.name for b in config.distillation.baselines] == ["wide"]
+
+
 @pytest.mark.parametrize(
     ("baselines", "distillation", "match"),
     [
@@ -861,8 +868,8 @@ def test_baselines_default_to_the_students_network_and_the_runs_augmentation():
         ),
         (
             [{"name": "a", "model": {"hidden_units": [4]}}],
-            {"method": "m_on_m", "num_teachers": 2, "cache_teacher_logits": False},
-            r"distillation\.baselines: method m_on_m .*use method: kd",
+            {"method": "noisy_student", "cache_teacher_logits": False},
+            r"distillation\.baselines: method noisy_student .*use method: kd or m_on_m",
         ),
     ],
 )

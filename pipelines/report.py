@@ -249,7 +249,8 @@ def verdict(rows: list[dict[str, Any]], method: str = KD) -> dict[str, Any]:
     kd: the student against the first teacher (the Evaluator's baseline)
     and, when the run has them, the scratch baseline and the best of every
     model trained alone (`distillation.baselines`); M-on-M: the ensemble
-    against its students and the one student; Noisy Student: each round,
+    against its students, the one student and the best model trained alone
+    (baselines, scratch) at its serving cost; Noisy Student: each round,
     the last against the network alone and the first teacher.
     """
 
@@ -257,31 +258,39 @@ def verdict(rows: list[dict[str, Any]], method: str = KD) -> dict[str, Any]:
         return next((r["accuracy"] for r in rows if r["role"] == role), None)
 
     members = [r["accuracy"] for r in rows if r["role"] == roles.MEMBER]
+    student = next(r for r in rows if r["role"] == roles.STUDENT)
     if method == NOISY_STUDENT:
         rounds = [r["accuracy"] for r in rows if r["role"] in (roles.ROUND, roles.STUDENT)]
         return verdict_lib.noisy_student_verdict(
             accuracy(roles.TEACHER), rounds, accuracy(roles.SCRATCH)
         )
     if members:
+        # The served ensemble's row: its parameters are its students' summed.
         return verdict_lib.m_on_m_verdict(
             accuracy(roles.TEACHER_ENSEMBLE),
-            accuracy(roles.STUDENT),
+            student["accuracy"],
             members,
             accuracy(roles.ENSEMBLE_STUDENT),
+            _trained_alone(rows, roles.SCRATCH, roles.BASELINE),
+            student.get("params"),
         )
-    student = next(r for r in rows if r["role"] == roles.STUDENT)
     return verdict_lib.verdict(
         accuracy(roles.TEACHER),
         student["accuracy"],
         accuracy(roles.SCRATCH),
-        [
-            {"name": r["node"], "accuracy": r["accuracy"], "params": r.get("params")}
-            for r in rows
-            if r["role"] == roles.BASELINE
-        ],
+        _trained_alone(rows, roles.BASELINE),
         student.get("params"),
         scratch_name=next((r["node"] for r in rows if r["role"] == roles.SCRATCH), ""),
     )
+
+
+def _trained_alone(rows: list[dict[str, Any]], *kinds: str) -> list[dict[str, Any]]:
+    """The verdict's models trained alone: `name` (node), `accuracy`, `params` of the rows of `kinds`."""
+    return [
+        {"name": r["node"], "accuracy": r["accuracy"], "params": r.get("params")}
+        for r in rows
+        if r["role"] in kinds
+    ]
 
 
 def write_chart(rows: list[dict[str, Any]], path: str) -> str:

@@ -145,8 +145,9 @@ class BaselineConfig:
     Trained like the scratch baseline (hard labels, the student's steps and
     schedule) by a `ModelBaseline` Trainer of its own (node
     `Baseline_<name>`), so the report can say whether the distilled
-    student beat the best small model trained without a teacher, not only
-    the same network trained without one. Every rule of the config applies
+    student (with method m_on_m, the students' ensemble) beat the best small
+    model trained without a teacher, not only the same network trained
+    without one. Every rule of the config applies
     to the config it trains with (`PipelineConfig.alone_config`).
 
     Attributes:
@@ -231,10 +232,12 @@ class DistillationConfig:
         and the student may be as large as its teacher or larger
         (`require_compression` does not apply).
       noisy_student: The rounds and pseudo-labels of method noisy_student.
-      baselines: Other models a user would train alone instead (method kd):
-        each trains beside the Distiller, and the report's verdict compares
-        the distilled student with the best of them and the scratch
-        baseline, naming its size (`BaselineConfig`).
+      baselines: Other models a user would train alone instead (methods kd
+        and m_on_m): each trains beside the Distiller, and the report's
+        verdict compares the distilled student with the best of them and the
+        scratch baseline, naming its size (`BaselineConfig`); with m_on_m,
+        the students' ensemble with the best of them at its serving cost (at
+        most its parameters, within 5%).
     """
 
     enabled: bool = False
@@ -280,11 +283,12 @@ class DistillationConfig:
         names = [b.name for b in self.baselines]
         if len(set(names)) < len(names):
             fail("baselines", f"expected distinct names, got {names}")
-        if self.baselines and self.method != KD:
+        if self.baselines and self.method == NOISY_STUDENT:
             fail(
                 "baselines",
-                f"method {self.method} judges its model against its own yardsticks (the report's "
-                "verdict), not against baselines; remove baselines or use method: kd",
+                "method noisy_student judges its last round against the network trained alone on "
+                "the labels (the report's verdict), not against baselines; remove baselines or use "
+                "method: kd or m_on_m",
             )
         if self.method == NOISY_STUDENT and self.cache_teacher_logits:
             fail(

@@ -106,14 +106,30 @@ def _against_scratch(teacher: float, student: float, alone: float | None) -> dic
     return result
 
 
+# A model trained alone is "at the same serving cost" as an M-on-M ensemble
+# when it has at most this much more than the ensemble's parameters.
+SAME_COST_TOLERANCE = 0.05
+
+
 def m_on_m_verdict(
-    teachers: float, ensemble: float, members: list[float], one_student: float | None
+    teachers: float,
+    ensemble: float,
+    members: list[float],
+    one_student: float | None,
+    alone: Sequence[Mapping[str, Any]] = (),
+    ensemble_params: int | None = None,
 ) -> dict[str, Any]:
     """M-on-M: the students' ensemble against its mean student, one student of all the
-    teachers (`EnsembleStudent`, when the run has it) and the teachers' ensemble.
+    teachers (`EnsembleStudent`, when the run has it), the teachers' ensemble and the
+    best model trained alone at the same serving cost.
 
-    `improved` is True when the ensemble beat both its mean student and the
-    one student. One run, as for `verdict`.
+    `alone` are the run's models trained alone (`distillation.baselines` and
+    the scratch baseline: `name`, `accuracy`, `params`); the ones with at most
+    `ensemble_params` parameters (within `SAME_COST_TOLERANCE`) are what a user
+    would serve instead at the ensemble's cost, and the best of them is the
+    yardstick (`same_cost_alone`). `improved` is True when the ensemble beat its
+    mean student, the one student and that yardstick (when the run has one;
+    the message says when it has none). One run, as for `verdict`.
     """
     mean = sum(members) / len(members)
     result: dict[str, Any] = {
@@ -123,6 +139,7 @@ def m_on_m_verdict(
         "mean_member_acc": mean,
         "one_student_acc": one_student,
         "gain_over_mean_member": ensemble - mean,
+        "ensemble_params": ensemble_params,
     }
     parts = [
         f"The ensemble of {len(members)} students scored {ensemble:.4f}: {ensemble - mean:+.4f} over "
@@ -133,13 +150,56 @@ def m_on_m_verdict(
         parts.append(
             f"{ensemble - one_student:+.4f} over one student of all the teachers ({one_student:.4f})"
         )
-    result["improved"] = ensemble > mean and (one_student is None or ensemble > one_student)
+    same_cost, sentence = _against_same_cost(ensemble, ensemble_params, alone)
+    result.update(same_cost)
+    result["improved"] = (
+        ensemble > mean
+        and (one_student is None or ensemble > one_student)
+        and same_cost["beat_same_cost_alone"] is not False
+    )
     result["message"] = (
-        ", ".join(parts)
-        + f"; the teachers' ensemble scored {teachers:.4f}. One run; benchmarks/distillation.py "
-        "measures the seed spread."
+        ", ".join(parts) + f"; the teachers' ensemble scored {teachers:.4f}. {sentence} One run; "
+        "benchmarks/distillation.py measures the seed spread."
     )
     return result
+
+
+def _against_same_cost(
+    ensemble: float, ensemble_params: int | None, alone: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, Any], str]:
+    """The M-on-M ensemble against the best model trained alone at its serving cost.
+
+    Returns:
+      The verdict's `same_cost_*` fields (`beat_same_cost_alone` None without
+      such a model) and the message's sentence on it.
+    """
+    limit = ensemble_params * (1 + SAME_COST_TOLERANCE) if ensemble_params else None
+    fits = [a for a in alone if limit and a.get("params") and a["params"] <= limit]
+    if not fits:
+        why = (
+            f"no model trained alone here has at most the ensemble's {ensemble_params:,} "
+            f"parameters (within {SAME_COST_TOLERANCE:.0%}); add one to distillation.baselines"
+            if ensemble_params
+            else "the ensemble's parameter count is unknown"
+        )
+        none = {"same_cost_alone": None, "beat_same_cost_alone": None}
+        return none, f"This verdict has no same-cost yardstick: {why}."
+    best = max(fits, key=lambda a: a["accuracy"])
+    gain = ensemble - best["accuracy"]
+    fields = {
+        "same_cost_alone": best["name"],
+        "same_cost_alone_acc": best["accuracy"],
+        "same_cost_alone_params": best["params"],
+        "gain_over_same_cost_alone": gain,
+        "beat_same_cost_alone": gain > 0,
+    }
+    outcome = "beat" if gain > 0 else "did NOT beat"
+    return fields, (
+        f"At the same serving cost (at most its parameters, within {SAME_COST_TOLERANCE:.0%}) "
+        f"the ensemble {outcome} the best model trained alone here: "
+        f"{best['name']} ({best['params']:,} parameters) scored {best['accuracy']:.4f}, the "
+        f"ensemble ({ensemble_params:,} parameters) {ensemble:.4f} ({gain:+.4f})."
+    )
 
 
 def noisy_student_verdict(

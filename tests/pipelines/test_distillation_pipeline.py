@@ -313,6 +313,18 @@ def test_renamed_nodes_keep_summary_and_report_correct(tmp_path, monkeypatch, di
     )
 
 
+def test_the_shipped_m_on_m_config_trains_its_same_cost_baseline_beside_the_ensemble(tmp_path):
+    from pipelines.configs import load_config
+
+    components = _build(load_config("fashion_mnist_m_on_m"), tmp_path)
+    assert {"Trainer_2", "EnsembleStudent", "Baseline_wide", "Distiller"} <= set(components)
+    wide = json.loads(
+        json.loads(components["Baseline_wide"].exec_properties["custom_config"])["tfxkit_config"]
+    )
+    assert wide["teacher"]["conv"]["filters"] == [16, 32, 64]
+    assert wide["distillation"]["enabled"] is False
+
+
 def test_each_baseline_trains_its_own_model_beside_the_scratch_baseline(tmp_path, digits_config):
     data = to_dict(digits_config)
     data["distillation"].update(

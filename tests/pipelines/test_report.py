@@ -68,6 +68,80 @@ def test_an_m_on_m_verdict_compares_the_ensemble_with_its_mean_student_and_one_s
     )
     worse = verdict_lib.m_on_m_verdict(0.93, 0.92, [0.90, 0.91], 0.925)
     assert worse["improved"] is False
+    # Without a model trained alone at its cost, the verdict says what it lacks.
+    assert result["same_cost_alone"] is None and result["beat_same_cost_alone"] is None
+    assert (
+        "This verdict has no same-cost yardstick: the ensemble's parameter count is unknown."
+        in (result["message"])
+    )
+
+
+# The shipped fashion_mnist_m_on_m: three students of 15,522 parameters, and
+# Baseline_wide, the network trained alone at their cost.
+ENSEMBLE_PARAMS = 3 * 15_522
+WIDE_PARAMS = 46_898
+
+
+def _m_on_m_rows(wide: float, bigger: float = 0.95) -> list[dict]:
+    """An M-on-M run's report rows: the ensemble scores 0.92 (its students 0.90-0.92, one
+    student 0.915); `wide` trained alone at its cost, `bigger` alone at twice it."""
+    return [
+        {"role": "teacher", "node": "Trainer", "accuracy": 0.93, "params": 390_634},
+        {"role": "teachers", "node": "3 teachers", "accuracy": 0.935, "params": 3 * 390_634},
+        {"role": "scratch", "node": "StudentBaseline", "accuracy": 0.89, "params": 15_522},
+        {"role": "baseline", "node": "Baseline_wide", "accuracy": wide, "params": WIDE_PARAMS},
+        {"role": "baseline", "node": "Baseline_big", "accuracy": bigger, "params": 2 * WIDE_PARAMS},
+        {"role": "one_student", "node": "EnsembleStudent", "accuracy": 0.915, "params": 15_522},
+        *(
+            {"role": "member", "node": f"Distiller/student_{i}", "accuracy": a, "params": 15_522}
+            for i, a in enumerate([0.90, 0.91, 0.92])
+        ),
+        {"role": "student", "node": "Distiller", "accuracy": 0.92, "params": ENSEMBLE_PARAMS},
+    ]
+
+
+def test_an_m_on_m_ensemble_below_a_same_cost_model_alone_is_not_improved():
+    result = verdict(_m_on_m_rows(wide=0.925), method="m_on_m")
+    # It beat its mean student and the one student, and still is not improved.
+    assert result["gain_over_mean_member"] > 0 and result["gain_over_one_student"] > 0
+    assert result["improved"] is False and result["beat_same_cost_alone"] is False
+    # Baseline_big scored more, at twice the cost: not the yardstick.
+    assert result["same_cost_alone"] == "Baseline_wide"
+    assert result["gain_over_same_cost_alone"] == pytest.approx(-0.005)
+    assert result["ensemble_params"] == ENSEMBLE_PARAMS
+    assert (
+        "At the same serving cost (at most its parameters, within 5%) the ensemble did NOT beat "
+        "the best model trained alone here: Baseline_wide (46,898 parameters) scored 0.9250, the "
+        "ensemble (46,566 parameters) 0.9200 (-0.0050)." in result["message"]
+    )
+
+
+def test_an_m_on_m_ensemble_above_every_same_cost_model_alone_is_improved():
+    result = verdict(_m_on_m_rows(wide=0.91), method="m_on_m")
+    assert result["improved"] is True and result["beat_same_cost_alone"] is True
+    assert result["same_cost_alone"] == "Baseline_wide"
+    assert (
+        "the ensemble beat the best model trained alone here: Baseline_wide (46,898 parameters) "
+        "scored 0.9100, the ensemble (46,566 parameters) 0.9200 (+0.0100)." in result["message"]
+    )
+    # The scratch baseline is a model trained alone at no more than the cost too.
+    rows = [r for r in _m_on_m_rows(wide=0.91) if r["node"] != "Baseline_wide"]
+    assert verdict(rows, method="m_on_m")["same_cost_alone"] == "StudentBaseline"
+
+
+def test_an_m_on_m_verdict_without_a_same_cost_model_alone_says_so():
+    rows = [r for r in _m_on_m_rows(wide=0.99) if r["role"] not in ("baseline", "scratch")]
+    rows.append({"role": "baseline", "node": "Baseline_big", "accuracy": 0.99, "params": 48_895})
+    result = verdict(rows, method="m_on_m")
+    # 48,895 parameters is one more than 5% over the ensemble's 46,566.
+    assert result["same_cost_alone"] is None and result["improved"] is True
+    assert (
+        "This verdict has no same-cost yardstick: no model trained alone here has at most the "
+        "ensemble's 46,566 parameters (within 5%); add one to distillation.baselines."
+    ) in result["message"]
+    rows[-1]["params"] = 48_894  # within 5%: the yardstick, and it beat the ensemble
+    within = verdict(rows, method="m_on_m")
+    assert within["same_cost_alone"] == "Baseline_big" and within["improved"] is False
 
 
 def test_a_noisy_student_verdict_judges_the_last_round_against_the_network_alone():

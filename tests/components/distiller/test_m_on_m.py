@@ -15,7 +15,9 @@ import tensorflow as tf
 import tf_keras as keras
 
 from components.config import ConfigError, PipelineConfig
+from components.config.distillation import BaselineConfig
 from components.config.payload import CONFIG_KEY
+from components.config.training import ModelConfig
 from components.distillation.model import count_params
 from components.distiller import run_fn as distiller_run_fn
 from components.distiller.component import Distiller, EnsembleStudent
@@ -165,11 +167,13 @@ def test_a_student_fn_m_on_m_serves_the_mean_of_its_students_with_the_teachers_s
 
 @pytest.fixture(scope="module")
 def m_on_m_run(tmp_path_factory, digits_config):
-    """Tiny digits with two teachers, method m_on_m: the pipeline's output directory,
-    config and summary."""
+    """Tiny digits with two teachers, method m_on_m and one network trained alone at the
+    two students' cost (their [32] hidden units each; [64] alone): the pipeline's output
+    directory, config and summary."""
     from pipelines import local_runner
 
-    config = _m_on_m(tiny(digits_config))
+    wide = BaselineConfig(name="wide", model=ModelConfig(hidden_units=(64,)))
+    config = _m_on_m(tiny(digits_config), baselines=(wide,))
     output = str(tmp_path_factory.mktemp("m_on_m"))
     return output, config, local_runner.run(config, output, runner="beam")
 
@@ -186,11 +190,10 @@ def test_the_m_on_m_pipeline_serves_the_students_mean_and_reports_every_model(m_
     for row in rows:
         by_role.setdefault(row["role"], []).append(row)
     assert [len(by_role[r]) for r in (roles.TEACHER, roles.TEACHER_ENSEMBLE)] == [2, 1]
-    assert [len(by_role[r]) for r in (roles.ENSEMBLE_STUDENT, roles.MEMBER, roles.STUDENT)] == [
-        1,
-        2,
-        1,
-    ]
+    assert [
+        len(by_role[r])
+        for r in (roles.BASELINE, roles.ENSEMBLE_STUDENT, roles.MEMBER, roles.STUDENT)
+    ] == [1, 1, 2, 1]
     (ensemble_row,) = by_role[roles.STUDENT]
     members = by_role[roles.MEMBER]
     assert ensemble_row["params"] == sum(m["params"] for m in members)
@@ -201,6 +204,14 @@ def test_the_m_on_m_pipeline_serves_the_students_mean_and_reports_every_model(m_
     assert verdict["member_accs"] == [m["accuracy"] for m in members]
     assert verdict["one_student_acc"] == by_role[roles.ENSEMBLE_STUDENT][0]["accuracy"]
     assert verdict["message"].startswith("The ensemble of 2 students scored")
+    # The network alone at the ensemble's cost is the verdict's yardstick.
+    (wide,) = by_role[roles.BASELINE]
+    assert wide["node"] == "Baseline_wide" and wide["params"] <= ensemble_row["params"]
+    assert verdict["same_cost_alone"] == "Baseline_wide"
+    assert verdict["same_cost_alone_acc"] == wide["accuracy"]
+    assert verdict["ensemble_params"] == ensemble_row["params"]
+    assert verdict["beat_same_cost_alone"] == (ensemble_row["accuracy"] > wide["accuracy"])
+    assert "At the same serving cost" in verdict["message"]
 
     examples = raw_digits_examples(output, config.data.label.name)
     served = tf.saved_model.load(ensemble_row["serving_dir"])

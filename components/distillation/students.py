@@ -7,6 +7,7 @@ pipeline is built, `check_student` and `check_logits` before training, `class_lo
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -269,7 +270,7 @@ def check_at_build(module_file: str, fn_args: BuildFnArgs) -> bool:
     # that binds `tf.keras` at import gets tf_keras.
     with legacy_keras.tf_keras_scope():
         try:
-            student_fn = load_student_fn({"module_file": module_file})
+            student_fn = _load_as_python_does(module_file)
         except ConfigError as e:
             missing = e.__cause__
             if (
@@ -307,6 +308,35 @@ def check_at_build(module_file: str, fn_args: BuildFnArgs) -> bool:
         except ValueError as e:
             raise ConfigError(str(e)) from None
     return True
+
+
+def _load_as_python_does(module_file: str) -> Callable:
+    """The module file's `student_fn`, imported as Python imports a file (`__file__` set).
+
+    TFX's own loader (`load_student_fn` at pipeline build) leaves `__file__`
+    unset, while the Distiller's run imports the packaged module normally, so
+    a module that reads `__file__` at import (to find a helper beside it)
+    loads where the Distiller runs; here it must too.
+
+    Raises:
+      ConfigError: as `load_student_fn`.
+    """
+    name = "_tfxkit_student_check_" + os.path.splitext(os.path.basename(module_file))[0]
+    try:
+        spec = importlib.util.spec_from_file_location(name, module_file)
+        if spec is None:
+            raise ImportError(f"not a Python module file: {module_file}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fn = getattr(module, STUDENT_FN)
+    except (AttributeError, ImportError, FileNotFoundError, SyntaxError) as e:
+        raise ConfigError(
+            f"module_file: cannot load {STUDENT_FN} from {module_file!r}: {e}; define "
+            f"`def {STUDENT_FN}(fn_args) -> tf.keras.Model` in the Distiller's module_file"
+        ) from e
+    if not callable(fn):
+        raise ConfigError(f"module_file: {STUDENT_FN} in {module_file!r} is not a function")
+    return fn
 
 
 def _deferred(where: str, fn_args: BuildFnArgs, why: str = "") -> bool:

@@ -226,3 +226,14 @@ def test_a_student_module_that_does_not_import_is_refused_at_build(tmp_path):
     module.write_text("def student_fn(fn_args):\n    return (\n")
     with pytest.raises(ConfigError, match=r"module_file: cannot load student_fn from"):
         student_lib.check_at_build(str(module), _build_args())
+
+
+def test_a_student_module_finding_a_helper_beside_it_by_its_file_is_built(tmp_path):
+    """`__file__` is set at build as where the Distiller runs (a module importing its neighbour)."""
+    (tmp_path / "helper_beside.py").write_text(STUDENT_AT_BUILD)
+    module = tmp_path / "student.py"
+    module.write_text(
+        "import os\nimport sys\n\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
+        "from helper_beside import student_fn  # noqa: E402\n"
+    )
+    assert student_lib.check_at_build(str(module), _build_args()) is True

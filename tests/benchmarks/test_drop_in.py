@@ -100,6 +100,32 @@ def test_pair_ratios_give_a_geometric_mean_with_an_interval_and_accuracy_an_equi
     assert out["accuracy_margin"] == 0.01
 
 
+def test_every_example_has_its_accuracy_margin_penguin_two_of_its_100_eval_rows():
+    assert drop_in.ACCURACY_MARGINS == {"taxi": 0.01, "penguin": 0.02, "mnist": 0.01}
+    assert set(drop_in.ACCURACY_MARGINS) == set(drop_in.METRICS)
+
+
+def test_the_margin_given_judges_the_accuracy_difference():
+    metric = drop_in.METRICS["penguin"]
+    runs = {
+        "stock": [
+            _run("stock", 50, 20, 10, a, 15, metric=metric) for a in (0.97, 0.98, 0.97, 0.98)
+        ],
+        "swapped": [
+            _run("swapped", 45, 14, 10, a, 9, metric=metric) for a in (0.96, 0.97, 0.97, 0.96)
+        ],
+    }
+    # Difference -0.01 (one eval row), se 0.0040825, Welch df 6, t(0.95, 6) = 1.943180:
+    # the 90% interval [-0.0179, -0.0021] lies within +-0.02 but not within +-0.01.
+    penguin = drop_in.headline(runs, 5000, metric, drop_in.ACCURACY_MARGINS["penguin"])
+    assert penguin["accuracy_diff_ci90"] == [-0.0179, -0.0021]
+    assert penguin["accuracy_margin"] == 0.02
+    assert penguin["accuracy_equivalent_within_margin"] is True
+    one_row = drop_in.headline(runs, 5000, metric, drop_in.ACCURACY_MARGINS["taxi"])
+    assert one_row["accuracy_margin"] == 0.01
+    assert one_row["accuracy_equivalent_within_margin"] is False
+
+
 def test_one_pair_gets_no_interval():
     runs = {
         "stock": [_run("stock", 100, 20, 30, 0.8, 10)],

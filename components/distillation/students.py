@@ -27,11 +27,13 @@ from components.distillation import teachers as teachers_lib
 STUDENT_FN = "student_fn"
 
 
-def load_student_fn(student_module: Mapping[str, str]) -> Callable:
+def load_student_fn(student_module: Mapping[str, str], get_fn=udf_utils.get_fn) -> Callable:
     """The module's `student_fn`.
 
     Args:
       student_module: `module_file` and/or `module_path` (TFX's packaged copy).
+      get_fn: How to import it: TFX's loader (the Distiller's run), or
+        `import_as_python_does` (at pipeline build).
 
     Raises:
       ConfigError: naming `module_file` when the module cannot be imported or
@@ -39,7 +41,7 @@ def load_student_fn(student_module: Mapping[str, str]) -> Callable:
     """
     module_file = student_module.get("module_file") or student_module.get("module_path")
     try:
-        fn = udf_utils.get_fn(dict(student_module), STUDENT_FN)
+        fn = get_fn(dict(student_module), STUDENT_FN)
     except (AttributeError, ImportError, FileNotFoundError, SyntaxError) as e:
         raise ConfigError(
             f"module_file: cannot load {STUDENT_FN} from {module_file!r}: {e}; define "
@@ -270,7 +272,7 @@ def check_at_build(module_file: str, fn_args: BuildFnArgs) -> bool:
     # that binds `tf.keras` at import gets tf_keras.
     with legacy_keras.tf_keras_scope():
         try:
-            student_fn = _load_as_python_does(module_file)
+            student_fn = load_student_fn({"module_file": module_file}, import_as_python_does)
         except ConfigError as e:
             missing = e.__cause__
             if (
@@ -310,33 +312,22 @@ def check_at_build(module_file: str, fn_args: BuildFnArgs) -> bool:
     return True
 
 
-def _load_as_python_does(module_file: str) -> Callable:
-    """The module file's `student_fn`, imported as Python imports a file (`__file__` set).
+def import_as_python_does(student_module: Mapping[str, str], name: str):
+    """`name` of the module file, imported as Python imports a file (`__file__` set).
 
-    TFX's own loader (`load_student_fn` at pipeline build) leaves `__file__`
-    unset, while the Distiller's run imports the packaged module normally, so
-    a module that reads `__file__` at import (to find a helper beside it)
-    loads where the Distiller runs; here it must too.
-
-    Raises:
-      ConfigError: as `load_student_fn`.
+    TFX's own loader leaves `__file__` unset, while the Distiller's run imports
+    the packaged module normally, so a module that reads `__file__` at import
+    (to find a helper beside it) loads where the Distiller runs; at pipeline
+    build it must too.
     """
-    name = "_tfxkit_student_check_" + os.path.splitext(os.path.basename(module_file))[0]
-    try:
-        spec = importlib.util.spec_from_file_location(name, module_file)
-        if spec is None:
-            raise ImportError(f"not a Python module file: {module_file}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        fn = getattr(module, STUDENT_FN)
-    except (AttributeError, ImportError, FileNotFoundError, SyntaxError) as e:
-        raise ConfigError(
-            f"module_file: cannot load {STUDENT_FN} from {module_file!r}: {e}; define "
-            f"`def {STUDENT_FN}(fn_args) -> tf.keras.Model` in the Distiller's module_file"
-        ) from e
-    if not callable(fn):
-        raise ConfigError(f"module_file: {STUDENT_FN} in {module_file!r} is not a function")
-    return fn
+    module_file = student_module["module_file"]
+    stem = os.path.splitext(os.path.basename(module_file))[0]
+    spec = importlib.util.spec_from_file_location(f"_tfxkit_student_check_{stem}", module_file)
+    if spec is None:
+        raise ImportError(f"not a Python module file: {module_file}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
 
 
 def _deferred(where: str, fn_args: BuildFnArgs, why: str = "") -> bool:

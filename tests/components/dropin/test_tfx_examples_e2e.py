@@ -129,7 +129,7 @@ class _ExampleRun:
 
 
 PENGUIN_SKIP = (
-    "the penguin run_fn builds its own MirroredStrategy; with several GPUs auto picks "
+    "the penguin and MNIST run_fns build their own MirroredStrategy; with several GPUs auto picks "
     "mirrored, which the drop-in Trainer refuses to nest (run with CUDA_VISIBLE_DEVICES=0)"
 )
 
@@ -169,10 +169,14 @@ def example_runs(request, tmp_path_factory):
             (tfx_examples.PENGUIN, data_root, False),
             (tfx_examples.PENGUIN, data_root, True),
         ]
-    if selected & {
-        "test_mnist_native_keras_example_swapped_pushes_a_model_with_the_stock_signature",
-        "test_mnist_native_keras_model_distils_into_a_student_fn_that_serves_like_it",
-    }:
+    if (
+        selected
+        & {
+            "test_mnist_native_keras_example_swapped_pushes_a_model_with_the_stock_signature",
+            "test_mnist_native_keras_model_distils_into_a_student_fn_that_serves_like_it",
+        }
+        and len(tf.config.list_physical_devices("GPU")) <= 1
+    ):
         wanted.append((tfx_examples.MNIST, tfx_examples.mnist_sample_root(workdir), True))
     runs = {}
     try:
@@ -284,6 +288,7 @@ def test_taxi_native_keras_model_distils_into_a_student_fn_that_serves_like_it(e
     _check_distilled(run, signatures)
 
 
+@pytest.mark.skipif(len(tf.config.list_physical_devices("GPU")) > 1, reason=PENGUIN_SKIP)
 @pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_mnist_native_keras_example_swapped_pushes_a_model_with_the_stock_signature(example_runs):
@@ -298,6 +303,7 @@ def test_mnist_native_keras_example_swapped_pushes_a_model_with_the_stock_signat
     assert [shape for _, (_, shape) in outputs] == [[None, 10]]
 
 
+@pytest.mark.skipif(len(tf.config.list_physical_devices("GPU")) > 1, reason=PENGUIN_SKIP)
 @pytest.mark.multiprocess
 @pytest.mark.e2e
 def test_mnist_native_keras_model_distils_into_a_student_fn_that_serves_like_it(example_runs):

@@ -1,18 +1,16 @@
 """Which Keras runs where: the product's code on tf_keras by name, a user's module on what stock gives it.
 
-Nothing here changes `tf.keras` for the process; `tf_keras_scope` makes it tf_keras for
-one block (the Distiller's `student_fn`). `check_one_keras` refuses a module holding
-both Kerases; `keep_libraries_unconverted` gives tf_keras, TFT, tfx_bsl and
+Nothing here changes which Keras a user's module gets (the Distiller wraps a Keras 3
+student, `components.distillation.keras3`); `ensure_legacy_keras` is for the product's
+own scripts. `check_one_keras` refuses a module holding both Kerases; `keep_libraries_unconverted` gives tf_keras, TFT, tfx_bsl and
 tensorflow_metadata the AutoGraph rule TensorFlow gives `keras`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import types
-from collections.abc import Iterator
 
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 _TRUE = ("true", "True", "1")
@@ -127,37 +125,6 @@ def keep_libraries_unconverted() -> None:
     )
 
 
-@contextlib.contextmanager
-def tf_keras_scope() -> Iterator[None]:
-    """`tf.keras` is tf_keras inside the block, and what it was again after it.
-
-    For code the product runs on tf_keras that reaches a user's module (the
-    Distiller's `student_fn`): the module's `tf.keras` resolves to tf_keras
-    while the block runs, whatever the process had resolved before.
-
-    Raises:
-      KerasMismatchError: as `ensure_legacy_keras`.
-    """
-    import tensorflow as tf
-
-    before_env = os.environ.get(LEGACY_KERAS_ENV)
-    before = vars(tf).get("keras")
-    ensure_legacy_keras()
-    if _is_keras3(vars(tf).get("keras")):
-        import tf_keras
-
-        tf.keras = tf_keras
-    try:
-        yield
-    finally:
-        if before is not None:
-            tf.keras = before
-        if before_env is None:
-            os.environ.pop(LEGACY_KERAS_ENV, None)
-        else:
-            os.environ[LEGACY_KERAS_ENV] = before_env
-
-
 def tf_keras_module():
     """The Keras module `tf.keras` resolves to now (resolving it, as user code would)."""
     import tensorflow as tf
@@ -176,7 +143,7 @@ def check_one_keras(module, where: str) -> None:
     """Fails when a user module holds both Keras: tf_keras and Keras 3 objects do not mix.
 
     Args:
-      module: The user's imported module.
+      module: The user's imported module, or its globals.
       where: What to name (e.g. "module_file 'penguin_utils.py'").
 
     Raises:
@@ -185,7 +152,8 @@ def check_one_keras(module, where: str) -> None:
         `from tensorflow import keras` resolved to Keras 3).
     """
     legacy, keras3 = [], []
-    for name, value in vars(module).items():
+    names = module if isinstance(module, dict) else vars(module)
+    for name, value in names.items():
         root = getattr(value, "__name__", "") if isinstance(value, types.ModuleType) else ""
         if root == "tf_keras" or root.startswith("tf_keras."):
             legacy.append(name)

@@ -22,6 +22,7 @@ from tfx.components.util import udf_utils
 
 from components.compat import legacy_keras, user_code
 from components.config import ConfigError, PipelineConfig
+from components.distillation import keras3 as keras3_lib
 from components.distillation import teachers as teachers_lib
 
 STUDENT_FN = "student_fn"
@@ -49,6 +50,11 @@ def load_student_fn(student_module: Mapping[str, str], get_fn=udf_utils.get_fn) 
         ) from e
     if not callable(fn):
         raise ConfigError(f"module_file: {STUDENT_FN} in {module_file!r} is not a function")
+    # The module keeps the Keras it imports (Keras 3 or tf_keras), but one, not both.
+    try:
+        legacy_keras.check_one_keras(getattr(fn, "__globals__", {}), f"module_file {module_file!r}")
+    except legacy_keras.KerasMismatchError as e:
+        raise ConfigError(str(e)) from None
     return fn
 
 
@@ -60,6 +66,10 @@ def module_of(student_module: Mapping[str, str]) -> str:
 def build(student_fn: Callable, fn_args, module: str = "?") -> keras.Model:
     """`student_fn(fn_args)`, checked to be a Keras model with one output.
 
+    A Keras 3 model (the Keras a module gets on TFX 1.21, or imports as
+    `keras`) is returned as a tf_keras view that trains its own variables
+    (`keras3.as_tf_keras`); a tf_keras model as it is.
+
     Args:
       module: The module file holding `student_fn` (named in errors).
 
@@ -69,17 +79,34 @@ def build(student_fn: Callable, fn_args, module: str = "?") -> keras.Model:
       ConfigError: naming `module_file` when it returns something else.
     """
     model = user_code.call_user_fn(student_fn, f"{STUDENT_FN} of module_file {module!r}", fn_args)
-    if not isinstance(model, keras.Model):
+    keras3 = keras3_lib.is_keras3_model(model)
+    if not (keras3 or isinstance(model, keras.Model)):
         raise ConfigError(
-            f"module_file: {STUDENT_FN} returned {type(model).__name__}, not a tf.keras Model (with "
-            "TF_USE_LEGACY_KERAS=1, as TFX's Trainer runs, tf.keras is tf_keras)"
+            f"module_file: {STUDENT_FN} returned {type(model).__name__}, not a Keras model; return "
+            "a functional model (tf.keras, keras or tf_keras) with one [batch, classes] logits output"
         )
-    if len(model.outputs or ()) != 1:
+    outputs = _outputs(model)
+    if len(outputs) != 1:
         raise ConfigError(
-            f"module_file: {STUDENT_FN}'s model has {len(model.outputs or ())} outputs; return a functional "
+            f"module_file: {STUDENT_FN}'s model has {len(outputs)} outputs; return a functional "
             "model with one [batch, classes] logits output"
         )
+    if keras3:
+        try:
+            return keras3_lib.as_tf_keras(model)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"module_file: {STUDENT_FN}'s model: {e}") from None
     return model
+
+
+def _outputs(model) -> list:
+    """A functional model's output tensors (none for a subclassed model not built
+    functionally)."""
+    try:
+        outputs = model.outputs
+    except (AttributeError, ValueError):
+        return []
+    return list(outputs or ())
 
 
 def check_student(
@@ -268,47 +295,42 @@ def check_at_build(module_file: str, fn_args: BuildFnArgs) -> bool:
       UserCodeError: `student_fn` raised (naming the line it raised at);
         the user's exception is the cause.
     """
-    # Loaded inside the scope, as the Distiller's run_fn loads it: a module
-    # that binds `tf.keras` at import gets tf_keras.
-    with legacy_keras.tf_keras_scope():
-        try:
-            student_fn = load_student_fn({"module_file": module_file}, import_as_python_does)
-        except ConfigError as e:
-            missing = e.__cause__
-            if (
-                isinstance(missing, ModuleNotFoundError)
-                and missing.name
-                and not (os.path.basename(module_file).startswith(missing.name.split(".")[0]))
-            ):
-                # A package installed only where the pipeline runs (a cluster's
-                # image) is no reason to refuse a pipeline compiled here.
-                return _deferred(
-                    module_file, fn_args, f"it imports {missing.name}, not installed here"
-                )
-            raise
-        where = location(student_fn, module_file)
-        try:
-            model = build(student_fn, fn_args, module_file)
-        except user_code.UserCodeError as e:
-            if fn_args.read_unknown:
-                return _deferred(where, fn_args)
-            raise user_code.UserCodeError(
-                f"{where}: {e}{_raised_at(e.__cause__, module_file)}, built at pipeline build with "
-                f"fn_args holding train_steps, eval_steps, custom_config and hyperparameters; make "
-                f"{STUDENT_FN} build from those (or from Transform's output, read where the "
-                "Distiller runs)"
-            ) from e.__cause__
-        except ConfigError as e:
-            raise ConfigError(f"{where}: {e}") from None
+    try:
+        student_fn = load_student_fn({"module_file": module_file}, import_as_python_does)
+    except ConfigError as e:
+        missing = e.__cause__
+        if (
+            isinstance(missing, ModuleNotFoundError)
+            and missing.name
+            and not (os.path.basename(module_file).startswith(missing.name.split(".")[0]))
+        ):
+            # A package installed only where the pipeline runs (a cluster's
+            # image) is no reason to refuse a pipeline compiled here.
+            return _deferred(module_file, fn_args, f"it imports {missing.name}, not installed here")
+        raise
+    where = location(student_fn, module_file)
+    try:
+        model = build(student_fn, fn_args, module_file)
+    except user_code.UserCodeError as e:
         if fn_args.read_unknown:
             return _deferred(where, fn_args)
-        features = zeros_batch(model)
-        if features is None:
-            return _deferred(where, fn_args, "it reads sparse or ragged inputs")
-        try:
-            check_logits(model, features, where, batch="a batch of zeros at pipeline build")
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        raise user_code.UserCodeError(
+            f"{where}: {e}{_raised_at(e.__cause__, module_file)}, built at pipeline build with "
+            f"fn_args holding train_steps, eval_steps, custom_config and hyperparameters; make "
+            f"{STUDENT_FN} build from those (or from Transform's output, read where the "
+            "Distiller runs)"
+        ) from e.__cause__
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    if fn_args.read_unknown:
+        return _deferred(where, fn_args)
+    features = zeros_batch(model)
+    if features is None:
+        return _deferred(where, fn_args, "it reads sparse or ragged inputs")
+    try:
+        check_logits(model, features, where, batch="a batch of zeros at pipeline build")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     return True
 
 

@@ -22,10 +22,9 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
-from components.compat import legacy_keras
 from components.config import payload
 from components.config.distillation import KD, M_ON_M, NOISY_STUDENT
-from components.distillation import losses, self_training
+from components.distillation import keras3, losses, self_training
 from components.distillation import model as distillation
 from components.distillation import students as student_lib
 from components.distillation import teachers as teachers_lib
@@ -148,7 +147,9 @@ def _user_student(task: task_lib.Task, fn_args) -> _Student:
     probe = build_student()
     student_lib.check_student(config, probe, described, [k for k in transformed if k != label])
     logging.info(
-        "Distiller: student_fn model %d parameters, teachers %s (%s, width %d); label %r; alpha=%s T=%s",
+        "Distiller: student_fn model (%s) %d parameters, teachers %s (%s, width %d); label %r; "
+        "alpha=%s T=%s",
+        "Keras 3" if keras3.wraps_keras3(probe) else "tf_keras",
         distillation.count_params(probe.trainable_weights),
         [t.num_params for t in described],
         described[0].output,
@@ -590,10 +591,6 @@ def run_fn(fn_args) -> None:
             student = _configured_student(task.config, inputs, task.payload.teacher_dirs)
         TRAINERS[task.config.distillation.method](task, student)
 
-    if not user_module:
-        task_lib.run_fn_task(fn_args, "Distiller", distil)
-        return
-    # The student trains inside a tf_keras model: its module's tf.keras must
-    # be tf_keras while it is loaded, built and trained.
-    with legacy_keras.tf_keras_scope():
-        task_lib.run_fn_task(fn_args, "Distiller", distil, needs_data=False)
+    # A student_fn module keeps the Keras the process gives it (Keras 3 on
+    # TFX 1.21); `students.build` wraps a Keras 3 model for the tf_keras loop.
+    task_lib.run_fn_task(fn_args, "Distiller", distil, needs_data=not user_module)

@@ -97,47 +97,6 @@ def test_the_tfx_first_script_gives_keras_3_with_and_without_the_product(tmp_pat
     assert seen["USER"].startswith("keras.")
 
 
-@pytest.mark.multiprocess
-def test_tf_keras_scope_gives_tf_keras_inside_and_restores_after(tmp_path):
-    seen = _seen(
-        _run(
-            tmp_path,
-            """
-            from tfx import v1 as tfx
-            import tensorflow as tf
-            from components.compat.legacy_keras import tf_keras_scope
-            before = tf.keras.Model.__module__
-            with tf_keras_scope():
-                print("INSIDE", tf.keras.Model.__module__)
-            print("BEFORE", before)
-            print("AFTER", tf.keras.Model.__module__)
-            """,
-        )
-    )
-    assert seen["BEFORE"].startswith("keras.") and seen["AFTER"] == seen["BEFORE"]
-    assert seen["INSIDE"].startswith("tf_keras.")
-
-
-@pytest.mark.multiprocess
-def test_keras3_asked_for_explicitly_is_refused_by_the_distiller_scope_naming_the_variable(
-    tmp_path,
-):
-    result = _run(
-        tmp_path,
-        """
-        import components
-        from components.compat.legacy_keras import tf_keras_scope
-        with tf_keras_scope():
-            pass
-        """,
-        TF_USE_LEGACY_KERAS="0",
-    )
-    assert result.returncode != 0
-    assert "KerasMismatchError: TF_USE_LEGACY_KERAS='0': TFX 1.16 and tfxkit need tf_keras" in (
-        result.stderr
-    )
-
-
 # --------------------------------------------------------------------------- #
 # AutoGraph: tf_keras's code called as it is, what user code is reached through converted
 # --------------------------------------------------------------------------- #

@@ -162,7 +162,7 @@ def test_a_module_without_student_fn_or_returning_no_model_is_named(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def run_fn(fn_args):\n    pass\n\ndef student_fn(fn_args):\n    return 3\n")
     with pytest.raises(
-        ConfigError, match=r"module_file: student_fn returned int, not a tf.keras Model"
+        ConfigError, match=r"module_file: student_fn returned int, not a Keras model"
     ):
         student_lib.build(student_lib.load_student_fn({"module_file": str(module)}), None)
     module = tmp_path / "without.py"
@@ -202,7 +202,7 @@ def test_a_student_fn_returning_no_model_is_named_with_its_line_at_build(tmp_pat
     with pytest.raises(ConfigError) as e:
         student_lib.check_at_build(str(module), _build_args())
     assert str(e.value).startswith(
-        f"{module}:3: module_file: student_fn returned int, not a tf.keras Model"
+        f"{module}:3: module_file: student_fn returned int, not a Keras model"
     )
 
 

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -16,7 +17,7 @@ from absl import logging as absl_logging
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from components.compat.user_code import UserCodeError
-from components.config import module_config_from_dict, payload
+from components.config import ConfigError, module_config_from_dict, payload
 from components.distillation.verdict import VERDICT_FILE
 from components.distiller import run_fn as distiller_run_fn
 from tests.components.distiller.test_student_strategies import STUDENT_MODULE, _save_teacher
@@ -192,3 +193,64 @@ def test_the_executor_copies_the_verdict_into_the_model_artifacts_properties(tmp
     assert model.get_float_custom_property("scratch_acc") == 0.8
     assert model.get_float_custom_property("teacher_acc") == 0.9
     assert not untouched.has_custom_property("distillation_verdict")
+
+
+KERAS3_MODULE = """
+import json
+import keras
+import tensorflow as tf
+
+FEATURES = {features!r}
+
+
+def student_fn(fn_args):
+    with open({record!r}, "w") as f:
+        json.dump({{"keras": keras.Model.__module__, "tf.keras": tf.keras.Model.__module__}}, f)
+    keras.utils.set_random_seed(0)
+    inputs = {{f: keras.Input(shape=(1,), name=f) for f in FEATURES}}
+    hidden = keras.layers.Dense(4, activation="relu")(keras.layers.Concatenate()(list(inputs.values())))
+    hidden = keras.layers.BatchNormalization()(hidden)
+    return keras.Model(inputs, keras.layers.Dense(3)(hidden))
+"""
+
+
+def test_a_keras3_student_fn_trains_and_serves_and_its_module_keeps_the_process_keras(
+    setup, tmp_path
+):
+    """Written as TFX 1.21's modules are (`import keras`): trained, exported, and its
+    `tf.keras` is what the process gives (the Distiller changes no module's Keras)."""
+    from components.compat import legacy_keras
+
+    _, teacher, features = setup
+    record = tmp_path / "keras_seen.json"
+    serving_dir = _distil(
+        setup,
+        tmp_path,
+        module_source=KERAS3_MODULE.format(features=features, record=str(record)),
+        scratch_baseline=True,
+    )
+    seen = json.loads(record.read_text())
+    assert seen["keras"].startswith("keras.")
+    assert seen["tf.keras"].split(".")[0] == legacy_keras.tf_keras_module().__name__
+    served = tf.saved_model.load(serving_dir).signatures["serving_default"]
+    stock = tf.saved_model.load(teacher).signatures["serving_default"]
+    assert set(served.structured_outputs) == set(stock.structured_outputs)
+    examples = tf.constant(penguins.raw_examples(penguins.read_rows()[:16]))
+    logits = served(examples=examples)["outputs"].numpy()
+    assert logits.shape == (16, 3) and np.all(np.isfinite(logits))
+    # Trained and judged against the same Keras 3 network trained alone.
+    with open(os.path.join(os.path.dirname(serving_dir), VERDICT_FILE)) as f:
+        verdict = json.load(f)
+    assert 0.0 <= verdict["student_acc"] <= 1.0 and 0.0 <= verdict["scratch_acc"] <= 1.0
+
+
+def test_a_student_module_mixing_both_kerases_is_refused_naming_both(setup, tmp_path):
+    source = (
+        "import keras\nimport tf_keras\n\n"
+        "def student_fn(fn_args):\n    return tf_keras.Sequential([keras.layers.Dense(3)])\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"mixes two Kerases: tf_keras is tf_keras .* keras is Keras 3"
+    ):
+        _distil(setup, tmp_path, module_source=source)
+    assert not os.path.exists(tmp_path / "run" / "serving_model_dir")

@@ -8,6 +8,7 @@ and `tfdata_service/` when the run starts a tf.data service, `ingestion.service.
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -137,10 +138,27 @@ def _run_locked(
             service.stop()
 
 
+# What Beam adds to an exception raised inside a step ("... [while running 'Run[Distiller]']").
+_BEAM_STEP = re.compile(r" \[while running '[^']*'\]")
+_TRACEBACK = "Traceback (most recent call last):"
+
+
 def _describe(error: BaseException) -> str:
+    """`Type: message` of what ended the run, as the component raised it.
+
+    A component's exception reaches the orchestrator through Beam, which
+    appends the step it ran in and, when it re-raises across a worker,
+    the remote traceback; neither says anything the component's message
+    does not, so both are dropped here (the run's log keeps the traceback).
+    """
     if isinstance(error, KeyboardInterrupt):
         return "KeyboardInterrupt: the run was interrupted"
-    return f"{type(error).__name__}: {error}"
+    message = _BEAM_STEP.sub("", str(error))
+    if _TRACEBACK in message:
+        head, _, trace = message.partition(_TRACEBACK)
+        last = [line for line in trace.splitlines() if line.strip()][-1:]
+        message = (head.strip() + " " + " ".join(last).strip()).strip()
+    return f"{type(error).__name__}: {message}"
 
 
 def _run_pipeline(

@@ -341,3 +341,35 @@ def test_input_check_warnings_reach_the_console(tmp_path, taxi_config, capfd):
         f"WARNING: data.path: reading the 1 .csv file(s) in {str(data)!r} and ignoring README.txt"
         in console
     )
+
+
+class _StudentCheckError(ValueError):
+    pass
+
+
+def _refuse(_):
+    raise _StudentCheckError("module_file: student_fn of 'student.py' returns probabilities")
+
+
+def test_a_component_error_raised_through_beam_is_described_as_the_component_raised_it():
+    import apache_beam as beam
+
+    with pytest.raises(_StudentCheckError) as raised:
+        with beam.Pipeline() as p:
+            _ = p | beam.Create([1]) | "Run[Distiller]" >> beam.Map(_refuse)
+    assert "[while running 'Run[Distiller]']" in str(raised.value)
+    assert local_runner._describe(raised.value) == (
+        "_StudentCheckError: module_file: student_fn of 'student.py' returns probabilities"
+    )
+
+
+def test_a_remote_traceback_in_the_message_is_reduced_to_its_last_line():
+    # As portable runners re-raise a worker's failure: its traceback inside the message.
+    error = RuntimeError(
+        "Pipeline job failed: Traceback (most recent call last):\n"
+        '  File "/site-packages/apache_beam/runners/worker/sdk_worker.py", line 1, in x\n'
+        "ValueError: module_file: bad student [while running 'Run[Distiller]']\n"
+    )
+    assert local_runner._describe(error) == (
+        "RuntimeError: Pipeline job failed: ValueError: module_file: bad student"
+    )

@@ -273,6 +273,7 @@ def verdict(rows: list[dict[str, Any]], method: str = KD) -> dict[str, Any]:
             accuracy(roles.ENSEMBLE_STUDENT),
             _trained_alone(rows, roles.SCRATCH, roles.BASELINE),
             student.get("params"),
+            [r["accuracy"] for r in rows if r["role"] == roles.TEACHER],
         )
     return verdict_lib.verdict(
         accuracy(roles.TEACHER),

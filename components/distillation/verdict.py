@@ -118,10 +118,15 @@ def m_on_m_verdict(
     one_student: float | None,
     alone: Sequence[Mapping[str, Any]] = (),
     ensemble_params: int | None = None,
+    teacher_accs: Sequence[float] = (),
 ) -> dict[str, Any]:
     """M-on-M: the students' ensemble against its mean student, one student of all the
     teachers (`EnsembleStudent`, when the run has it), the teachers' ensemble and the
     best model trained alone at the same serving cost.
+
+    `teacher_accs` are the teachers' own accuracies, teacher i the one student
+    i learned from; the message says which teacher did not beat its student
+    (`teachers_beat_students`): such a teacher has nothing better to teach.
 
     `alone` are the run's models trained alone (`distillation.baselines` and
     the scratch baseline: `name`, `accuracy`, `params`); the ones with at most
@@ -152,6 +157,20 @@ def m_on_m_verdict(
         )
     same_cost, sentence = _against_same_cost(ensemble, ensemble_params, alone)
     result.update(same_cost)
+    if teacher_accs and len(teacher_accs) == len(members):
+        behind = [
+            f"teacher {i} ({t:.4f}) did not beat its student ({m:.4f})"
+            for i, (t, m) in enumerate(zip(teacher_accs, members, strict=True))
+            if t <= m
+        ]
+        result["teacher_accs"] = list(teacher_accs)
+        result["teachers_beat_students"] = not behind
+        if behind:
+            sentence += (
+                " " + "; ".join(behind).capitalize() + ": a teacher no better than its student "
+                "has little to teach; train the teachers longer or larger (train.train_steps, "
+                "teacher)."
+            )
     result["improved"] = (
         ensemble > mean
         and (one_student is None or ensemble > one_student)

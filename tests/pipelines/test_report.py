@@ -76,6 +76,22 @@ def test_an_m_on_m_verdict_compares_the_ensemble_with_its_mean_student_and_one_s
     )
 
 
+def test_an_m_on_m_verdict_says_which_teacher_did_not_beat_its_own_student():
+    ahead = verdict_lib.m_on_m_verdict(0.93, 0.92, [0.90, 0.91], 0.915, teacher_accs=[0.925, 0.93])
+    assert ahead["teachers_beat_students"] is True and ahead["teacher_accs"] == [0.925, 0.93]
+    assert "did not beat its student" not in ahead["message"]
+    # Teacher 1 (0.9100) ties its student: it has nothing better to teach.
+    behind = verdict_lib.m_on_m_verdict(0.93, 0.92, [0.90, 0.91], 0.915, teacher_accs=[0.92, 0.91])
+    assert behind["teachers_beat_students"] is False
+    assert (
+        "Teacher 1 (0.9100) did not beat its student (0.9100): a teacher no better than its "
+        "student has little to teach; train the teachers longer or larger" in behind["message"]
+    )
+    # Without one accuracy per student's teacher, nothing is paired or said.
+    unpaired = verdict_lib.m_on_m_verdict(0.93, 0.92, [0.90, 0.91], 0.915, teacher_accs=[0.8])
+    assert "teachers_beat_students" not in unpaired
+
+
 # The shipped fashion_mnist_m_on_m: three students of 15,522 parameters, and
 # Baseline_wide, the network trained alone at their cost.
 ENSEMBLE_PARAMS = 3 * 15_522

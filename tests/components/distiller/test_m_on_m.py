@@ -212,6 +212,9 @@ def test_the_m_on_m_pipeline_serves_the_students_mean_and_reports_every_model(m_
     assert verdict["ensemble_params"] == ensemble_row["params"]
     assert verdict["beat_same_cost_alone"] == (ensemble_row["accuracy"] > wide["accuracy"])
     assert "At the same serving cost" in verdict["message"]
+    # Each teacher beat the student it taught (by far, in this short run).
+    assert verdict["teacher_accs"] == [t["accuracy"] for t in by_role[roles.TEACHER]]
+    assert verdict["teachers_beat_students"] is True
 
     examples = raw_digits_examples(output, config.data.label.name)
     served = tf.saved_model.load(ensemble_row["serving_dir"])

@@ -17,6 +17,7 @@ from tfx.dsl.io import fileio
 
 from components.compat import legacy_keras, user_code
 from components.config import stock_args
+from components.data import service
 from components.trainer import data_accessor
 from components.training import backup, cluster, export, models, task
 
@@ -106,7 +107,14 @@ def _run_user_fn(
         f"under {choice.describe()}" if scope else "as stock TFX does (one device, no scope)",
         keras_in_use.__name__,
     )
+    # A run_fn reading fn_args.data_accessor through the tf.data service is
+    # watched as the product's own training is: all workers lost for
+    # ingestion.service.worker_wait_seconds fails it, naming the dispatcher,
+    # instead of a wait without end (it makes no step the watch can see).
     with (
+        service.watching_workers(
+            settings.ingestion.service, "Trainer", cancellable=not choice.uses_coordinator
+        ),
         models.precision_policy(settings.mixed_precision, keras_in_use),
         scope or contextlib.nullcontext(),
     ):

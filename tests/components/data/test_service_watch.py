@@ -162,3 +162,83 @@ def test_a_worker_replaced_within_the_bound_lets_training_finish(tmp_path, pengu
     assert np.isfinite(results["loss"])
     # The watch ended with the training.
     assert not any(t.name == "tfdata-worker-watch" for t in threading.enumerate())
+
+
+# A user's run_fn under the drop-in Trainer's executor, in a process of its own:
+# it reads fn_args.data_accessor through the service and kills the worker mid-fit
+# (tests/components/trainer/service_user_module.py).
+USER_RUN_FN_CHILD = """
+import json, os, shutil, sys
+from tfx.types import standard_artifacts
+from components.trainer import executor
+from testkit.artifacts import local_artifact, trainer_artifacts
+job = json.loads(sys.argv[1])
+inputs, outputs = trainer_artifacts(job["root"])
+(examples,) = inputs["examples"]
+for split in ("train", "eval"):
+    os.makedirs(os.path.join(examples.uri, f"Split-{split}"))
+    for path in job[f"{split}_files"]:
+        shutil.copy(path, os.path.join(examples.uri, f"Split-{split}"))
+graph = local_artifact(standard_artifacts.TransformGraph, job["root"], "graph")
+shutil.copytree(job["transform_output"], graph.uri, dirs_exist_ok=True)
+inputs["transform_graph"] = [graph]
+try:
+    executor.Executor().Do(inputs, outputs, job["exec_properties"])
+except Exception as e:
+    print(json.dumps({"error": type(e).__name__, "message": str(e)}), flush=True)
+    raise
+"""
+
+
+def test_a_user_run_fn_reading_the_service_whose_workers_are_lost_fails_naming_the_dispatcher(
+    tmp_path, penguin_inputs
+):
+    from components.config import IngestionConfig, ServiceConfig, StrategyConfig, payload
+    from components.config.dropin import DropInSettings
+
+    wait = 5
+    with LocalService(str(tmp_path / "service"), workers=1) as local:
+        served = ServiceConfig(
+            dispatcher=local.address, compression="none", worker_wait_seconds=wait
+        )
+        settings = DropInSettings(
+            strategy=StrategyConfig(kind="one_device"),
+            ingestion=IngestionConfig(cache="none", deterministic=False, service=served),
+        )
+        job = {
+            "root": str(tmp_path / "run"),
+            "train_files": list(penguin_inputs.train_files),
+            "eval_files": list(penguin_inputs.eval_files),
+            "transform_output": penguin_inputs.transform_output,
+            "exec_properties": {
+                "custom_config": json.dumps(payload.encode({}, settings=settings)),
+                # More steps than the run can make before the bound: it can only fail.
+                "train_args": '{"num_steps": 1000000, "splits": ["train"]}',
+                "eval_args": '{"num_steps": 1, "splits": ["eval"]}',
+                "run_fn": "tests.components.trainer.service_user_module.run_fn",
+            },
+        }
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", USER_RUN_FN_CHILD, json.dumps(job)],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            env={
+                **os.environ,
+                "CUDA_VISIBLE_DEVICES": "",
+                "KILL_PGID": str(local.workers[0].pid),
+            },
+        )
+        took = time.monotonic() - started
+    assert done.returncode == service.WATCH_EXIT_STATUS, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["error"] == "IngestionError", result
+    assert result["message"].startswith(
+        f"ingestion.service.worker_wait_seconds: Trainer: every tf.data service worker of the "
+        f"dispatcher at grpc://{local.address} is lost"
+    )
+    assert took < CHILD_TIMEOUT_S
+    assert "ending the process (exit status 1) without destroying the input iterator" in (
+        done.stderr
+    )

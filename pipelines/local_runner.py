@@ -175,7 +175,7 @@ def _run_pipeline(
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    from components.compat import beam_signatures
+    from components.compat import beam_runner, beam_signatures
 
     with progress.console_logging(stream, run_log):
         stage = SERVICE_START_STAGE
@@ -201,7 +201,13 @@ def _run_pipeline(
     error = None
     # Every component runs in this process; Beam's signature reads are
     # memoised for all of them (components.compat.beam_signatures).
-    with progress.console_logging(stream, run_log), beam_signatures.cached_signatures():
+    # The orchestrator's own Beam pipeline (BeamDagRunner's) runs on Beam's in-process
+    # runners too: no Prism download (components.compat.beam_runner).
+    with (
+        progress.console_logging(stream, run_log),
+        beam_signatures.cached_signatures(),
+        beam_runner.local_by_default(),
+    ):
         try:
             dag_runner.run(pipeline)
         except Exception as e:  # noqa: BLE001 - summarised, then re-raised below

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from tfx.components.transform import executor as tfx_transform_executor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components.compat import beam_signatures, user_code
+from components.compat import beam_runner, beam_signatures, user_code
 from components.compat import tfx_transform as tfx_compat
 from components.config import payload
 from components.data import writer
@@ -47,6 +47,12 @@ def _every_run() -> Iterator[None]:
 
 class Executor(tfx_transform_executor.Executor):
     """Fails fast on an unsupported TFX / TFT or an invalid config, then runs TFX's Transform with the tfxkit writer."""
+
+    def _make_beam_pipeline(self):
+        # Beam's in-process runners unless the pipeline's beam_pipeline_args name a
+        # runner (components.compat.beam_runner): in a stock pipeline too.
+        self._beam_pipeline_args = beam_runner.pinned(self._beam_pipeline_args or ())
+        return super()._make_beam_pipeline()
 
     def Do(self, input_dict, output_dict, exec_properties):
         decoded = payload.decode_exec_properties(exec_properties)

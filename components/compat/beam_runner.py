@@ -1,0 +1,69 @@
+"""The product's local Beam runner: Beam's in-process runners, chosen explicitly.
+
+Beam's `DirectRunner` (`SwitchingDirectRunner.run_pipeline`, Beam 2.72 and 2.77) first
+tries Prism for every pipeline its support check accepts: it downloads a Prism binary
+from GitHub at run time, runs the pipeline there (about 2.3x slower than in-process for
+TFT on 200k rows), and falls back to the in-process runners only when that fails. So
+which runner a run gets depended on the network. `LocalRunner` is that same switch
+without the Prism attempt: the FnApiRunner (in memory, or `--direct_running_mode
+multi_processing`), or the bundle-based runner where the FnApiRunner lacks a feature.
+
+`pinned` gives a component's Beam args this runner unless they name one; `--runner` in
+`beam_args` (Prism, Flink, Dataflow) always wins. `local_by_default` makes it Beam's
+default for a block: TFX's BeamDagRunner builds its own pipeline with no options.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+
+RUNNER = "components.compat.beam_runner.LocalRunner"
+
+_log = logging.getLogger(__name__)
+
+
+class LocalRunner(SwitchingDirectRunner):
+    """Beam's DirectRunner switch (FnApiRunner, else bundle-based) without trying Prism.
+
+    Beam's switch skips Prism for an interactive pipeline (`_is_interactive`, read
+    only by its Prism check), which this runner declares itself to be; nothing else
+    of the switch reads it.
+    """
+
+    _is_interactive = True
+
+    def run_pipeline(self, pipeline, options):
+        _log.info(
+            "Beam: running in this process on Beam's in-process runners (%s, pinned: no "
+            "Prism download; a --runner in beam_args chooses another)",
+            RUNNER,
+        )
+        return super().run_pipeline(pipeline, options)
+
+
+def names_runner(args: Sequence[str]) -> bool:
+    """Whether Beam args name a runner (`--runner=X` or `--runner X`)."""
+    return any(a == "--runner" or a.startswith("--runner=") for a in args)
+
+
+def pinned(args: Sequence[str]) -> list[str]:
+    """`args` with `--runner=LocalRunner` added when they name no runner."""
+    args = list(args)
+    return args if names_runner(args) else [*args, f"--runner={RUNNER}"]
+
+
+@contextlib.contextmanager
+def local_by_default() -> Iterator[None]:
+    """`LocalRunner` is Beam's default runner inside the block (a pipeline built with no
+    `--runner`, as TFX's BeamDagRunner builds its own), and what it was again after."""
+    before = StandardOptions.DEFAULT_RUNNER
+    StandardOptions.DEFAULT_RUNNER = RUNNER
+    try:
+        yield
+    finally:
+        StandardOptions.DEFAULT_RUNNER = before

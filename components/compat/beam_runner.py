@@ -16,15 +16,13 @@ default for a block: TFX's BeamDagRunner builds its own pipeline with no options
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator, Sequence
 
+from absl import logging
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 
 RUNNER = "components.compat.beam_runner.LocalRunner"
-
-_log = logging.getLogger(__name__)
 
 
 class LocalRunner(SwitchingDirectRunner):
@@ -38,7 +36,7 @@ class LocalRunner(SwitchingDirectRunner):
     _is_interactive = True
 
     def run_pipeline(self, pipeline, options):
-        _log.info(
+        logging.info(
             "Beam: running in this process on Beam's in-process runners (%s, pinned: no "
             "Prism download; a --runner in beam_args chooses another)",
             RUNNER,

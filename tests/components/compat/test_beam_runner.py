@@ -56,7 +56,7 @@ def test_beams_direct_runner_tries_prism_first_and_the_local_runner_does_not(
 ):
     _squares([])
     assert len(prism_attempts) == 1  # Beam's own DirectRunner: the download was tried
-    caplog.set_level("INFO", logger=beam_runner.__name__)
+    caplog.set_level("INFO", logger="absl")
     _squares(beam_runner.pinned([]))
     assert len(prism_attempts) == 1
     assert any("pinned: no Prism download" in r.getMessage() for r in caplog.records)

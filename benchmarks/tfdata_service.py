@@ -12,9 +12,20 @@ process pinned to core 0 (`taskset -c 0`); the service's dispatcher and worker a
   (`remote: augment`, views on core 1). Target (b)/(a) steps/s >= 1.5.
 - `not_input_bound`: no views, a conv net whose steps dwarf parsing: `local` vs `service`
   (`remote: parse`). Target (b)/(a) >= 0.9 (the service costs at most 10%).
+- `equal_cpu`: the `input_bound` job at equal total CPU: (a) `local` on both cores (`taskset
+  -c 0,1`: the trainer's own views and steps may use both) vs (b) `service` as above
+  (trainer on core 0, dispatcher and worker on core 1). `service_over_local_equal_cpu` is
+  (b)/(a) steps/s; each side's CPU-seconds per step counts every process of it (the
+  trainer's, and the service's dispatcher and worker) over the timed steps. The first
+  framing asks what a worker on another host adds to a trainer; this one whether the same
+  two cores do better as a service than as one local pipeline.
 - `exactly_once`: two workers, `distributed_epoch`: one pass holds every uid once.
 - `first_epoch`: the service's first (uncached) epoch read by core 0 against the limit,
   iterating parsed batches already in memory on core 0. Target >= 0.9.
+
+The workload is fixed before measuring: `MLP_UNITS` is what it was at 3f2f3c6. Earlier
+workloads' results (the 536k MLP, `EARLIER_WORKLOADS`) are carried into the file as
+`earlier_workload` rows, read from the results files committed with them.
 
 Sides alternate in ABBA order over `--pairs` pairs (the first-epoch runs alternate which side
 reads first), each run warms up before it is timed; ratios are per pair, reported as a
@@ -46,6 +57,7 @@ TRANSLATE, FLIP = 2, True
 # The last line's keys, exactly (intervals, targets and the rest are on the line before).
 HEADLINE_KEYS = (
     "service_speedup",
+    "service_over_local_equal_cpu",
     "service_cost_ratio_not_input_bound",
     "exactly_once",
     "first_epoch_over_limit",
@@ -57,7 +69,14 @@ CASES = {
     # Hidden units chosen so one step costs about what its batch's views cost on one core.
     "input_bound": {"views": True, "model": "mlp", "remote": "augment"},
     "not_input_bound": {"views": False, "model": "conv", "remote": "parse"},
+    # The input-bound job, its local side on both cores.
+    "equal_cpu": {"views": True, "model": "mlp", "remote": "augment"},
 }
+# Where the local side of each case runs.
+LOCAL_CPUS = {"equal_cpu": f"{TRAINER_CPU},{SERVICE_CPU}"}
+# Results of earlier workloads (commit of the results file, the MLP it trained): the 536k
+# MLP's step cost 1.4-1.7 times its input, a job bound by its model.
+EARLIER_WORKLOADS = (("ea79663", (512, 256)), ("517083f", (512, 256)))
 
 
 def write_data(directory: str) -> dict:
@@ -193,12 +212,22 @@ def child_train(job: dict) -> dict:
     step = tf.function(model.train_step)
     for _ in range(args.warmup):
         step(next(iterator))
+    service_pids = job.get("service_pids", [])
+    cpu, theirs = time.process_time(), sum(_cpu_seconds(p) for p in service_pids)
     start = time.perf_counter()
     for _ in range(args.steps):
         logs = step(next(iterator))
     float(logs["loss"])
     seconds = time.perf_counter() - start
-    return {"steps_per_s": args.steps / seconds, "seconds": seconds}
+    own = time.process_time() - cpu
+    service_cpu = sum(_cpu_seconds(p) for p in service_pids) - theirs
+    return {
+        "steps_per_s": args.steps / seconds,
+        "seconds": seconds,
+        "trainer_cpu_s_per_step": own / args.steps,
+        "service_cpu_s_per_step": service_cpu / args.steps,
+        "cpu_s_per_step": (own + service_cpu) / args.steps,
+    }
 
 
 def child_calibrate(job: dict) -> dict:
@@ -299,16 +328,42 @@ def child_first_epoch(job: dict) -> dict:
     return out
 
 
-def _run_child(kind: str, job: dict) -> dict:
+def _run_child(kind: str, job: dict, cpus: str = TRAINER_CPU) -> dict:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
            "PYTHONPATH": REPO_ROOT}  # fmt: skip
-    command = ["taskset", "-c", TRAINER_CPU, sys.executable, __file__, "--child", kind]
+    command = ["taskset", "-c", cpus, sys.executable, __file__, "--child", kind]
     done = subprocess.run(
         command, input=json.dumps(job), capture_output=True, text=True, env=env, timeout=1800
     )
     if done.returncode != 0:
         raise RuntimeError(f"child {kind} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def earlier_workloads() -> list[dict]:
+    """The input-bound results of `EARLIER_WORKLOADS`, from their committed results files."""
+    rows = []
+    for commit, units in EARLIER_WORKLOADS:
+        done = subprocess.run(
+            ["git", "-C", REPO_ROOT, "show", f"{commit}:benchmarks/results/tfdata_service.json"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if done.returncode != 0:
+            rows.append({"case": "earlier_workload", "results_commit": commit,
+                         "missing": done.stderr.strip()[:200]})  # fmt: skip
+            continue
+        earlier = json.loads(done.stdout)
+        # The line with the intervals: `summary` since 3f2f3c6, the last line before.
+        summary = next(
+            line for line in reversed(earlier["lines"]) if "service_speedup_ci95" in line
+        )
+        rows.append({
+            "case": "earlier_workload", "results_commit": commit,
+            "measured_at": earlier["commit"][:12], "date": earlier["date"],
+            "mlp_units": list(units), "service_speedup": summary["service_speedup"],
+            "service_speedup_ci95": summary["service_speedup_ci95"],
+        })  # fmt: skip
+    return rows
 
 
 def main() -> None:
@@ -361,24 +416,41 @@ def main() -> None:
         calibration = _run_child("calibrate", {**shared, "case": case})
         emit({"case": case, "calibration": True,
               **{k: round(v, 3 if k == "input_share" else 2) for k, v in calibration.items()}})  # fmt: skip
-        ratios = []
+        ratios, cpu_per_step = [], {"local": [], "service": []}
+        local_cpus = LOCAL_CPUS.get(case, TRAINER_CPU)
         for pair, order in enumerate(abba_order(args.pairs, "local", "service")):
             rates = {}
             for side in order:
                 job = {**shared, "case": case, "job": f"{case}-{pair}", "dispatcher": ""}
                 if side == "service":
                     with LocalService(os.path.join(work, f"{case}{pair}"), 1, cpus=cpus) as svc:
-                        rates[side] = _run_child("train", {**job, "dispatcher": svc.address})
+                        pids = [svc.dispatcher.process.pid, svc.workers[0].process.pid]
+                        rates[side] = _run_child(
+                            "train", {**job, "dispatcher": svc.address, "service_pids": pids}
+                        )
                 else:
-                    rates[side] = _run_child("train", job)
+                    rates[side] = _run_child("train", job, cpus=local_cpus)
+                cpu_per_step[side].append(rates[side]["cpu_s_per_step"])
             ratio = rates["service"]["steps_per_s"] / rates["local"]["steps_per_s"]
             ratios.append(ratio)
             emit({"case": case, "pair": pair, "order": list(order), "ratio": round(ratio, 3),
-                  **{f"{s}_steps_per_s": round(r["steps_per_s"], 2) for s, r in rates.items()}})  # fmt: skip
+                  "local_cpus": local_cpus,
+                  **{f"{s}_steps_per_s": round(r["steps_per_s"], 2) for s, r in rates.items()},
+                  **{f"{s}_{k}": round(r[k], 4) for s, r in rates.items()
+                     for k in ("cpu_s_per_step", "trainer_cpu_s_per_step", "service_cpu_s_per_step")}})  # fmt: skip
         mean, low, high = ratio_interval(ratios)
-        key = "service_speedup" if case == "input_bound" else "service_cost_ratio_not_input_bound"
+        key = {
+            "input_bound": "service_speedup",
+            "not_input_bound": "service_cost_ratio_not_input_bound",
+            "equal_cpu": "service_over_local_equal_cpu",
+        }[case]
         headline[key] = round(mean, 3)
         headline[f"{key}_ci95"] = [round(low, 3), round(high, 3)]
+        headline[f"{case}_cpu_s_per_step_median"] = {
+            side: round(float(sorted(v)[len(v) // 2]), 4) for side, v in cpu_per_step.items()
+        }
+    for row in earlier_workloads():
+        emit(row)
 
     # Exactly once: two workers, one distributed_epoch pass read here.
     import tensorflow as tf  # noqa: F401  (after the children: this process is not timed)

@@ -34,14 +34,90 @@ def test_runners_that_can_start_pass(args):
     precheck.check_beam_args(list(args))
 
 
-def test_a_portable_runner_without_a_job_server_is_refused_naming_the_argument():
+def _no_cached_jar(runner: str, args=()) -> str:
+    from apache_beam.utils.subprocess_server import JavaJarServer
+
+    url = precheck.job_server_jar_url(runner, list(args))
+    if os.path.isfile(os.path.join(JavaJarServer.JAR_CACHE, os.path.basename(url))):
+        pytest.skip("Beam's cache holds the job server jar: the runner starts without a download")
+    return url
+
+
+@pytest.mark.parametrize(
+    "runner, jar_option",
+    [("FlinkRunner", "--flink_job_server_jar"), ("SparkRunner", "--spark_job_server_jar")],
+)
+def test_a_portable_runner_whose_job_server_cannot_be_fetched_is_refused_naming_the_jar(
+    monkeypatch, runner, jar_option
+):
+    _unreachable(monkeypatch)
+    url = _no_cached_jar(runner)
+    assert url.startswith("https://repo.maven.apache.org/maven2/org/apache/beam/beam-runners-")
     with pytest.raises(ConfigError) as e:
-        precheck.check_beam_args(["--direct_num_workers=1", "--runner=FlinkRunner"])
-    assert str(e.value) == (
-        "beam_args[1]: --runner=FlinkRunner would download its job server at run time, which this "
-        "machine cannot reach; give --flink_job_server_jar=<path of the job server jar> or "
-        "--job_endpoint=HOST:PORT of a running job server"
+        precheck.check_beam_args(["--direct_num_workers=1", f"--runner={runner}"])
+    message = str(e.value)
+    assert message.startswith(
+        f"beam_args[1]: --runner={runner} would download its job server {url} when the first "
+        "Beam component starts, which this machine cannot do ("
     )
+    assert message.endswith(
+        f"give {jar_option}=<path of the job server jar> or --job_endpoint=HOST:PORT of a "
+        "running job server"
+    )
+
+
+def test_a_portable_runner_whose_job_server_can_be_fetched_passes(monkeypatch):
+    """Where Beam's Maven repository answers (served here on loopback), Beam's own download
+    goes ahead: nothing is refused."""
+    import http.server
+    import threading
+
+    from apache_beam.utils.subprocess_server import JavaJarServer
+
+    wanted = []
+
+    class Maven(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            wanted.append(self.path)
+            self.send_response(200 if self.path.endswith(".jar") else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Maven)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setattr(
+            JavaJarServer,
+            "MAVEN_CENTRAL_REPOSITORY",
+            f"http://127.0.0.1:{server.server_address[1]}/maven2",
+        )
+        url = _no_cached_jar("FlinkRunner", ["--flink_version=1.19"])
+        # The download check alone: a host without Java is refused after it, for Java.
+        args = ["--runner=FlinkRunner", "--flink_version=1.19"]
+        precheck.check_job_server_download(
+            "FlinkRunner", args, "beam_args[0]", "--flink_job_server_jar"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert wanted == [url.split(str(server.server_address[1]), 1)[1]]
+    assert "beam-runners-flink-1.19-job-server" in wanted[0]
+
+
+@pytest.mark.parametrize(
+    "runner", ["DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"]
+)
+def test_the_dask_runner_is_refused_naming_what_it_breaks(runner):
+    with pytest.raises(ConfigError) as e:
+        precheck.check_beam_args([f"--runner={runner}"])
+    message = str(e.value)
+    assert message.startswith(f"beam_args[0]: --runner={runner}: Beam's DaskRunner gives TFX's")
+    for defect in ("tagged outputs mixed", "finish_bundle output dropped", "0 records"):
+        assert defect in message
 
 
 def test_a_job_server_jar_that_is_not_there_is_named(tmp_path):

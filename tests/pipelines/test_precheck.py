@@ -4,7 +4,11 @@ before compiling, naming the field."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
+import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -32,6 +36,30 @@ from pipelines.configs import load_config
 )
 def test_runners_that_can_start_pass(args):
     precheck.check_beam_args(list(args))
+
+
+@contextlib.contextmanager
+def _answering(found, asked: list | None = None) -> Iterator[str]:
+    """An HTTP server on loopback answering a HEAD 200 where `found(path)`, else 404;
+    yields its base URL and records each path asked in `asked`."""
+
+    class Files(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            if asked is not None:
+                asked.append(self.path)
+            self.send_response(200 if found(self.path) else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _no_cached_jar(runner: str, args=()) -> str:
@@ -69,42 +97,20 @@ def test_a_portable_runner_whose_job_server_cannot_be_fetched_is_refused_naming_
 def test_a_portable_runner_whose_job_server_can_be_fetched_passes(monkeypatch):
     """Where Beam's Maven repository answers (served here on loopback), Beam's own download
     goes ahead: nothing is refused."""
-    import http.server
-    import threading
-
     from apache_beam.utils.subprocess_server import JavaJarServer
 
     wanted = []
-
-    class Maven(http.server.BaseHTTPRequestHandler):
-        def do_HEAD(self):
-            wanted.append(self.path)
-            self.send_response(200 if self.path.endswith(".jar") else 404)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Maven)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with _answering(lambda path: path.endswith(".jar"), wanted) as base:
         for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setattr(
-            JavaJarServer,
-            "MAVEN_CENTRAL_REPOSITORY",
-            f"http://127.0.0.1:{server.server_address[1]}/maven2",
-        )
+        monkeypatch.setattr(JavaJarServer, "MAVEN_CENTRAL_REPOSITORY", f"{base}/maven2")
         url = _no_cached_jar("FlinkRunner", ["--flink_version=1.19"])
         # The download check alone: a host without Java is refused after it, for Java.
         args = ["--runner=FlinkRunner", "--flink_version=1.19"]
         precheck.check_job_server_download(
             "FlinkRunner", args, "beam_args[0]", "--flink_job_server_jar"
         )
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert wanted == [url.split(str(server.server_address[1]), 1)[1]]
+    assert wanted == [url.removeprefix(base)]
     assert "beam-runners-flink-1.19-job-server" in wanted[0]
 
 
@@ -237,26 +243,9 @@ def test_prism_without_its_location_is_refused_when_the_download_is_unreachable(
 
 
 def test_a_reachable_url_answers_and_a_missing_one_says_its_status():
-    import http.server
-    import threading
-
-    class Files(http.server.BaseHTTPRequestHandler):
-        def do_HEAD(self):
-            self.send_response(200 if self.path == "/prism.zip" else 404)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}"
+    with _answering(lambda path: path == "/prism.zip") as base:
         assert precheck.reachable(f"{base}/prism.zip") is None
         assert precheck.reachable(f"{base}/other.zip") == "HTTP 404"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_prism_location_that_is_not_there_or_not_executable_is_named(tmp_path):

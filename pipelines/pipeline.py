@@ -22,7 +22,6 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2
 from tfx.types import channel, standard_artifacts
 
-from components.compat import beam_runner
 from components.config import M_ON_M, NOISY_STUDENT, AugmentationConfig, PipelineConfig
 from components.data.sources import ResolvedInput
 from components.distiller.component import Distiller, EnsembleStudent, StudentRound, round_id
@@ -434,8 +433,7 @@ def create_pipeline(
         ],
         enable_cache=enable_cache,
         metadata_connection_config=metadata,
-        # Beam's in-process runners unless beam_args name one (components.compat.beam_runner).
-        beam_pipeline_args=beam_runner.pinned(
+        beam_pipeline_args=list(
             beam_pipeline_args if beam_pipeline_args is not None else config.beam_args
         ),
     )

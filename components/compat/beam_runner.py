@@ -8,15 +8,20 @@ which runner a run gets depended on the network. `LocalRunner` is that same swit
 without the Prism attempt: the FnApiRunner (in memory, or `--direct_running_mode
 multi_processing`), or the bundle-based runner where the FnApiRunner lacks a feature.
 
-`pinned` gives a component's Beam args this runner unless they name one; `--runner` in
-`beam_args` (Prism, Flink, Dataflow) always wins. `local_by_default` makes it Beam's
-default for a block: TFX's BeamDagRunner builds its own pipeline with no options.
+It is chosen as Beam's default runner (`local_by_default`), never as a `--runner`
+argument, so a `--runner` in `beam_args` (Prism, Flink, Dataflow) always wins: a local
+run makes it the default for the whole run (TFX's BeamDagRunner builds its own pipeline
+with no options, and every component runs in the same process), the product's Transform
+for its own pipeline (a drop-in in a stock pipeline, a Kubeflow pod). An argument would
+not do: TFX's Beam executors also parse `beam_pipeline_args` as absl flags, and a
+pipeline script may define a `runner` flag of its own (TFX's penguin example defines an
+enum of three runner names, which refuses any other value).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from absl import logging
 from apache_beam.options.pipeline_options import StandardOptions
@@ -42,17 +47,6 @@ class LocalRunner(SwitchingDirectRunner):
             RUNNER,
         )
         return super().run_pipeline(pipeline, options)
-
-
-def names_runner(args: Sequence[str]) -> bool:
-    """Whether Beam args name a runner (`--runner=X` or `--runner X`)."""
-    return any(a == "--runner" or a.startswith("--runner=") for a in args)
-
-
-def pinned(args: Sequence[str]) -> list[str]:
-    """`args` with `--runner=LocalRunner` added when they name no runner."""
-    args = list(args)
-    return args if names_runner(args) else [*args, f"--runner={RUNNER}"]
 
 
 @contextlib.contextmanager

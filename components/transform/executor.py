@@ -50,9 +50,12 @@ class Executor(tfx_transform_executor.Executor):
 
     def _make_beam_pipeline(self):
         # Beam's in-process runners unless the pipeline's beam_pipeline_args name a
-        # runner (components.compat.beam_runner): in a stock pipeline too.
-        self._beam_pipeline_args = beam_runner.pinned(self._beam_pipeline_args or ())
-        return super()._make_beam_pipeline()
+        # runner (components.compat.beam_runner), in a stock pipeline too. Set as Beam's
+        # default, not as a --runner argument: TFX also parses these args as absl flags,
+        # and a pipeline script may define its own `runner` flag (TFX's penguin example
+        # does, an enum of Beam's runner names).
+        with beam_runner.local_by_default():
+            return super()._make_beam_pipeline()
 
     def Do(self, input_dict, output_dict, exec_properties):
         decoded = payload.decode_exec_properties(exec_properties)

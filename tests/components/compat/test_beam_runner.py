@@ -3,6 +3,8 @@ unless `beam_args` name a runner, and Beam's default inside a local run."""
 
 from __future__ import annotations
 
+import os
+
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -10,24 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from components.compat import beam_runner
 
-
-@pytest.mark.parametrize(
-    "args, expected",
-    [
-        ([], ["--runner=components.compat.beam_runner.LocalRunner"]),
-        (
-            ["--direct_num_workers=2"],
-            ["--direct_num_workers=2", "--runner=components.compat.beam_runner.LocalRunner"],
-        ),
-        (
-            ["--runner=PrismRunner", "--prism_location=/p"],
-            ["--runner=PrismRunner", "--prism_location=/p"],
-        ),
-        (["--runner", "FlinkRunner"], ["--runner", "FlinkRunner"]),
-    ],
-)
-def test_the_local_runner_is_added_only_where_no_runner_is_named(args, expected):
-    assert beam_runner.pinned(args) == expected
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture
@@ -57,7 +42,7 @@ def test_beams_direct_runner_tries_prism_first_and_the_local_runner_does_not(
     _squares([])
     assert len(prism_attempts) == 1  # Beam's own DirectRunner: the download was tried
     caplog.set_level("INFO", logger="absl")
-    _squares(beam_runner.pinned([]))
+    _squares([f"--runner={beam_runner.RUNNER}"])
     assert len(prism_attempts) == 1
     assert any("pinned: no Prism download" in r.getMessage() for r in caplog.records)
 
@@ -70,22 +55,41 @@ def test_in_a_local_run_a_pipeline_without_a_runner_gets_the_local_runner(prism_
     assert prism_attempts == []
 
 
-def test_the_config_pipeline_pins_its_components_runner_unless_beam_args_name_one(
-    taxi_config, tmp_path
-):
-    import dataclasses
+# TFX's penguin example defines an absl flag `runner` (an enum of three runner names),
+# and TFX's Beam executors parse their beam_pipeline_args as absl flags: a --runner
+# argument naming the product's runner would be refused there.
+TRANSFORM_UNDER_A_RUNNER_FLAG = """
+import json, sys
+from tfx.examples.penguin import penguin_pipeline_local  # defines the absl flag `runner`
+from tfx.dsl.components.base.base_beam_executor import BaseBeamExecutor
+from components.transform.executor import Executor
+seen = {}
+for name, args in (("none", ["--direct_num_workers=1"]), ("named", ["--runner=DirectRunner"])):
+    executor = Executor(BaseBeamExecutor.Context(beam_pipeline_args=args, tmp_dir="/tmp"))
+    seen[name] = [type(executor._make_beam_pipeline().runner).__name__, executor._beam_pipeline_args]
+print(json.dumps(seen))
+"""
 
-    from components.data.sources import resolve_input
-    from pipelines import local_runner, pipeline
 
-    def args_of(config):
-        built = pipeline.create_pipeline(
-            config,
-            resolve_input(config.data, str(tmp_path / "data")),
-            local_runner.paths_for(config, str(tmp_path)),
-        )
-        return built.beam_pipeline_args
+@pytest.mark.multiprocess
+def test_the_transform_picks_the_local_runner_as_a_default_not_an_argument(tmp_path):
+    """No --runner added to its Beam args (so no clash with a script's own `runner` flag),
+    the local runner where they name none, theirs where they do."""
+    import json
+    import subprocess
+    import sys
 
-    assert args_of(taxi_config)[-1] == f"--runner={beam_runner.RUNNER}"
-    prism = ["--runner=PrismRunner", "--prism_location=/opt/prism"]
-    assert args_of(dataclasses.replace(taxi_config, beam_args=tuple(prism))) == prism
+    done = subprocess.run(
+        [sys.executable, "-c", TRANSFORM_UNDER_A_RUNNER_FLAG],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    runner, args = seen["none"]
+    assert runner == "LocalRunner" and not any(a.startswith("--runner") for a in args)
+    # The runner the args name wins (Beam's DirectRunner is its SwitchingDirectRunner).
+    assert seen["named"][0] == "SwitchingDirectRunner"

@@ -72,13 +72,13 @@ def wraps_keras3(model: tf_keras.Model) -> bool:
     return any(isinstance(layer, Keras3Model) for layer in model.layers)
 
 
-def input_names(model) -> list[str]:
-    """The names a Keras 3 functional model's inputs are fed by: its dict's keys, else each
-    input's name."""
-    structure = model.input
+def named_inputs(structure) -> dict:
+    """A Keras 3 functional model's inputs (`model.input`) by the name each is fed by:
+    its dict's keys, else each input's own name."""
     if isinstance(structure, dict):
-        return list(structure)
-    return [t.name for t in (structure if isinstance(structure, (list, tuple)) else [structure])]
+        return dict(structure)
+    tensors = structure if isinstance(structure, (list, tuple)) else [structure]
+    return {t.name: t for t in tensors}
 
 
 def as_tf_keras(model) -> tf_keras.Model:
@@ -97,13 +97,6 @@ def as_tf_keras(model) -> tf_keras.Model:
             f"a Keras 3 student must be a functional model (keras.Model(inputs, outputs)); "
             f"{type(model).__name__} has no inputs: {e}"
         ) from None
-    tensors = (
-        structure.values()
-        if isinstance(structure, dict)
-        else structure
-        if isinstance(structure, (list, tuple))
-        else [structure]
-    )
     inputs = {
         name: tf_keras.Input(
             shape=tuple(tensor.shape[1:]),
@@ -112,7 +105,7 @@ def as_tf_keras(model) -> tf_keras.Model:
             ragged=bool(getattr(tensor, "ragged", False)),
             name=name,
         )
-        for name, tensor in zip(input_names(model), tensors, strict=True)
+        for name, tensor in named_inputs(structure).items()
     }
     outputs = Keras3Model(model)(inputs)
     return tf_keras.Model(inputs, outputs, name=model.name)

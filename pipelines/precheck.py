@@ -208,7 +208,7 @@ def check_job_server_download(
 ) -> None:
     """FlinkRunner / SparkRunner without a jar or endpoint: Beam downloads the job server's jar
     when the first Beam component starts. Passes when Beam's cache holds it or a HEAD of its
-    URL answers within `PRISM_REACH_TIMEOUT_SECONDS`; refuses otherwise, naming the jar and
+    URL answers within `REACH_TIMEOUT_SECONDS`; refuses otherwise, naming the jar and
     the two ways round it.
 
     Raises:
@@ -238,7 +238,7 @@ PRISM_DOWNLOAD_PREFIX = "https://github.com/apache/beam/releases/download/"
 PRISM_CACHE = os.path.expanduser("~/.apache_beam/cache/prism/bin")
 # Bounds the look at the download: long enough for a slow link to answer a
 # HEAD, short enough that a machine without the internet hears it at once.
-PRISM_REACH_TIMEOUT_SECONDS = 3.0
+REACH_TIMEOUT_SECONDS = 3.0
 PRISM_BUILD = "GOFLAGS=-mod=mod go install github.com/apache/beam/sdks/v2/go/cmd/prism@v2.73.0"
 _ARCHES = {"amd64": "amd64", "x86_64": "amd64", "x86-64": "amd64", "x64": "amd64"}
 _ARCHES.update(dict.fromkeys(("arm64", "aarch64_be", "aarch64", "armv8b", "armv8l"), "arm64"))
@@ -264,7 +264,7 @@ def prism_download_url(version: str | None = None) -> str | None:
     return f"{PRISM_DOWNLOAD_PREFIX}{tag}/apache_beam-{version}-prism-{opsys}-{arch}.zip"
 
 
-def reachable(url: str, timeout: float = PRISM_REACH_TIMEOUT_SECONDS) -> str | None:
+def reachable(url: str, timeout: float = REACH_TIMEOUT_SECONDS) -> str | None:
     """None when a HEAD of `url` answers below 400 within `timeout` seconds, else why not.
 
     The proxies of the environment apply, as they do to Beam's download.
@@ -286,7 +286,7 @@ def check_prism(options: dict[str, tuple[int, str]], where: str, field: str) -> 
     Without `--prism_location` Beam downloads Prism's release zip when the
     first Beam component starts (ExampleGen), about 20 s into a run on a
     machine that cannot reach it; a cached download (Beam's `PRISM_CACHE`)
-    or a HEAD of the URL answered within `PRISM_REACH_TIMEOUT_SECONDS` lets
+    or a HEAD of the URL answered within `REACH_TIMEOUT_SECONDS` lets
     the run go on. A local `--prism_location` must be an executable file or
     a zip of one (Beam unzips those); a URL is left to Beam.
 

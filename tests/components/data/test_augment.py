@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from scipy import stats as scipy_stats
 
 from components.data import augment
 
@@ -16,43 +17,95 @@ def _images(batch=16, size=8):
     return tf.constant(rng.uniform(0.1, 1.0, size=(batch, size, size, 1)).astype("float32"))
 
 
-def test_translate_shifts_each_image_by_at_most_max_pixels():
-    images = _images()
-    shifted = augment.random_translate(images, 2, SEED).numpy()
-    original = images.numpy()
-    for img, out in zip(original, shifted, strict=True):
-        # Exactly one shift in [-2, 2]^2 reproduces the output (zeros where it moved in).
-        matches = []
-        for dy in range(-2, 3):
-            for dx in range(-2, 3):
-                # Pixels shifted in take the image's background (its darkest value).
-                expected = np.full_like(img, img.min())
-                ys, yd = (
-                    (slice(0, 8 - dy), slice(dy, 8))
-                    if dy >= 0
-                    else (slice(-dy, 8), slice(0, 8 + dy))
-                )
-                xs, xd = (
-                    (slice(0, 8 - dx), slice(dx, 8))
-                    if dx >= 0
-                    else (slice(-dx, 8), slice(0, 8 + dx))
-                )
-                expected[yd, xd] = img[ys, xs]
-                if np.allclose(out, expected, atol=1e-6):
-                    matches.append((dy, dx))
-        assert len(matches) == 1
-    assert not np.array_equal(shifted, original)
-    # No pixel darker than the background, none made up: the fill is the background.
-    np.testing.assert_allclose(shifted.min(axis=(1, 2, 3)), original.min(axis=(1, 2, 3)), atol=1e-6)
+def _view(img: np.ndarray, dy: int, dx: int, flip: bool) -> np.ndarray:
+    """The exact view: `img` shifted by (dy, dx), filled with its own darkest value, then
+    mirrored left-right when `flip`."""
+    height, width = img.shape[:2]
+    out = np.full_like(img, img.min())
+    out[max(dy, 0) : height + min(dy, 0), max(dx, 0) : width + min(dx, 0)] = img[
+        max(-dy, 0) : height - max(dy, 0), max(-dx, 0) : width - max(dx, 0)
+    ]
+    return out[:, ::-1] if flip else out
 
 
-def test_flip_mirrors_some_images_and_keeps_the_others():
-    images = _images(batch=64)
-    flipped = augment.random_flip(images, SEED).numpy()
-    mirrored = [np.array_equal(o, i[:, ::-1]) for o, i in zip(flipped, images.numpy(), strict=True)]
-    kept = [np.array_equal(o, i) for o, i in zip(flipped, images.numpy(), strict=True)]
-    assert all(m or k for m, k in zip(mirrored, kept, strict=True))
-    assert 10 < sum(mirrored) < 54
+VIEWS = [(dy, dx, f) for dy in range(-2, 3) for dx in range(-2, 3) for f in (False, True)]
+
+
+def _which_views(images: np.ndarray, out: np.ndarray, views=VIEWS) -> list[tuple]:
+    """For each output, the one view (dy, dx, flip) of its input it equals, bit for bit."""
+    found = []
+    for img, view in zip(images, out, strict=True):
+        matches = [v for v in views if np.array_equal(view, _view(img, *v))]
+        assert len(matches) == 1, f"{len(matches)} exact views match"
+        found.append(matches[0])
+    return found
+
+
+@pytest.fixture(params=["matmul", "gather"])
+def path(request, monkeypatch):
+    """Both ways `random_views` computes a view: one-hot products and gathers."""
+    if request.param == "gather":
+        monkeypatch.setattr(augment, "MATMUL_MAX_SIDE", 0)
+    return request.param
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_each_view_is_the_exact_shifted_and_flipped_image(path, channels):
+    rng = np.random.default_rng(0)
+    # Distinct pixel values, so exactly one view of an image can match its output.
+    images = rng.permutation(400 * 8 * 7 * channels).reshape(400, 8, 7, channels)
+    images = (images / images.size + 0.1).astype("float32")
+    out = augment.random_views(
+        tf.constant(images), max_pixels=2, flip=True, translate_seed=SEED, flip_seed=SEED + 1
+    ).numpy()
+    assert out.dtype == np.float32 and out.shape == images.shape
+    seen = _which_views(images, out)
+    # Every shift and flip is drawn: 50 views over 400 images.
+    assert set(seen) == set(VIEWS)
+
+
+def test_integer_images_take_the_gather_path_and_the_same_views():
+    images = np.random.default_rng(1).permutation(64 * 28 * 28).reshape(64, 28, 28, 1)
+    out = augment.random_views(
+        tf.constant(images, tf.int32), max_pixels=2, flip=True, translate_seed=SEED, flip_seed=SEED
+    ).numpy()
+    _which_views(images, out)
+
+
+def test_the_two_paths_give_the_same_views(monkeypatch):
+    images = tf.constant(np.random.default_rng(2).normal(size=(64, 28, 28, 1)).astype("float32"))
+    args = {"max_pixels": 3, "flip": True, "translate_seed": SEED, "flip_seed": SEED + 5}
+    by_products = augment.random_views(images, **args).numpy()
+    monkeypatch.setattr(augment, "MATMUL_MAX_SIDE", 0)
+    np.testing.assert_array_equal(augment.random_views(images, **args).numpy(), by_products)
+
+
+def test_shifts_and_flips_are_uniform_by_a_chi_square_test(path):
+    rng = np.random.default_rng(3)
+    images = rng.permutation(2000 * 6 * 6).reshape(2000, 6, 6, 1).astype("float32")
+    out = augment.random_views(
+        tf.constant(images), max_pixels=2, flip=True, translate_seed=SEED, flip_seed=SEED + 1
+    ).numpy()
+    seen = _which_views(images, out)
+    shifts = [
+        sum(1 for v in seen if v[:2] == (dy, dx)) for dy in range(-2, 3) for dx in range(-2, 3)
+    ]
+    flips = [sum(1 for v in seen if v[2]), sum(1 for v in seen if not v[2])]
+    for counts in (shifts, flips):
+        statistic, p_value = scipy_stats.chisquare(counts)
+        # At a fixed seed: p above 0.01 for all 25 shifts, and for the flips.
+        assert p_value > 0.01, (counts, statistic)
+
+
+def test_translate_alone_and_flip_alone():
+    images = _images(batch=64).numpy()
+    shifted = augment.random_translate(tf.constant(images), 2, SEED).numpy()
+    assert {f for _, _, f in _which_views(images, shifted)} == {False}
+    flipped = augment.random_flip(tf.constant(images), SEED).numpy()
+    kinds = _which_views(images, flipped, [(0, 0, False), (0, 0, True)])
+    assert 10 < sum(f for _, _, f in kinds) < 54
+    unshifted = tf.constant(images)
+    assert augment.random_translate(unshifted, 0, SEED) is unshifted
 
 
 def test_augment_images_touches_only_image_features_and_keeps_shapes():
@@ -152,3 +205,17 @@ def test_input_noise_perturbs_the_tabular_floats_with_the_asked_spread_and_nothi
     np.testing.assert_array_equal(again["fare_xf"].numpy(), noised["fare_xf"].numpy())
     other = augment.input_noise(features, ["fare_xf"], 0.5, tf.constant([7, 1], tf.int64))
     assert not np.array_equal(other["fare_xf"].numpy(), noised["fare_xf"].numpy())
+
+
+@pytest.mark.parametrize("shape", [(200_000,), (999, 7), (1, 1)])
+def test_standard_normal_is_normal_by_a_ks_test_and_bounded(shape):
+    draws = augment.standard_normal(tf.constant(shape), SEED)
+    assert draws.shape == shape and draws.dtype == tf.float32
+    values = draws.numpy().reshape(-1)
+    # The 24-bit radius caps |z| at sqrt(2 ln 2^25).
+    assert np.abs(values).max() <= np.sqrt(2 * np.log(2.0**25)) + 1e-5
+    if values.size > 1000:
+        # At a fixed seed: indistinguishable from N(0, 1), and not correlated within pairs.
+        assert scipy_stats.kstest(values, "norm").pvalue > 0.01
+        assert abs(np.corrcoef(values[:-1], values[1:])[0, 1]) < 0.01
+    np.testing.assert_array_equal(augment.standard_normal(tf.constant(shape), SEED), draws)

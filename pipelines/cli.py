@@ -111,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"tfxkit: wrote {compiled.path} ({len(compiled.pipeline_spec.root.dag.tasks)} components)"
         )
+        if compiled.flink_path:
+            print(
+                f"tfxkit: wrote {compiled.flink_path}: the Flink session cluster and Beam job "
+                "server its Beam stages submit to; kubectl apply it first"
+            )
         return 0
     if args.command == "run":
         return _run(config, args.output, args.runner)
@@ -198,6 +203,13 @@ def _submit(args) -> int:
                 package = kubeflow_runner.compile_pipeline(
                     config, os.path.join(tmp, f"{config.name}.yaml")
                 ).path
+                if config.kubeflow.flink is not None:
+                    print(
+                        "tfxkit: kubeflow.flink: the Beam stages submit to the Flink session "
+                        "cluster `tfxkit compile` writes manifests for (X.flink.yaml beside "
+                        "X.yaml); submit does not create it: apply those first",
+                        file=sys.stderr,
+                    )
                 name = name or config.name
             elif not os.path.isfile(package):
                 raise ConfigError(

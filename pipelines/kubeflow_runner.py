@@ -20,7 +20,7 @@ from components.config import ConfigError, PipelineConfig
 from components.config.kubeflow import TFDATA_PLACEMENTS
 from components.config.runtime import KUBEFLOW_DISPATCHER
 from components.data.sources import FASHION_MNIST_SPLITS, ResolvedInput
-from components.kubernetes import backend, jobs
+from components.kubernetes import backend, flink, jobs
 from components.kubernetes import env as tfxkit_env
 from components.kubernetes.placement import kubernetes_executor_config, resource_spec
 from pipelines import precheck, roles
@@ -35,11 +35,14 @@ class CompiledPipeline:
       path: The YAML file written.
       pipeline_spec: The KFP `PipelineSpec` message.
       platform_spec: The KFP `PlatformSpec` message (kubernetes placement).
+      flink_path: With `kubeflow.flink`, the manifests written beside it (the
+        Flink session cluster and Beam's job server, to apply first); else ''.
     """
 
     path: str
     pipeline_spec: Any
     platform_spec: Any
+    flink_path: str = ""
 
 
 def cluster_input(config: PipelineConfig) -> ResolvedInput:
@@ -153,8 +156,16 @@ def _cluster_pipeline(config: PipelineConfig):
     """`create_pipeline` on the cluster's input and paths, its placements checked and its Beam args set."""
     kf = config.kubeflow
     backend.check_strategy(config.strategy)
+    beam_args = list(kf.beam_args)
+    if kf.flink is not None:
+        import apache_beam
+
+        flink.check_versions(config, apache_beam.__version__)
+        # The Flink args first: `kubeflow.beam_args` may add to them (never contradict:
+        # the config refuses that), a placement's beam_args come after both.
+        beam_args = flink.beam_args(config) + beam_args
     pipeline = create_pipeline(
-        config, cluster_input(config), cluster_paths(config), beam_pipeline_args=list(kf.beam_args)
+        config, cluster_input(config), cluster_paths(config), beam_pipeline_args=beam_args
     )
     _check_placements(config, pipeline)
     by_id = {node.id: node for node in pipeline.components}
@@ -296,4 +307,30 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> CompiledPipeli
     launchers = _job_components(config, pipeline)
     _check_training_jobs(config, launchers, keys)
     platform = _place(spec_dict, pipeline, keys, placed, launchers)
-    return _write(config, spec_dict, platform, output_path)
+    compiled = _write(config, spec_dict, platform, output_path)
+    if config.kubeflow.flink is None:
+        return compiled
+    return dataclasses.replace(compiled, flink_path=write_flink_manifests(config, output_path))
+
+
+def flink_manifests_path(output_path: str) -> str:
+    """Where the Flink manifests of a pipeline compiled to `output_path` go: `X.flink.yaml`."""
+    return f"{os.path.splitext(output_path)[0]}.flink.yaml"
+
+
+def write_flink_manifests(config: PipelineConfig, output_path: str) -> str:
+    """Writes `flink.manifests(config)` as one multi-document YAML beside the pipeline."""
+    import yaml
+
+    path = flink_manifests_path(output_path)
+    name, server, namespace = flink.names(config)
+    header = (
+        f"# The Flink session cluster {name!r} and Beam's job server {server!r} (namespace "
+        f"{namespace!r}) that the Beam stages of pipeline {config.name!r} submit to.\n"
+        "# Apply before running the pipeline (needs the Flink Kubernetes operator):\n"
+        f"#   kubectl apply -f {os.path.basename(path)}\n"
+    )
+    with open(path, "w") as f:
+        f.write(header)
+        yaml.safe_dump_all(flink.manifests(config), f, sort_keys=False)
+    return path

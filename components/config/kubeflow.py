@@ -210,6 +210,195 @@ def _check_tfdata(name: str, placement: Placement) -> None:
         fail(f"{path}.beam_args", "the tf.data service runs no Beam pipeline; remove beam_args")
 
 
+# Beam pipeline options the `flink` section sets for every Beam stage; `beam_args` must
+# not set them too (a placement's `beam_args` may, to send one component elsewhere).
+FLINK_OWNED_BEAM_ARGS = (
+    "--runner",
+    "--job_endpoint",
+    "--artifact_endpoint",
+    "--environment_type",
+    "--environment_config",
+)
+# Beam's Flink job server images: apache/beam_flink<major>.<minor>_job_server:<Beam version>.
+_JOB_SERVER_IMAGE = re.compile(r"beam_flink(\d+)\.(\d+)_job_server(?::(\S+))?$")
+_FLINK_MEMORY = re.compile(r"[0-9]+(\.[0-9]+)?\s*(b|k|kb|m|mb|g|gb|t|tb|Ki|Mi|Gi|Ti)?")
+_CPU = re.compile(r"([0-9]*[.])?[0-9]+m?")
+_MEMORY = re.compile(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?")
+
+
+def job_server_flink_version(image: str) -> str:
+    """The operator's `flinkVersion` (`v1_19`) a Beam Flink job-server image is built for,
+    '' when its name does not say (`apache/beam_flink1.19_job_server:2.72.0` -> `v1_19`)."""
+    found = _JOB_SERVER_IMAGE.search(image)
+    return f"v{found.group(1)}_{found.group(2)}" if found else ""
+
+
+def job_server_beam_version(image: str) -> str:
+    """The Beam release in a Beam Flink job-server image's tag ('' when it has none)."""
+    found = _JOB_SERVER_IMAGE.search(image)
+    tag = found.group(3) if found else ""
+    return tag if tag and re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", tag) else ""
+
+
+@section()
+class FlinkResources:
+    """CPU and memory of a Flink JobManager or TaskManager pod (the operator's `resource`).
+
+    Attributes:
+      cpu: Cores (a number).
+      memory: Flink memory size, e.g. '2048m' or '4g'.
+    """
+
+    cpu: float = 1.0
+    memory: str = "2048m"
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.cpu <= 0:
+            fail("cpu", f"expected a number of cores > 0, got {self.cpu}")
+        if not _FLINK_MEMORY.fullmatch(self.memory):
+            fail(
+                "memory",
+                f"expected a Flink memory size such as '2048m' or '4g', got {self.memory!r}",
+            )
+        return self
+
+
+@section()
+class FlinkConfig:
+    """The Beam stages of the compiled pipeline on a Flink session cluster on Kubernetes.
+
+    `tfxkit compile` writes, beside the pipeline, the manifests of a session cluster for
+    the Flink Kubernetes operator (a `FlinkDeployment` whose TaskManagers each carry a Beam
+    Python worker-pool sidecar) and of Beam's Flink job server (a Deployment and its
+    Service), and gives every Beam stage the Beam args that submit to that job server
+    (`--runner=PortableRunner`, its job and artifact endpoints, the worker environment).
+    `kubeflow.pipeline_root` must be shared storage (gs://, s3://): the job server stages
+    artifacts there and the workers read and write every artifact there.
+
+    Attributes:
+      job_server_image: Beam's Flink job server image, of the Beam release in
+        `kubeflow.image` (e.g. `apache/beam_flink1.19_job_server:2.72.0`). Required.
+      flink_image: The Flink image of the JobManager and TaskManagers (e.g.
+        `flink:1.19`), of the Flink version the job server is built for. Required.
+      flink_version: The operator's `flinkVersion` (`v1_19`); '' = read from
+        `job_server_image`'s name.
+      environment_type: Where Beam's Python SDK workers run: `EXTERNAL` (a worker-pool
+        sidecar beside each TaskManager, reached on localhost) or `DOCKER` (the
+        TaskManager starts `worker_image` containers; it needs a Docker daemon).
+      worker_image: The SDK workers' image: the worker-pool sidecar's under `EXTERNAL`,
+        the started container's under `DOCKER`. It needs the product, TFX and the same
+        Beam (`kubeflow.image` has them). Required.
+      worker_pool_port: The sidecar's port (`EXTERNAL`).
+      worker_cpu / worker_memory: The sidecar's requests (Kubernetes quantities).
+      task_managers: TaskManager pods.
+      task_slots: Slots per TaskManager (`taskmanager.numberOfTaskSlots`), and SDK
+        workers per TaskManager (`--sdk_worker_parallelism`).
+      parallelism: Default parallelism of a Beam stage (0 = task_managers x task_slots).
+      job_manager / task_manager: Their pods' CPU and memory.
+      service_account: The Flink pods' service account (the operator's Helm chart makes
+        `flink`); it needs access to `pipeline_root`.
+      name: The FlinkDeployment's name ('' = `<pipeline name>-flink`); the job server
+        is `<name>-job-server`.
+      namespace: Where both run ('' = `kubeflow.namespace`, else `default`).
+      artifacts_dir: Where the job server stages pipeline artifacts ('' =
+        `<pipeline_root>/beam-artifacts`).
+    """
+
+    job_server_image: str = ""
+    flink_image: str = ""
+    flink_version: str = ""
+    environment_type: Literal["EXTERNAL", "DOCKER"] = "EXTERNAL"
+    worker_image: str = ""
+    worker_pool_port: int = 50000
+    worker_cpu: str = "1"
+    worker_memory: str = "2Gi"
+    task_managers: int = 1
+    task_slots: int = 2
+    parallelism: int = 0
+    job_manager: FlinkResources = field(default_factory=FlinkResources)
+    task_manager: FlinkResources = field(
+        default_factory=lambda: FlinkResources(cpu=2.0, memory="4096m")
+    )
+    service_account: str = "flink"
+    name: str = ""
+    namespace: str = ""
+    artifacts_dir: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not self.job_server_image:
+            fail(
+                "job_server_image",
+                "expected Beam's Flink job server image, of the Beam release in kubeflow.image "
+                "(e.g. apache/beam_flink1.19_job_server:2.72.0); the product does not build it",
+            )
+        if not self.flink_image:
+            fail("flink_image", "expected the Flink image of the session cluster (e.g. flink:1.19)")
+        derived = job_server_flink_version(self.job_server_image)
+        if not self.flink_version and not derived:
+            fail(
+                "flink_version",
+                f"job_server_image {self.job_server_image!r} does not name its Flink version; "
+                "set flink_version (e.g. v1_19) to the Flink it is built for",
+            )
+        if self.flink_version and not re.fullmatch(r"v[0-9]+_[0-9]+", self.flink_version):
+            fail(
+                "flink_version",
+                f"expected the operator's form, e.g. 'v1_19', got {self.flink_version!r}",
+            )
+        if self.flink_version and derived and self.flink_version != derived:
+            fail(
+                "flink_version",
+                f"{self.flink_version!r} contradicts job_server_image {self.job_server_image!r}, "
+                f"built for {derived!r}; drop flink_version or use a matching job server",
+            )
+        if not self.worker_image:
+            needs = (
+                "EXTERNAL workers need a Beam worker-pool sidecar beside each TaskManager"
+                if self.environment_type == "EXTERNAL"
+                else "DOCKER workers need the SDK container image the TaskManagers start"
+            )
+            fail(
+                "worker_image",
+                f"{needs}: set worker_image to an image with the product, TFX and the job "
+                "server's Beam (kubeflow.image has them)",
+            )
+        if not 0 < self.worker_pool_port < 65536:
+            fail("worker_pool_port", f"expected a port 1-65535, got {self.worker_pool_port}")
+        if not _CPU.fullmatch(self.worker_cpu):
+            fail(
+                "worker_cpu",
+                f"expected a CPU quantity such as '1' or '500m', got {self.worker_cpu!r}",
+            )
+        if not _MEMORY.fullmatch(self.worker_memory):
+            fail(
+                "worker_memory",
+                f"expected a memory quantity such as '2Gi', got {self.worker_memory!r}",
+            )
+        for name in ("task_managers", "task_slots"):
+            if getattr(self, name) < 1:
+                fail(name, f"expected an integer >= 1, got {getattr(self, name)}")
+        if self.parallelism < 0:
+            fail(
+                "parallelism",
+                f"expected an integer >= 0 (0 = task_managers x task_slots), got {self.parallelism}",
+            )
+        for name in ("name", "namespace", "service_account"):
+            value = getattr(self, name)
+            if value and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value):
+                fail(
+                    name,
+                    f"expected a Kubernetes name (lowercase letters, digits, '-'), got {value!r}",
+                )
+        if self.name and len(self.name) > 45:
+            fail(
+                "name",
+                f"expected at most 45 characters ('-job-server' and the operator's suffixes follow), got {len(self.name)}",
+            )
+        return self
+
+
 @section("kubeflow")
 class KubeflowConfig:
     """Kubeflow Pipelines compilation and placement.
@@ -265,6 +454,9 @@ class KubeflowConfig:
         `pipeline_root`.
       namespace: Kubernetes namespace of training jobs ('' = the namespace of
         the pipeline step's pod).
+      flink: Send the Beam stages to a Flink session cluster on Kubernetes
+        (`FlinkConfig`); none: they run in each component's pod, or where
+        `beam_args` send them.
     """
 
     image: str = "tfxkit:0.1.0"
@@ -283,9 +475,19 @@ class KubeflowConfig:
     tfjob_ps_placement: Placement | None = None
     tfjob_service_account: str = ""
     namespace: str = ""
+    flink: FlinkConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        if self.flink is not None:
+            owned = [a for a in self.beam_args if a.split("=", 1)[0] in FLINK_OWNED_BEAM_ARGS]
+            if owned:
+                fail(
+                    "beam_args",
+                    f"{owned} contradict kubeflow.flink, which sets the runner, its endpoints and "
+                    "the worker environment of every Beam stage; remove them (a placement's "
+                    "beam_args may still send one component elsewhere)",
+                )
         if not self.image:
             fail(
                 "image",

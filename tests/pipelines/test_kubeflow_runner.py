@@ -776,3 +776,61 @@ def test_service_placements_without_the_service_are_refused(tmp_path):
     config = from_dict(_taxi(kubeflow={"placements": SERVICE}))
     with pytest.raises(ConfigError, match="kubeflow.placements.tfdata_workers: places a pod"):
         kubeflow_runner.compile_pipeline(config, str(tmp_path / "x.yaml"))
+
+
+def test_a_flink_section_sends_every_beam_stage_to_the_job_server(tmp_path, capsys):
+    import apache_beam
+    from tfx.dsl.components.base import executor_spec
+
+    from components.kubernetes import flink
+
+    flink_section = {
+        "job_server_image": f"apache/beam_flink1.19_job_server:{apache_beam.__version__}",
+        "flink_image": "flink:1.19",
+        "worker_image": "us-docker.pkg.dev/tfxkit-demo/tfxkit/tfxkit:0.1.0",
+    }
+    data = _taxi(kubeflow={"flink": flink_section})
+    config_path = tmp_path / "taxi-flink.yaml"
+    config_path.write_text(yaml.safe_dump(data))
+    output = tmp_path / "taxi.yaml"
+    assert cli.main(["compile", "--config", str(config_path), "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    manifests_path = tmp_path / "taxi.flink.yaml"
+    assert f"wrote {manifests_path}" in printed and "kubectl apply it first" in printed
+    config = from_dict(data)
+    component = kfp_components.load_component_from_file(str(output))
+    wanted = flink.beam_args(config)
+    beam_nodes = [
+        node.id
+        for node in kubeflow_runner._cluster_pipeline(config).components
+        if isinstance(node.executor_spec, executor_spec.BeamExecutorSpec)
+    ]
+    assert {"StatisticsGen", "Transform", "Evaluator"} <= set(beam_nodes)
+    for node_id in beam_nodes:
+        args = _container(component, node_id)["args"]
+        assert all(arg in args for arg in wanted), node_id
+        # The Flink args first: kubeflow.beam_args, then the placement's own, come after.
+        assert args.index(wanted[0]) < args.index(config.kubeflow.beam_args[0])
+    # The Transform's own placement still sends it to Dataflow (its args come last).
+    transform_args = _container(component, "Transform")["args"]
+    runners = [a for a in transform_args if a.startswith("--runner=")]
+    assert runners[-1] == "--runner=DataflowRunner"
+    with open(manifests_path) as f:
+        documents = list(yaml.safe_load_all(f))
+    assert [d["kind"] for d in documents] == ["FlinkDeployment", "Deployment", "Service"]
+    assert documents == flink.manifests(config)
+
+
+def test_a_flink_job_server_of_another_beam_is_refused_at_compile(tmp_path, capsys):
+    flink_section = {
+        "job_server_image": "apache/beam_flink1.19_job_server:2.1.0",
+        "flink_image": "flink:1.19",
+        "worker_image": "tfxkit:0.1.0",
+    }
+    config_path = tmp_path / "taxi-flink.yaml"
+    config_path.write_text(yaml.safe_dump(_taxi(kubeflow={"flink": flink_section})))
+    output = tmp_path / "taxi.yaml"
+    assert cli.main(["compile", "--config", str(config_path), "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert "kubeflow.flink.job_server_image" in err and "is Beam 2.1.0" in err
+    assert not output.exists() and not (tmp_path / "taxi.flink.yaml").exists()

@@ -93,3 +93,79 @@ def test_misplaced_service_fields_name_the_field(kubeflow, match):
 def test_schema_describes_replicas():
     described = json_schema()["$defs"]["Placement"]["properties"]["replicas"]["description"]
     assert described.startswith("Pods of the tf.data service workers")
+
+
+FLINK = {
+    "job_server_image": "apache/beam_flink1.19_job_server:2.72.0",
+    "flink_image": "flink:1.19",
+    "worker_image": "us-docker.pkg.dev/tfxkit-demo/tfxkit/tfxkit:0.1.0",
+}
+
+
+def test_a_flink_section_loads_with_its_flink_version_read_from_the_job_server():
+    config = from_dict(_taxi(flink=FLINK))
+    flink = config.kubeflow.flink
+    assert flink.environment_type == "EXTERNAL" and flink.flink_version == ""
+    assert from_dict(to_dict(config)) == config
+    assert from_dict(_taxi(flink={**FLINK, "flink_version": "v1_19"})).kubeflow.flink
+    assert "flink" in json_schema()["$defs"]["KubeflowConfig"]["properties"]
+
+
+@pytest.mark.parametrize(
+    "flink, match",
+    [
+        (
+            {k: v for k, v in FLINK.items() if k != "job_server_image"},
+            r"kubeflow\.flink\.job_server_image: expected Beam's Flink job server image",
+        ),
+        (
+            {k: v for k, v in FLINK.items() if k != "flink_image"},
+            r"kubeflow\.flink\.flink_image: expected the Flink image",
+        ),
+        (
+            {k: v for k, v in FLINK.items() if k != "worker_image"},
+            r"kubeflow\.flink\.worker_image: EXTERNAL workers need a Beam worker-pool sidecar",
+        ),
+        (
+            {
+                **{k: v for k, v in FLINK.items() if k != "worker_image"},
+                "environment_type": "DOCKER",
+            },
+            r"kubeflow\.flink\.worker_image: DOCKER workers need the SDK container image",
+        ),
+        (
+            {**FLINK, "flink_version": "v1_18"},
+            r"kubeflow\.flink\.flink_version: 'v1_18' contradicts job_server_image",
+        ),
+        (
+            {**FLINK, "job_server_image": "registry/my-job-server:1"},
+            r"kubeflow\.flink\.flink_version: job_server_image .* does not name its Flink version",
+        ),
+        ({**FLINK, "environment_type": "PROCESS"}, r"kubeflow\.flink\.environment_type"),
+        ({**FLINK, "task_slots": 0}, r"kubeflow\.flink\.task_slots: expected an integer >= 1"),
+        ({**FLINK, "parallelism": -1}, r"kubeflow\.flink\.parallelism: expected an integer >= 0"),
+        (
+            {**FLINK, "task_manager": {"memory": "4 potatoes"}},
+            r"kubeflow\.flink\.task_manager\.memory: expected a Flink memory size",
+        ),
+        ({**FLINK, "worker_memory": "2GB"}, r"kubeflow\.flink\.worker_memory: expected a memory"),
+        ({**FLINK, "name": "Taxi_Flink"}, r"kubeflow\.flink\.name: expected a Kubernetes name"),
+        ({**FLINK, "worker_pool_port": 70000}, r"kubeflow\.flink\.worker_pool_port"),
+    ],
+)
+def test_a_bad_flink_section_is_refused_naming_the_field(flink, match):
+    with pytest.raises(ConfigError, match=match):
+        from_dict(_taxi(flink=flink))
+
+
+@pytest.mark.parametrize(
+    "beam_args", [["--runner=FlinkRunner"], ["--job_endpoint", "localhost:8099"]]
+)
+def test_pipeline_wide_beam_args_may_not_contradict_the_flink_section(beam_args):
+    with pytest.raises(
+        ConfigError, match=r"kubeflow\.beam_args: \[.*\] contradict kubeflow\.flink"
+    ):
+        from_dict(_taxi(flink=FLINK, beam_args=beam_args))
+    # A placement's own beam_args may send one component elsewhere.
+    placements = {"Transform": {"cpu_request": "1", "beam_args": beam_args}}
+    assert from_dict(_taxi(flink=FLINK, placements=placements)).kubeflow.flink

@@ -12,6 +12,8 @@ import re
 import time
 from typing import Any
 
+from absl import logging
+
 from components.config import PipelineConfig
 from components.data.sources import check_input, resolve_input
 from pipelines import local_service, precheck, progress, report
@@ -208,6 +210,7 @@ def _run_pipeline(
         beam_signatures.cached_signatures(),
         beam_runner.local_by_default(),
     ):
+        logging.info("Beam stages: %s", beam_runner.describe(config.beam_args))
         try:
             dag_runner.run(pipeline)
         except Exception as e:  # noqa: BLE001 - summarised, then re-raised below

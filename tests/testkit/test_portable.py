@@ -1,0 +1,71 @@
+"""`testkit/portable.py`: what it keeps of a run's outputs and what it lets differ."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import tensorflow as tf
+
+from testkit import portable
+
+
+def _example(**features) -> bytes:
+    feature = {}
+    for name, value in features.items():
+        if isinstance(value, float):
+            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+        else:
+            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def _write(path, records, compressed):
+    options = tf.io.TFRecordOptions(compression_type="GZIP" if compressed else "")
+    with tf.io.TFRecordWriter(str(path), options) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def test_records_read_back_from_gzip_and_plain_files(tmp_path):
+    records = [_example(a=i, x=float(i) / 3) for i in range(50)]
+    _write(tmp_path / "r.gz", records, compressed=True)
+    _write(tmp_path / "r", records, compressed=False)
+    assert portable._records(str(tmp_path / "r.gz")) == records
+    assert portable._records(str(tmp_path / "r")) == records
+    with gzip.open(tmp_path / "r.gz") as f:
+        assert f.read()  # a real GZIP file
+
+
+def test_a_split_is_the_same_multiset_whatever_the_shards_and_order(tmp_path):
+    records = [_example(a=i, x=float(i)) for i in range(20)]
+    for name, shards in (("one", [records]), ("two", [records[13:], records[:13][::-1]])):
+        split = tmp_path / name / "Split-train"
+        os.makedirs(split)
+        for i, shard in enumerate(shards):
+            _write(split / f"part-{i}.gz", shard, compressed=True)
+    one = portable.record_multisets(str(tmp_path / "one"))
+    assert one == portable.record_multisets(str(tmp_path / "two"))
+    assert one["Split-train"]["records"] == 20
+    assert portable.example_columns(str(tmp_path / "one")) == portable.example_columns(
+        str(tmp_path / "two")
+    )
+
+
+def test_differences_allow_float_rounding_and_nothing_else():
+    a = {"mean": 13.262166550701382, "n": 3, "names": ["a", "b"], "rows": [[1.0], [2.0]]}
+    close = {"mean": 13.262166550701384, "n": 3, "names": ["a", "b"], "rows": [[1.0], [2.0]]}
+    assert portable.differences(a, close) == []
+    assert portable.differences(a, close, rel=0) == [
+        ".mean: 13.262166550701382 against 13.262166550701384"
+    ]
+    assert portable.differences(a, {**close, "n": 4}) == [".n: 3 against 4"]
+    assert portable.differences(a, {**close, "names": ["a"]}) == [".names: 2 against 1 items"]
+    assert portable.differences(a, {**close, "rows": [[1.0], [2.1]]}) == [
+        ".rows[1][0]: 2.0 against 2.1"
+    ]
+    assert portable.differences(a, {"n": 3}) == [
+        ".mean: only in one",
+        ".names: only in one",
+        ".rows: only in one",
+    ]

@@ -55,18 +55,26 @@ class WorkerPool:
     `EXTERNAL` environment a runner asks for workers. A context manager; the pool and
     every worker it started are killed on exit, whatever happened.
 
+    A plain Python pool installs none of the packages a pipeline stages (`--extra_package`,
+    as TFX stages a user module's wheel): its workers import what its `sys.path` holds, as
+    the workers of a worker image import what the image has installed.
+
     Args:
       log_path: The pool's (and its workers') output.
+      python_path: Directories its workers import from besides the repository (a user's
+        module files, as a worker image would hold them).
     """
 
-    def __init__(self, log_path: str):
+    def __init__(self, log_path: str, python_path: tuple[str, ...] = ()):
         self.log_path = log_path
         port = _free_port()
         self.address = f"localhost:{port}"
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, (repo, os.environ.get("PYTHONPATH")))),
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, (repo, *python_path, os.environ.get("PYTHONPATH")))
+            ),
             # The pool starts each worker as `python -c ...`: this interpreter's.
             "PATH": os.pathsep.join(
                 filter(None, (os.path.dirname(sys.executable), os.environ.get("PATH")))

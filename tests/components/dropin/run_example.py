@@ -4,7 +4,7 @@
 
 The spec names the example (`tfx_examples.TAXI.name`, `PENGUIN.name` or `MNIST.name`),
 the work directory, the data root, whether the imports are swapped, the
-step count, with `enable_tuning` the penguin example's own stock Tuner, and
+step count, optionally the `beam_pipeline_args`, with `enable_tuning` the penguin example's own stock Tuner, and
 with `distill_steps` the distillation stage a user adds
 (`tfx_examples.add_distillation`). The run happens here, not in the test process: a Transform run
 leaves its vocabulary tables in the process's TensorFlow resource manager
@@ -42,8 +42,9 @@ def main(spec_path: str) -> None:
         spec["data_root"],
         enable_tuning=spec.get("enable_tuning", False),
         # The DirectRunner's defaults (in memory, one worker) without TFX packaging
-        # itself for every Beam executor (`tfx_examples.create_pipeline`).
-        beam_pipeline_args=(),
+        # itself for every Beam executor (`tfx_examples.create_pipeline`), unless the
+        # spec names a runner (`beam_pipeline_args`, e.g. Prism's).
+        beam_pipeline_args=spec.get("beam_pipeline_args", ()),
     )
     if spec.get("distill_steps"):
         # TFX 1.21's taxi module reads only some of the categorical features its

@@ -66,7 +66,9 @@ def _user_env() -> dict[str, str]:
 class _ExampleRun:
     """One example pipeline running in a child process (`run_example`)."""
 
-    def __init__(self, example, workdir, data_root, swapped, enable_tuning=False):
+    def __init__(
+        self, example, workdir, data_root, swapped, enable_tuning=False, beam_pipeline_args=()
+    ):
         kind = "swapped" if swapped else "stock"
         self.root = os.path.join(workdir, kind)
         self.result_path = os.path.join(workdir, f"{kind}.result.json")
@@ -79,6 +81,7 @@ class _ExampleRun:
             "train_steps": TRAIN_STEPS[example.name],
             "distill_steps": DISTILL_STEPS.get((example.name, swapped), 0),
             "enable_tuning": enable_tuning,
+            "beam_pipeline_args": list(beam_pipeline_args),
             "result": self.result_path,
         }
         spec_path = os.path.join(workdir, f"{kind}.spec.json")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import urllib.error
 import urllib.parse
@@ -287,6 +288,50 @@ def reachable(url: str, timeout: float = REACH_TIMEOUT_SECONDS) -> str | None:
     return None if status < 400 else f"HTTP {status}"
 
 
+# What `go install` writes into a binary's build info for the module it built from.
+_BEAM_MODULE = b"mod\tgithub.com/apache/beam/sdks/v2\t"
+
+
+def prism_build_version(path: str) -> str | None:
+    """The Beam release a Prism binary was built from (`v2.77.0`), read from the build
+    info the Go toolchain embeds; None when the file holds none (not a Prism built from
+    Beam's Go module)."""
+    import mmap
+
+    with open(path, "rb") as f:
+        try:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file
+            return None
+        with data:
+            start = data.find(_BEAM_MODULE)
+            if start < 0:
+                return None
+            end = start + len(_BEAM_MODULE)
+            version = data[end : end + 64].split(b"\t", 1)[0].split(b"\n", 1)[0]
+    return version.decode("ascii", "replace") or None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("-")[0])[:3])
+
+
+def _check_prism_version(location: str, at: str) -> None:
+    """Refuses a binary that is not Beam's Prism, or a Prism older than `PRISM_VERSION`."""
+    version = prism_build_version(location)
+    if version is None:
+        raise ConfigError(
+            f"{at}: --prism_location: {location!r} is not a Prism binary (no Go build info of "
+            f"github.com/apache/beam/sdks/v2 in it); build Prism with `{PRISM_BUILD}`"
+        )
+    if _release(version) < _release(PRISM_VERSION):
+        raise ConfigError(
+            f"{at}: --prism_location: {location!r} is Prism {version}, older than "
+            f"{PRISM_VERSION}: at v2.73.0 a Transform's sharded write failed in one of two "
+            f"runs (Beam issue 36563); build Prism with `{PRISM_BUILD}`"
+        )
+
+
 def check_prism(options: dict[str, tuple[int, str]], where: str, field: str) -> None:
     """PrismRunner has a Prism binary to start: `--prism_location`, or a download it can reach.
 
@@ -317,6 +362,8 @@ def check_prism(options: dict[str, tuple[int, str]], where: str, field: str) -> 
                 f"{at}: --prism_location: {location!r} is not an executable file (nor a zip of "
                 f"one); give the Prism binary (`{PRISM_BUILD}` builds it), or `chmod +x {location}`"
             )
+        if not zipfile.is_zipfile(location):
+            _check_prism_version(location, at)
         return
     version = options.get("--prism_beam_version_override", (None, ""))[1] or None
     url = prism_download_url(version)

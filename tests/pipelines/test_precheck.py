@@ -8,6 +8,7 @@ import contextlib
 import http.server
 import os
 import threading
+import zipfile
 from collections.abc import Iterator
 
 import pytest
@@ -267,18 +268,43 @@ def test_a_prism_location_that_is_not_there_or_not_executable_is_named(tmp_path)
     assert f"chmod +x {text}" in str(e.value)
 
 
-def test_an_executable_or_zipped_prism_passes_without_the_network(tmp_path, monkeypatch):
-    import zipfile
+def _fake_prism(path, version: str | None) -> str:
+    """An executable holding the build info `go install` writes for Beam's module at
+    `version` (none: no build info), amid other bytes, as a real binary holds it."""
+    info = b"" if version is None else b"mod\tgithub.com/apache/beam/sdks/v2\t" + version.encode()
+    path.write_bytes(b"#!/bin/sh\n" + b"\0" * 4096 + info + b"\th1:abc=\n" + b"\0" * 4096)
+    path.chmod(0o755)
+    return str(path)
 
+
+def test_an_executable_or_zipped_prism_passes_without_the_network(tmp_path, monkeypatch):
     _unreachable(monkeypatch)
-    binary = tmp_path / "prism"
-    binary.write_text("#!/bin/sh\n")
-    binary.chmod(0o755)
+    binary = _fake_prism(tmp_path / "prism", precheck.PRISM_VERSION)
     zipped = tmp_path / "prism.zip"
     with zipfile.ZipFile(zipped, "w") as z:
         z.write(binary, "prism")
-    for location in (binary, zipped):
+    newer = _fake_prism(tmp_path / "prism-next", "v9.0.0")
+    for location in (binary, str(zipped), newer):
         precheck.check_beam_args(["--runner=PrismRunner", f"--prism_location={location}"])
+    assert precheck.prism_build_version(binary) == precheck.PRISM_VERSION
+
+
+def test_a_prism_of_an_older_release_or_no_prism_at_all_is_refused_naming_the_build(tmp_path):
+    older = _fake_prism(tmp_path / "prism-old", "v2.73.0")
+    with pytest.raises(ConfigError) as refused:
+        precheck.check_beam_args(["--runner=PrismRunner", f"--prism_location={older}"])
+    assert str(refused.value) == (
+        f"beam_args[1]: --prism_location: {older!r} is Prism v2.73.0, older than "
+        f"{precheck.PRISM_VERSION}: at v2.73.0 a Transform's sharded write failed in one of two "
+        f"runs (Beam issue 36563); build Prism with `{precheck.PRISM_BUILD}`"
+    )
+    other = _fake_prism(tmp_path / "not-prism", None)
+    with pytest.raises(ConfigError, match=r"is not a Prism binary \(no Go build info of"):
+        precheck.check_beam_args(["--runner=PrismRunner", f"--prism_location={other}"])
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    empty.chmod(0o755)
+    assert precheck.prism_build_version(str(empty)) is None
 
 
 def test_prism_with_a_missing_location_is_refused_before_any_component(tmp_path, taxi_config):

@@ -364,3 +364,15 @@ def compiled(tmp_path_factory):
         name: (load_config(name), kfp_components.load_component_from_file(path), path)
         for name, path in paths.items()
     }
+
+
+def needs_prism() -> tuple[str | None, list]:
+    """Beam's Prism binary (`testkit.prism.location`) and the marks of a test module that
+    runs pipelines on it: skipped without it, end to end, several processes."""
+    from testkit.prism import location
+
+    prism = location()
+    skip = pytest.mark.skipif(
+        prism is None, reason="Beam's Prism runner is not built: `make prism` (needs Go)"
+    )
+    return prism, [skip, pytest.mark.e2e, pytest.mark.multiprocess]

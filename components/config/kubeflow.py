@@ -24,6 +24,9 @@ from components.config.validation import fail, section
 TFDATA_DISPATCHER_PLACEMENT = "tfdata_dispatcher"
 TFDATA_WORKERS_PLACEMENT = "tfdata_workers"
 TFDATA_PLACEMENTS = (TFDATA_DISPATCHER_PLACEMENT, TFDATA_WORKERS_PLACEMENT)
+# Kubernetes CPU and memory quantities ('4', '500m'; '16Gi').
+_CPU = re.compile(r"([0-9]*[.])?[0-9]+m?")
+_MEMORY = re.compile(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?")
 
 
 @section()
@@ -87,11 +90,11 @@ class Placement:
             fail("replicas", f"expected an integer >= 0 (0 = 1 worker), got {self.replicas}")
         for name in ("cpu_request", "cpu_limit"):
             value = getattr(self, name)
-            if value and not re.fullmatch(r"([0-9]*[.])?[0-9]+m?", value):
+            if value and not _CPU.fullmatch(value):
                 fail(name, f"expected a CPU quantity such as '4', '0.5' or '500m', got {value!r}")
         for name in ("memory_request", "memory_limit"):
             value = getattr(self, name)
-            if value and not re.fullmatch(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?", value):
+            if value and not _MEMORY.fullmatch(value):
                 fail(name, f"expected a memory quantity such as '16Gi' or '512Mi', got {value!r}")
         if self.accelerator_count < 0:
             fail("accelerator_count", f"expected an integer >= 0, got {self.accelerator_count}")
@@ -222,8 +225,6 @@ FLINK_OWNED_BEAM_ARGS = (
 # Beam's Flink job server images: apache/beam_flink<major>.<minor>_job_server:<Beam version>.
 _JOB_SERVER_IMAGE = re.compile(r"beam_flink(\d+)\.(\d+)_job_server(?::(\S+))?$")
 _FLINK_MEMORY = re.compile(r"[0-9]+(\.[0-9]+)?\s*(b|k|kb|m|mb|g|gb|t|tb|Ki|Mi|Gi|Ti)?")
-_CPU = re.compile(r"([0-9]*[.])?[0-9]+m?")
-_MEMORY = re.compile(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?")
 
 
 def job_server_flink_version(image: str) -> str:

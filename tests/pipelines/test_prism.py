@@ -21,17 +21,10 @@ import yaml
 
 from components.config import to_dict
 from testkit import portable
-from testkit.prism import WorkerPool, beam_args, location
-from tests.conftest import CLI_RUN_TIMEOUT_SECONDS, REPO
+from testkit.prism import WorkerPool, beam_args
+from tests.conftest import CLI_RUN_TIMEOUT_SECONDS, REPO, needs_prism
 
-PRISM = location()
-pytestmark = [
-    pytest.mark.skipif(
-        PRISM is None, reason="Beam's Prism runner is not built: `make prism` (needs Go)"
-    ),
-    pytest.mark.e2e,
-    pytest.mark.multiprocess,
-]
+PRISM, pytestmark = needs_prism()
 
 
 @pytest.fixture(scope="module")

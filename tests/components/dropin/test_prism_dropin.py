@@ -15,17 +15,11 @@ import os
 import pytest
 
 from testkit import portable, tfx_examples
-from testkit.prism import WorkerPool, beam_args, location
+from testkit.prism import WorkerPool, beam_args
 from tests.components.dropin.test_tfx_examples_e2e import _ExampleRun
+from tests.conftest import needs_prism
 
-PRISM = location()
-pytestmark = [
-    pytest.mark.skipif(
-        PRISM is None, reason="Beam's Prism runner is not built: `make prism` (needs Go)"
-    ),
-    pytest.mark.e2e,
-    pytest.mark.multiprocess,
-]
+PRISM, pytestmark = needs_prism()
 
 
 @pytest.fixture(scope="module")

@@ -152,29 +152,14 @@ def child(spec: dict) -> None:
 
 
 def _tree_rss_bytes(root_pid: int) -> int:
-    """Resident bytes of `root_pid` and every live descendant (0 where /proc is gone)."""
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            parents[int(name)] = int(fields[1])
-            with open(f"/proc/{name}/statm") as f:
-                rss[int(name)] = int(f.read().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-    tree, frontier = {root_pid}, [root_pid]
-    while frontier:
-        pid = frontier.pop()
-        for child_pid, parent in parents.items():
-            if parent == pid and child_pid not in tree:
-                tree.add(child_pid)
-                frontier.append(child_pid)
-    return sum(rss.get(pid, 0) for pid in tree)
+    """Resident bytes of `root_pid` and every live descendant (0 once it is gone)."""
+    from testkit import results
+
+    try:
+        tree = results.process_tree_stats("/proc", root_pid)
+    except OSError:
+        return 0
+    return sum(int(fields[21]) for fields in tree.values()) * os.sysconf("SC_PAGE_SIZE")
 
 
 def measure(spec: dict, log_path: str) -> dict:

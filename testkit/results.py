@@ -179,10 +179,15 @@ def sample_load(proc: str = "/proc", pid: int | None = None) -> LoadSample | Non
     return LoadSample(loadavg, busy, total, cpus, pid, own, time.monotonic())
 
 
-def _tree_ticks(proc: str, pid: int) -> int:
-    """CPU ticks of `pid` and its live descendants, each with its reaped children's
-    (`utime + stime + cutime + cstime` of `<proc>/<pid>/stat`)."""
-    parents, ticks = {}, {}
+def process_tree_stats(proc: str, pid: int) -> dict[int, list[str]]:
+    """`pid` and its live descendants -> the fields of their `<proc>/<pid>/stat` after the
+    command name (`[0]` the state, `[1]` the parent, `[11:15]` CPU ticks, `[21]` resident
+    pages).
+
+    Raises:
+      OSError: when `pid` is not running.
+    """
+    parents, stats = {}, {}
     for entry in os.listdir(proc):
         if not entry.isdigit():
             continue
@@ -194,18 +199,26 @@ def _tree_ticks(proc: str, pid: int) -> int:
         # The command name, in parentheses, may hold spaces and parentheses itself.
         fields = text[text.rindex(")") + 2 :].split()
         parents[int(entry)] = int(fields[1])
-        ticks[int(entry)] = sum(int(v) for v in fields[11:15])
-    if pid not in ticks:
+        stats[int(entry)] = fields
+    if pid not in stats:
         raise OSError(f"{proc}/{pid}/stat: no such process")
     children: dict[int, list[int]] = {}
     for child, parent in parents.items():
         children.setdefault(parent, []).append(child)
-    total, todo = 0, [pid]
+    tree, todo = {}, [pid]
     while todo:
         process = todo.pop()
-        total += ticks[process]
+        tree[process] = stats[process]
         todo += children.get(process, [])
-    return total
+    return tree
+
+
+def _tree_ticks(proc: str, pid: int) -> int:
+    """CPU ticks of `pid` and its live descendants, each with its reaped children's
+    (`utime + stime + cutime + cstime` of `<proc>/<pid>/stat`)."""
+    return sum(
+        sum(int(v) for v in fields[11:15]) for fields in process_tree_stats(proc, pid).values()
+    )
 
 
 def measure_load(start: LoadSample | None, end: LoadSample | None) -> dict | str:

@@ -557,6 +557,7 @@ def test_the_process_tree_counts_live_descendants_and_their_reaped_children(tmp_
     assert sample.own == 5 + 10 + 20 + 40 + 80 + 160
     assert (sample.busy, sample.total, sample.cpus) == (99 + 1, 200, 2)
     assert results.sample_load(str(proc), pid=300) is None
+    assert set(results.process_tree_stats(str(proc), 100)) == {100, 101, 102}
 
 
 # The busy child's CPU seconds: enough to stand out of the counters' ticks.

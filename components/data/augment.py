@@ -102,14 +102,20 @@ def _permuted(images: tf.Tensor, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
     height, width = images.shape[1], images.shape[2]
     small = height is not None and width is not None and max(height, width) <= MATMUL_MAX_SIDE
     if small and images.dtype.is_floating:
-        # One-hot rows of an out-of-range index are all zero: its pixels come out 0.
-        row_matrix = tf.one_hot(rows, height, dtype=images.dtype)  # [b, h, h]
-        col_matrix = tf.one_hot(cols, width, dtype=images.dtype)  # [b, w, w]
-        channels_first = tf.transpose(images, [0, 3, 1, 2])  # [b, c, h, w]
-        moved = tf.matmul(
-            tf.matmul(row_matrix[:, None], channels_first), col_matrix[:, None], transpose_b=True
-        )
-        return tf.transpose(moved, [0, 2, 3, 1])
+        # On the CPU, where a product with a one-hot matrix is exact: a GPU multiplies
+        # float32 matrices in TF32 by default (a 10-bit mantissa), which would round every
+        # pixel. The input pipeline runs on the CPU anyway; this holds for eager calls too.
+        with tf.device("/CPU:0"):
+            # One-hot rows of an out-of-range index are all zero: its pixels come out 0.
+            row_matrix = tf.one_hot(rows, height, dtype=images.dtype)  # [b, h, h]
+            col_matrix = tf.one_hot(cols, width, dtype=images.dtype)  # [b, w, w]
+            channels_first = tf.transpose(images, [0, 3, 1, 2])  # [b, c, h, w]
+            moved = tf.matmul(
+                tf.matmul(row_matrix[:, None], channels_first),
+                col_matrix[:, None],
+                transpose_b=True,
+            )
+            return tf.transpose(moved, [0, 2, 3, 1])
     last_row, last_col = tf.shape(images)[1] - 1, tf.shape(images)[2] - 1
     moved = tf.gather(images, tf.clip_by_value(rows, 0, last_row), axis=1, batch_dims=1)
     return tf.gather(moved, tf.clip_by_value(cols, 0, last_col), axis=2, batch_dims=1)

@@ -64,6 +64,14 @@ def test_each_view_is_the_exact_shifted_and_flipped_image(path, channels):
     assert set(seen) == set(VIEWS)
 
 
+def test_the_products_run_on_the_cpu_where_they_are_exact():
+    # A GPU would multiply in TF32 and round the pixels: the views stay on the CPU.
+    views = augment.random_views(
+        tf.constant(_images()), max_pixels=2, flip=True, translate_seed=SEED, flip_seed=SEED
+    )
+    assert views.device.endswith("CPU:0")
+
+
 def test_integer_images_take_the_gather_path_and_the_same_views():
     images = np.random.default_rng(1).permutation(64 * 28 * 28).reshape(64, 28, 28, 1)
     out = augment.random_views(

@@ -145,6 +145,22 @@ _BEAM_STEP = re.compile(r" \[while running '[^']*'\]")
 _TRACEBACK = "Traceback (most recent call last):"
 
 
+def beam_stages(beam_args) -> str:
+    """Which runner the components' Beam pipelines get from `beam_args`, for the log."""
+    options = precheck._beam_options(list(beam_args))
+    if "--runner" not in options:
+        from components.compat import beam_runner
+
+        return f"Beam's in-process runners ({beam_runner.RUNNER}, pinned: no Prism download)"
+    named = sorted(
+        (index, f"{name}={value}")
+        for name, (index, value) in options.items()
+        if name in ("--environment_type", "--job_endpoint")
+    )
+    extras = f" ({', '.join(text for _, text in named)})" if named else ""
+    return f"--runner={options['--runner'][1]} from beam_args{extras}"
+
+
 def _describe(error: BaseException) -> str:
     """`Type: message` of what ended the run, as the component raised it.
 
@@ -210,7 +226,7 @@ def _run_pipeline(
         beam_signatures.cached_signatures(),
         beam_runner.local_by_default(),
     ):
-        logging.info("Beam stages: %s", beam_runner.describe(config.beam_args))
+        logging.info("Beam stages: %s", beam_stages(config.beam_args))
         try:
             dag_runner.run(pipeline)
         except Exception as e:  # noqa: BLE001 - summarised, then re-raised below

@@ -21,7 +21,7 @@ enum of three runner names, which refuses any other value).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from absl import logging
 from apache_beam.options.pipeline_options import StandardOptions
@@ -47,20 +47,6 @@ class LocalRunner(SwitchingDirectRunner):
             RUNNER,
         )
         return super().run_pipeline(pipeline, options)
-
-
-def describe(beam_args: Sequence[str]) -> str:
-    """Which runner a component's Beam pipeline gets from `beam_args`, in words for the log."""
-    runner = ""
-    for i, arg in enumerate(beam_args):
-        if arg == "--runner" and i + 1 < len(beam_args):
-            runner = beam_args[i + 1]
-        elif arg.startswith("--runner="):
-            runner = arg.partition("=")[2]
-    if not runner:
-        return f"Beam's in-process runners ({RUNNER}, pinned: no Prism download)"
-    extras = [a for a in beam_args if a.startswith(("--environment_type", "--job_endpoint"))]
-    return f"--runner={runner} from beam_args" + (f" ({', '.join(extras)})" if extras else "")
 
 
 @contextlib.contextmanager

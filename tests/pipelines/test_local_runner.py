@@ -373,3 +373,15 @@ def test_a_remote_traceback_in_the_message_is_reduced_to_its_last_line():
     assert local_runner._describe(error) == (
         "RuntimeError: Pipeline job failed: ValueError: module_file: bad student"
     )
+
+
+def test_beam_stages_names_the_runner_the_beam_args_choose():
+    assert local_runner.beam_stages([]).startswith("Beam's in-process runners (")
+    assert "no Prism download" in local_runner.beam_stages(["--direct_num_workers=2"])
+    assert local_runner.beam_stages(["--runner=PrismRunner", "--prism_location=/p"]) == (
+        "--runner=PrismRunner from beam_args"
+    )
+    flink = ["--runner", "PortableRunner", "--job_endpoint=js:8099", "--environment_type=EXTERNAL"]
+    assert local_runner.beam_stages(flink) == (
+        "--runner=PortableRunner from beam_args (--job_endpoint=js:8099, --environment_type=EXTERNAL)"
+    )

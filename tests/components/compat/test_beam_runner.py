@@ -93,15 +93,3 @@ def test_the_transform_picks_the_local_runner_as_a_default_not_an_argument(tmp_p
     assert runner == "LocalRunner" and not any(a.startswith("--runner") for a in args)
     # The runner the args name wins (Beam's DirectRunner is its SwitchingDirectRunner).
     assert seen["named"][0] == "SwitchingDirectRunner"
-
-
-def test_describe_names_the_runner_the_beam_args_choose():
-    assert beam_runner.describe([]).startswith("Beam's in-process runners (")
-    assert "no Prism download" in beam_runner.describe(["--direct_num_workers=2"])
-    assert beam_runner.describe(["--runner=PrismRunner", "--prism_location=/p"]) == (
-        "--runner=PrismRunner from beam_args"
-    )
-    flink = ["--runner", "PortableRunner", "--job_endpoint=js:8099", "--environment_type=EXTERNAL"]
-    assert beam_runner.describe(flink) == (
-        "--runner=PortableRunner from beam_args (--job_endpoint=js:8099, --environment_type=EXTERNAL)"
-    )

@@ -1,7 +1,7 @@
 """The tfxkit Transform's Beam writer: ingestion-ready shards and their layout record.
 
 `WriteIngestionReady` writes one split as the `transform` section says (shard count,
-compression, packing), reads every shard back and stages its stats;
+compression, packing) through `WriteShards`, reads every shard back and stages its stats;
 `write_layout_record` merges the staged stats of every split into `tfxkit_layout.json`,
 whose format is `components.data.layout`.
 """
@@ -12,6 +12,8 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
+import uuid
 from typing import Any
 
 import apache_beam as beam
@@ -19,6 +21,9 @@ import pyarrow as pa
 import tensorflow as tf
 import tensorflow_transform as tft
 from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms import window
+from apache_beam.utils.windowed_value import WindowedValue
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tensorflow_transform.tf_metadata import schema_utils
 from tfx_bsl.coders import example_coder
@@ -133,6 +138,133 @@ def _stage_shard_record(shards, output_path: str, settings: OutputSettings, pack
         f.write(json.dumps(record))
 
 
+# Bytes copied at a time when a shard's parts are joined.
+_COPY_CHUNK = 8 << 20
+
+
+def shard_path(prefix: str, index: int, num_shards: int, suffix: str) -> str:
+    """Shard `index`'s file, named as Beam's `WriteToTFRecord` names it."""
+    return f"{prefix}-{index:05d}-of-{num_shards:05d}{suffix}"
+
+
+class WriteBundleParts(beam.DoFn):
+    """Deals a bundle's records round-robin over the shards, one uncompressed part file each.
+
+    Yields `(shard, part path)` for every part the bundle wrote, when the bundle
+    ends. Nothing is held in memory: the records go to disk as they come, and
+    only the part names travel on.
+    """
+
+    def __init__(self, temp_dir: str, num_shards: int):
+        self._temp_dir = temp_dir
+        self._num_shards = num_shards
+        self._parts: dict[int, tuple[str, Any]] = {}
+        self._next = 0
+
+    def start_bundle(self):
+        self._parts = {}
+        # A random first shard, so that many small bundles do not all fill shard 0.
+        self._next = random.randrange(self._num_shards)
+
+    def process(self, record: bytes):
+        shard = self._next
+        self._next = (shard + 1) % self._num_shards
+        part = self._parts.get(shard)
+        if part is None:
+            path = os.path.join(self._temp_dir, f"{shard:05d}-{uuid.uuid4().hex}.tfrecord")
+            part = self._parts[shard] = (path, tf.io.TFRecordWriter(path))
+        part[1].write(record)
+
+    def finish_bundle(self):
+        for shard, (path, writer) in sorted(self._parts.items()):
+            writer.close()
+            yield WindowedValue(
+                (shard, path), window.GlobalWindow().max_timestamp(), [window.GlobalWindow()]
+            )
+        self._parts = {}
+
+
+class JoinShard(beam.DoFn):
+    """`(shard, part paths)` -> the shard's file: the parts' bytes, compressed once.
+
+    Uncompressed TFRecord files join by concatenation (each record carries its
+    own framing), so the join copies bytes and never parses a record. A shard
+    no bundle reached is written empty, so a split always has `num_shards` files.
+    """
+
+    def __init__(self, prefix: str, settings: OutputSettings):
+        self._prefix = prefix
+        self._settings = settings
+
+    def process(self, element):
+        shard, parts = element
+        parts = sorted(p for p in parts if p)
+        settings = self._settings
+        path = shard_path(self._prefix, shard, settings.num_shards, settings.suffix)
+        compression = (
+            CompressionTypes.GZIP
+            if settings.compression == "gzip"
+            else CompressionTypes.UNCOMPRESSED
+        )
+        out = FileSystems.create(path, compression_type=compression)
+        try:
+            for part in parts:
+                with tf.io.gfile.GFile(part, "rb") as f:
+                    while chunk := f.read(_COPY_CHUNK):
+                        out.write(chunk)
+        finally:
+            out.close()
+        for part in parts:
+            tf.io.gfile.remove(part)
+        yield path
+
+
+class WriteShards(beam.PTransform):
+    """Serialized records -> exactly `num_shards` TFRecord files at `prefix`; yields their paths.
+
+    The records are not grouped: Beam's `WriteToTFRecord(num_shards=N)` groups
+    every record by shard, and a runner that keeps a grouping in memory (the
+    in-process one) holds the whole split, so memory grew with rows (491 MB more
+    than stock TFX's Transform at 10^6 rows, `benchmarks/results/scale.json` at
+    a932575). Here each bundle writes its records to part files as they come,
+    only the part names are grouped by shard, and each shard's parts are joined
+    into its file, compressed once.
+    """
+
+    def __init__(self, prefix: str, settings: OutputSettings):
+        super().__init__()
+        self._prefix = prefix
+        self._settings = settings
+
+    def expand(self, records):
+        num_shards = self._settings.num_shards
+        # Fixed when the pipeline is built, so every worker writes under the same directory.
+        temp_dir = temp_dir_for(self._prefix)
+        tf.io.gfile.makedirs(temp_dir)
+        parts = records | "WriteParts" >> beam.ParDo(
+            WriteBundleParts(temp_dir, num_shards)
+        ).with_output_types(tuple[int, str])
+        # Every shard gets a file, the ones no bundle reached too.
+        every_shard = records.pipeline | "ShardIndices" >> beam.Create(
+            [(shard, "") for shard in range(num_shards)]
+        ).with_output_types(tuple[int, str])
+        return (
+            (parts, every_shard)
+            | "PartsAndShards" >> beam.Flatten()
+            | "GroupPartsByShard" >> beam.GroupByKey()
+            | "JoinShards" >> beam.ParDo(JoinShard(self._prefix, self._settings))
+            | "CollectPaths" >> beam.combiners.ToList()
+            # Also removes parts a retried bundle left behind.
+            | "RemovePartsDir" >> beam.FlatMap(_remove_dir_then, temp_dir)
+        )
+
+
+def _remove_dir_then(paths: list[str], directory: str) -> list[str]:
+    if tf.io.gfile.isdir(directory):
+        tf.io.gfile.rmtree(directory)
+    return sorted(paths)
+
+
 class WriteIngestionReady(beam.PTransform):
     """Encodes, packs and writes one split as configured, then records its shards."""
 
@@ -145,26 +277,21 @@ class WriteIngestionReady(beam.PTransform):
     def expand(self, pcoll):
         settings = self._settings
         packing = plan_packing(self._schema, settings)
-        written = (
+        return (
             pcoll
             | "EncodeAndSerialize" >> beam.ParDo(EncodeExamplesFn(self._schema, packing))
-            | "WriteToTFRecord"
-            >> beam.io.WriteToTFRecord(
-                self._output_path,
-                file_name_suffix=settings.suffix,
-                num_shards=settings.num_shards,
-                compression_type=CompressionTypes.GZIP
-                if settings.compression == "gzip"
-                else CompressionTypes.UNCOMPRESSED,
-            )
-        )
-        return (
-            written
+            | "WriteShards" >> WriteShards(self._output_path, settings)
             | "DescribeShards" >> beam.Map(describe_shard, settings.compression)
             | "CollectShards" >> beam.combiners.ToList()
             | "StageShardRecord"
             >> beam.Map(_stage_shard_record, self._output_path, settings, packing)
         )
+
+
+def temp_dir_for(output_path: str) -> str:
+    """A new directory, beside a split's shards, for its part files while they are written."""
+    head, name = os.path.split(output_path)
+    return os.path.join(head, f".tfxkit-parts-{name}-{uuid.uuid4().hex}")
 
 
 def clear_staged_records(settings: OutputSettings) -> None:

@@ -15,13 +15,18 @@ values scaled by 1 + N(0, 0.01) (missing cells stay missing), so vocabularies an
 quantiles see the taxi distribution at every size. Each run is a fresh child process;
 its wall time, the CPU seconds of its whole process tree (`RUSAGE_CHILDREN`: every worker
 it waited for) and the peak resident memory of the tree (summed over its live processes,
-sampled every 0.25 s from /proc) are recorded. One run per configuration and size, the
-configurations' order rotated at each size.
+sampled every 0.25 s from /proc) are recorded, and the peak inside each stage's execution
+(its start and end as ML Metadata recorded them: `peak_rss_mb_by_stage`), which names
+the stage that holds rows in memory. One run per configuration and size, the
+configurations' order rotated at each size; at the largest size the in-process product and
+stock runs are repeated as `--pairs` pairs (order alternated) for the ratio's interval.
 
 JSON lines, one per run, a summary (`marginal_exponents`: the slope between the two
 largest sizes, where the fixed start-up cost weighs least), then the headline: `exponents` (per configuration, the
 least-squares slope of log wall time on log rows), `peak_memory_ratio_1e6_over_1e5` (per
-configuration) and `total_ratio_product_over_stock_1e6` (per runner, wall time). Targets:
+configuration) and `total_ratio_product_over_stock_1e6` (per runner, wall time; the
+geometric mean of the pairs' ratios where there are pairs, its 95% interval on the
+summary line). Targets:
 exponents <= 1.1, memory ratio <= 2, product / stock <= 1.0. Results in
 `benchmarks/results/scale.json`.
 """
@@ -162,8 +167,35 @@ def _tree_rss_bytes(root_pid: int) -> int:
     return sum(int(fields[21]) for fields in tree.values()) * os.sysconf("SC_PAGE_SIZE")
 
 
+def stage_windows(metadata_path: str) -> dict[str, tuple[float, float]]:
+    """Each execution's (start, end) in seconds since the epoch, by its type's short name."""
+    from ml_metadata import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = metadata_path
+    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    store = metadata_store.MetadataStore(config)
+    types = {t.id: t.name.rsplit(".", 1)[-1] for t in store.get_execution_types()}
+    return {
+        types[e.type_id]: (e.create_time_since_epoch / 1e3, e.last_update_time_since_epoch / 1e3)
+        for e in store.get_executions()
+    }
+
+
+def stage_peaks(
+    samples: list[tuple[float, int]], windows: dict[str, tuple[float, float]]
+) -> dict[str, float]:
+    """The largest sampled tree RSS (MB) inside each stage's window; None when no sample fell in it."""
+    peaks = {}
+    for stage, (start, end) in sorted(windows.items(), key=lambda item: item[1]):
+        inside = [rss for t, rss in samples if start <= t <= end]
+        peaks[stage] = round(max(inside) / 2**20, 1) if inside else None
+    return peaks
+
+
 def measure(spec: dict, log_path: str) -> dict:
-    """Runs `child(spec)` in a fresh process; its wall, tree CPU and tree peak RSS."""
+    """Runs `child(spec)` in a fresh process; its wall, tree CPU, tree peak RSS and each stage's peak."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with open(log_path, "w") as log:
@@ -175,12 +207,12 @@ def measure(spec: dict, log_path: str) -> dict:
             cwd=REPO_ROOT,
             text=True,
         )
-        peak = [0]
+        samples: list[tuple[float, int]] = []
         stop = threading.Event()
 
         def sample():
             while not stop.is_set():
-                peak[0] = max(peak[0], _tree_rss_bytes(proc.pid))
+                samples.append((time.time(), _tree_rss_bytes(proc.pid)))
                 stop.wait(0.25)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -200,10 +232,12 @@ def measure(spec: dict, log_path: str) -> dict:
         with open(log_path, errors="replace") as f:
             tail = f.read()[-3000:]
         raise RuntimeError(f"run {spec} failed ({proc.returncode}):\n{tail}")
+    windows = stage_windows(os.path.join(spec["root"], "metadata.db"))
     return {
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),
-        "peak_rss_mb": round(peak[0] / 2**20, 1),
+        "peak_rss_mb": round(max(rss for _, rss in samples) / 2**20, 1),
+        "peak_rss_mb_by_stage": stage_peaks(samples, windows),
     }
 
 
@@ -217,10 +251,42 @@ def slope(rows: list[int], seconds: list[float]) -> float:
     )
 
 
+def _first_runs(runs: list[dict]) -> list[dict]:
+    """The runs of the size sweep (a repeated pair's later runs, `pair` >= 1, left out)."""
+    return [run for run in runs if not run.get("pair")]
+
+
+def product_over_stock(runs: list[dict], rows: int = 10**6) -> dict[str, dict]:
+    """Per runner at `rows`: product / stock wall time, pair by pair, their geometric mean and 95% interval."""
+    from testkit.stats import TooFewError, ratio_interval
+
+    out = {}
+    for runner in RUNNERS:
+        sides = {
+            side: {
+                r.get("pair", 0): r["wall_s"]
+                for r in runs
+                if (r["side"], r["runner"], r["rows"]) == (side, runner, rows)
+            }  # fmt: skip
+            for side in SIDES
+        }
+        pairs = sorted(set(sides["product"]) & set(sides["stock"]))
+        if not pairs:
+            continue
+        ratios = [sides["product"][i] / sides["stock"][i] for i in pairs]
+        try:
+            gmean, low, high = ratio_interval(ratios)
+            interval = [round(low, 3), round(high, 3)]
+        except TooFewError:
+            gmean, interval = ratios[0], None
+        out[runner] = {"pairs": len(ratios), "gmean": round(gmean, 3), "ci95": interval}
+    return out
+
+
 def summarize(runs: list[dict]) -> dict:
     """The headline from the run lines (`side`, `runner`, `rows`, `wall_s`, `peak_rss_mb`)."""
     by_config: dict[str, dict[int, dict]] = {}
-    for run in runs:
+    for run in _first_runs(runs):
         by_config.setdefault(f"{run['side']}/{run['runner']}", {})[run["rows"]] = run
     exponents, memory = {}, {}
     for config, sizes in sorted(by_config.items()):
@@ -229,12 +295,7 @@ def summarize(runs: list[dict]) -> dict:
             exponents[config] = round(slope(rows, [sizes[r]["wall_s"] for r in rows]), 3)
         if 10**6 in sizes and 10**5 in sizes:
             memory[config] = round(sizes[10**6]["peak_rss_mb"] / sizes[10**5]["peak_rss_mb"], 3)
-    totals = {}
-    for runner in RUNNERS:
-        product = by_config.get(f"product/{runner}", {}).get(10**6)
-        stock = by_config.get(f"stock/{runner}", {}).get(10**6)
-        if product and stock:
-            totals[runner] = round(product["wall_s"] / stock["wall_s"], 3)
+    totals = {runner: ratio["gmean"] for runner, ratio in product_over_stock(runs).items()}
     return {
         "exponents": exponents,
         "peak_memory_ratio_1e6_over_1e5": memory,
@@ -247,7 +308,7 @@ def marginal_exponents(runs: list[dict]) -> dict[str, float]:
     fixed start-up cost (a process, TensorFlow, TFX, one Beam pipeline per stage) is small
     beside the rows' cost, which the fit over all sizes mixes in."""
     by_config: dict[str, dict[int, float]] = {}
-    for run in runs:
+    for run in _first_runs(runs):
         by_config.setdefault(f"{run['side']}/{run['runner']}", {})[run["rows"]] = run["wall_s"]
     out = {}
     for config, sizes in sorted(by_config.items()):
@@ -262,6 +323,8 @@ def main() -> None:
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--rows", default=",".join(str(r) for r in ROWS))
     parser.add_argument("--prism-rows", default=",".join(str(r) for r in PRISM_ROWS))
+    parser.add_argument("--pairs", type=int, default=3,
+                        help="in-process product/stock pairs at the largest size (the sweep's runs are the first)")  # fmt: skip
     parser.add_argument("--work", default="")
     parser.add_argument("--shared-with", default=None,
                         help="what else ran on the cores (None: the machine was idle)")  # fmt: skip
@@ -279,10 +342,25 @@ def main() -> None:
         lines.append(line)
         print(json.dumps(line), flush=True)
 
+    from testkit.stats import abba_order
+
     work = args.work or tempfile.mkdtemp(prefix="scale_")
     prism_rows = {int(r) for r in args.prism_rows.split(",") if r}
     runs = []
-    for size_index, rows in enumerate(int(r) for r in args.rows.split(",") if r):
+
+    def run_one(side: str, runner: str, rows: int, data_root: str, pair: int = 0) -> None:
+        name = f"{side}_{runner}_{rows}" + (f"_pair{pair}" if pair else "")
+        root = os.path.join(work, name)
+        spec = {"side": side, "runner": runner, "rows": rows, "root": root,
+                "data_root": data_root}  # fmt: skip
+        measured = measure(spec, os.path.join(work, f"{name}.log"))
+        run = {"rows": rows, "side": side, "runner": runner, **({"pair": pair} if pair else {}),
+               **measured}  # fmt: skip
+        runs.append(run)
+        emit(run)
+
+    sizes = [int(r) for r in args.rows.split(",") if r]
+    for size_index, rows in enumerate(sizes):
         data_root = os.path.join(work, f"data_{rows}")
         os.makedirs(data_root, exist_ok=True)
         write_rows(os.path.join(data_root, "data.csv"), rows)
@@ -291,14 +369,14 @@ def main() -> None:
             configs.append(("product", "prism"))
         shift = size_index % len(configs)
         for side, runner in configs[shift:] + configs[:shift]:
-            root = os.path.join(work, f"{side}_{runner}_{rows}")
-            spec = {"side": side, "runner": runner, "rows": rows, "root": root,
-                    "data_root": data_root}  # fmt: skip
-            measured = measure(spec, os.path.join(work, f"{side}_{runner}_{rows}.log"))
-            run = {"rows": rows, "side": side, "runner": runner, **measured}
-            runs.append(run)
-            emit(run)
+            run_one(side, runner, rows, data_root)
+    # The sweep ran pair 0; the rest alternate which side goes first.
+    largest = max(sizes)
+    for pair, order in list(enumerate(abba_order(args.pairs, "stock", "product")))[1:]:
+        for side in order:
+            run_one(side, "in_process", largest, os.path.join(work, f"data_{largest}"), pair)
     emit({"summary": True, "marginal_exponents": marginal_exponents(runs),
+          "product_over_stock_pairs": product_over_stock(runs, largest),
           "targets": {"exponent": 1.1, "memory_ratio": 2.0, "product_over_stock": 1.0}})  # fmt: skip
     emit(summarize(runs))
     if not args.no_results:

@@ -2,7 +2,8 @@
 
 `LocalService` starts `python -m components.data.service` processes on free ports, waits
 (bounded) for each to listen, and stops them on every path; workers can be killed and the
-dispatcher restarted from its journal, as a pod would be. One process is the product's
+dispatcher restarted from its journal, as a pod would be. With a `testkit.netns.Network`
+each server runs on a host of its own, at that host's address. One process is the product's
 (`pipelines.local_service.ServiceProcess`, what a run with `ingestion.service.local_workers`
 starts); this harness adds CPU pinning, the fault-tolerant journal and restarts.
 """
@@ -10,17 +11,36 @@ starts); this harness adds CPU pinning, the fault-tolerant journal and restarts.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from pipelines.local_service import START_TIMEOUT_S, ServiceProcess
+
+if TYPE_CHECKING:
+    from testkit.netns import Network
 
 
 class Server(ServiceProcess):
     """One dispatcher or worker process (`pipelines.local_service.ServiceProcess`),
-    optionally pinned to `cpus` (`taskset`), listening once constructed."""
+    optionally pinned to `cpus` (`taskset`) and run on `host` of `network`
+    (`testkit.netns.Network`), listening once constructed; its `address` is then
+    the host's."""
 
-    def __init__(self, role: str, args: list[str], log_path: str, cpus: str = ""):
-        super().__init__(role, args, log_path, ["taskset", "-c", cpus] if cpus else ())
+    def __init__(
+        self,
+        role: str,
+        args: list[str],
+        log_path: str,
+        cpus: str = "",
+        network: Network | None = None,
+        host: str = "",
+    ):
+        prefix = network.prefix(host) if network is not None else []
+        super().__init__(
+            role, args, log_path, [*prefix, *(["taskset", "-c", cpus] if cpus else [])]
+        )
         self.wait_listening(START_TIMEOUT_S)
+        if network is not None:
+            self.address = f"{network.address[host]}:{self.port}"
 
 
 class LocalService:
@@ -31,15 +51,26 @@ class LocalService:
       workers: Workers started with the dispatcher.
       journal_dir: The dispatcher's `work_dir` (fault-tolerant mode), '' for none.
       cpus: `taskset` CPU lists: `dispatcher` and `workers` keys (benchmarks).
+      network: Separate hosts (`testkit.netns.Network`); None: all on loopback.
+      hosts: On `network`, the `dispatcher` host and the `workers` hosts (one per
+        worker, in the order they start).
     """
 
     def __init__(
-        self, workdir: str, workers: int = 1, journal_dir: str = "", cpus: dict | None = None
+        self,
+        workdir: str,
+        workers: int = 1,
+        journal_dir: str = "",
+        cpus: dict | None = None,
+        network: Network | None = None,
+        hosts: dict | None = None,
     ):
         self.workdir = workdir
         os.makedirs(workdir, exist_ok=True)
         self.journal_dir = journal_dir
         self.cpus = cpus or {}
+        self.network = network
+        self.hosts = hosts or {}
         self.workers: list[Server] = []
         self.dispatcher: Server | None = None
         try:
@@ -61,16 +92,24 @@ class LocalService:
             args += ["--work_dir", self.journal_dir]
         return Server(
             "dispatcher", args, os.path.join(self.workdir, "dispatcher.log"),
-            self.cpus.get("dispatcher", ""),
+            self.cpus.get("dispatcher", ""), self.network, self.hosts.get("dispatcher", ""),
         )  # fmt: skip
+
+    def worker_host(self, index: int) -> str:
+        """The host worker `index` runs on ('' on loopback)."""
+        return self.hosts["workers"][index] if self.network is not None else ""
 
     def add_worker(self) -> Server:
         index = len(self.workers)
+        host = self.worker_host(index)
+        ip = self.network.address[host] if self.network is not None else "127.0.0.1"
         worker = Server(
             "worker",
-            ["--dispatcher", self.address, "--worker_address", "127.0.0.1:%port%"],
+            ["--dispatcher", self.address, "--worker_address", f"{ip}:%port%"],
             os.path.join(self.workdir, f"worker{index}.log"),
             self.cpus.get("workers", ""),
+            self.network,
+            host,
         )
         self.workers.append(worker)
         return worker

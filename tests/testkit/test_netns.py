@@ -1,0 +1,121 @@
+"""`testkit.netns`: hosts on network namespaces reach each other over their veth links, a cut
+link separates one, and nothing is left behind on any path. Needs root and `ip`; without
+them, the error names what is missing."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testkit import netns
+
+needs_netns = pytest.mark.skipif(
+    bool(netns.unavailable()), reason=netns.unavailable() or "available"
+)
+
+# A server that answers every connection with its host's name, until killed.
+SERVE = (
+    "import socket, sys\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('0.0.0.0', 5000)); s.listen()\n"
+    "while True:\n"
+    "    c, _ = s.accept(); c.sendall(sys.argv[1].encode()); c.close()\n"
+)
+
+
+def _ask(address: str, timeout: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((address, 5000), timeout=1) as c:
+                return c.recv(64).decode()
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _ask_from(network: netns.Network, host: str, address: str) -> subprocess.CompletedProcess:
+    code = f"import socket; print(socket.create_connection(({address!r}, 5000), timeout=2).recv(64).decode())"
+    return subprocess.run(
+        [*network.prefix(host), sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+@needs_netns
+def test_hosts_reach_each_other_over_their_links_and_a_cut_separates_one():
+    with netns.Network(["a", "b"]) as network:
+        assert len(set(network.address.values())) == 3
+        server = subprocess.Popen([*network.prefix("a"), sys.executable, "-c", SERVE, "a"])
+        try:
+            assert _ask(network.address["a"]) == "a"
+            assert _ask_from(network, "b", network.address["a"]).stdout.strip() == "a"
+            network.cut("a")
+            with pytest.raises(OSError):
+                socket.create_connection((network.address["a"], 5000), timeout=2)
+            assert _ask_from(network, "b", network.address["a"]).returncode != 0
+            network.restore("a")
+            assert _ask(network.address["a"]) == "a"
+        finally:
+            server.kill()
+            server.wait(timeout=10)
+
+
+@needs_netns
+def test_a_failing_test_leaves_no_namespace_and_no_process():
+    with pytest.raises(RuntimeError, match="the test failed"):
+        with netns.Network(["a"]) as network:
+            made = [network.namespace["a"]]
+            sleeper = subprocess.Popen([*network.prefix("a"), "sleep", "600"])
+            raise RuntimeError("the test failed")
+    assert not set(made) & set(netns.namespaces())
+    assert sleeper.wait(timeout=10) != 0
+    # The links went with the namespaces.
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert f"tk{made[0].split('-')[2]}" not in links
+
+
+@needs_netns
+def test_namespaces_of_a_run_that_died_are_removed_by_the_next():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    name = f"{netns.PREFIX}{dead.pid}-dead-sw"
+    subprocess.run(["ip", "netns", "add", name], check=True, timeout=10)
+    try:
+        with netns.Network(["a"]):
+            assert name not in netns.namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=10)
+
+
+def test_without_root_the_error_names_the_permission():
+    if netns.unavailable().startswith("iproute2"):
+        pytest.skip(netns.unavailable())
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child drops root, then asks for a network
+        os.close(read)
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            netns.Network(["a"])
+            message = "made a network"
+        except netns.NetnsError as e:
+            message = str(e)
+        except BaseException as e:
+            message = repr(e)
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        message = f.read()
+    os.waitpid(pid, 0)
+    assert message.startswith("separate network hosts cannot be made: network namespaces need root")
+    assert "uid" in message

@@ -308,6 +308,11 @@ def _child(workdir: str, name: str, job: dict) -> None:
         os.dup2(log, 1)
         os.dup2(log, 2)
         sys.stdin.close()
+        if job.get("netns"):
+            # On a host of its own (`testkit.netns`), before any connection is made.
+            from testkit import netns
+
+            netns.enter(job["netns"])
         os.environ.update(job.get("env", {}))
         result = run_task(job, lambda suffix: os.path.join(workdir, f"{name}.{suffix}"))
         with open(os.path.join(workdir, f"{name}.result.json"), "w") as f:
@@ -333,7 +338,8 @@ def run_task(job: dict, path: Callable[[str], str]) -> dict:
 
     Args:
       job: `config` (the pipeline config JSON), `inputs` (`TrainingInputs`
-        fields), optional `coordination` (`heartbeat_timeout_s`,
+        fields), optional `netns` (the network namespace the task runs in,
+        `testkit.netns`), `coordination` (`heartbeat_timeout_s`,
         `register_timeout_s`), `marks` (steps to mark), `hold` (steps to
         hold at until released) and `hold_in_backup` (hold inside this
         task's n-th backup write, see `_hold_in_backup`).

@@ -16,6 +16,7 @@ left behind (their creating process gone) are removed by the next `Network`.
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import os
 import random
@@ -29,6 +30,9 @@ from collections.abc import Sequence
 LOCAL = "local"
 # Every namespace this harness makes is named `<PREFIX><creator pid>-<tag>-<host index>`.
 PREFIX = "tfxkit-"
+# Where `ip netns add` puts a namespace's handle.
+NETNS_DIR = "/run/netns"
+_CLONE_NEWNET = 0x40000000
 # Bound on one `ip` command.
 IP_TIMEOUT_S = 10
 # Bound on the processes of a namespace exiting after SIGKILL.
@@ -102,6 +106,27 @@ def remove_abandoned() -> list[str]:
             _delete(name)
             gone.append(name)
     return gone
+
+
+def enter(namespace: str) -> None:
+    """Moves the calling thread (a forked task: the whole process) into `namespace`.
+
+    Sockets made after this are on the namespace's host; TensorFlow imported
+    before is unaffected, as long as it has opened no connection yet.
+    """
+    fd = os.open(os.path.join(NETNS_DIR, namespace), os.O_RDONLY)
+    try:
+        if hasattr(os, "setns"):  # Python 3.12+
+            os.setns(fd, os.CLONE_NEWNET)
+        elif ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into network namespace {namespace!r}")
+    finally:
+        os.close(fd)
+
+
+def identify(pid: int) -> str:
+    """The name of the namespace process `pid` runs in ('' for the machine's own)."""
+    return _ip("netns", "identify", str(pid)).strip()
 
 
 def _free_subnet() -> ipaddress.IPv4Network:

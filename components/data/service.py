@@ -43,6 +43,10 @@ PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 # A worker gives up on a dispatcher it cannot reach after this long and exits
 # (without it, workers outlive their job: tensorflow#56490).
 WORKER_DISPATCHER_TIMEOUT_MS = 60_000
+# How long a worker waits at start for its dispatcher to answer (a dispatcher pod
+# may be scheduled after its workers'), and its exit status when none does.
+WORKER_START_WAIT_SECONDS = 300.0
+WORKER_NO_DISPATCHER_EXIT_STATUS = 3
 # While waiting for workers: how often to ask the dispatcher, how long one
 # worker's address may take to answer, and how often to say what is awaited.
 WORKER_POLL_SECONDS = 1.0
@@ -83,6 +87,20 @@ def resolve_address(config: ServiceConfig) -> str:
     return address if address.startswith("grpc://") else f"grpc://{address}"
 
 
+def _answers(target: str, timeout_seconds: float) -> bool:
+    """Whether a gRPC server accepts a connection at `target` (`host:port`) within the bound."""
+    import grpc  # TensorFlow's own dependency; imported here, only where it is used.
+
+    channel = grpc.insecure_channel(target)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_seconds)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
+
+
 def check_reachable(address: str, timeout_seconds: float) -> None:
     """Waits at most `timeout_seconds` for the dispatcher at `address` to accept a connection.
 
@@ -92,20 +110,12 @@ def check_reachable(address: str, timeout_seconds: float) -> None:
     Raises:
       IngestionError: naming the address when it does not answer in time.
     """
-    import grpc  # TensorFlow's own dependency; imported here, only where it is used.
-
-    target = address.removeprefix("grpc://")
-    channel = grpc.insecure_channel(target)
-    try:
-        grpc.channel_ready_future(channel).result(timeout=timeout_seconds)
-    except grpc.FutureTimeoutError:
+    if not _answers(address.removeprefix("grpc://"), timeout_seconds):
         raise IngestionError(
             f"ingestion.service.dispatcher: no tf.data service dispatcher answered at {address} within "
             f"{timeout_seconds:g} s (ingestion.service.connect_timeout_seconds); start it "
             "(python -m components.data.service dispatcher --port <port>) or fix the address"
-        ) from None
-    finally:
-        channel.close()
+        )
 
 
 def wait_for_workers(address: str, wait_seconds: float) -> list[str]:
@@ -478,6 +488,13 @@ def serve(argv: list[str] | None = None) -> None:
         "in a pod, its DNS name",
     )
     parser.add_argument(
+        "--dispatcher_wait_seconds",
+        type=float,
+        default=WORKER_START_WAIT_SECONDS,
+        help="worker: how long to wait at start for the dispatcher to answer before exiting "
+        "with an error naming it (TensorFlow's worker would retry without end)",
+    )
+    parser.add_argument(
         "--ready_file",
         default="",
         help="written (atomically) with the bound grpc:// address once the server listens",
@@ -495,6 +512,17 @@ def serve(argv: list[str] | None = None) -> None:
     else:
         if not args.dispatcher:
             parser.error("worker needs --dispatcher host:port")
+        dispatcher = args.dispatcher.removeprefix("grpc://")
+        if not _answers(dispatcher, args.dispatcher_wait_seconds):
+            print(
+                f"tf.data service worker: no dispatcher answered at {dispatcher} within "
+                f"{args.dispatcher_wait_seconds:g} s (--dispatcher_wait_seconds): start the "
+                "dispatcher first, or fix --dispatcher (from this host the address must resolve "
+                "and its port be open)",
+                file=sys.stderr,
+                flush=True,
+            )
+            sys.exit(WORKER_NO_DISPATCHER_EXIT_STATUS)
         server = service.WorkerServer(
             service.WorkerConfig(
                 dispatcher_address=args.dispatcher.removeprefix("grpc://"),

@@ -17,6 +17,7 @@ from components.config import IngestionConfig, ServiceConfig
 from components.config.runtime import DISPATCHER_ENV
 from components.data import service
 from components.data.layout import IngestionError
+from pipelines.local_service import ServiceProcess, ServiceStartError
 from testkit.data_service import LocalService
 from tests.components.data.test_ingestion import BATCH, CONFIG, take_examples, write
 
@@ -145,6 +146,31 @@ def test_an_unreachable_dispatcher_fails_in_bounded_time_naming_it(data):
     ):
         data.make(config, training=True, service_job="nobody")
     assert time.monotonic() - start < 30
+
+
+def test_a_dispatcher_name_that_resolves_to_no_host_fails_in_bounded_time_naming_it(data):
+    address = "no-such-dispatcher.invalid:5050"
+    config = _config(address, connect_timeout_seconds=2)
+    start = time.monotonic()
+    with pytest.raises(
+        IngestionError, match=f"no tf.data service dispatcher answered at grpc://{address}"
+    ):
+        data.make(config, training=True, service_job="no-host")
+    assert time.monotonic() - start < 30
+
+
+def test_a_worker_whose_dispatcher_does_not_answer_exits_naming_it(tmp_path):
+    address = f"127.0.0.1:{portpicker.pick_unused_port()}"
+    worker = ServiceProcess(
+        "worker",
+        ["--dispatcher", address, "--dispatcher_wait_seconds", "2"],
+        str(tmp_path / "worker.log"),
+    )
+    with pytest.raises(ServiceStartError, match=r"exited at start \(code 3\)") as raised:
+        worker.wait_listening(120)
+    assert f"no dispatcher answered at {address} within 2 s (--dispatcher_wait_seconds)" in str(
+        raised.value
+    )
 
 
 def test_a_dispatcher_without_workers_fails_in_bounded_time_naming_it(tmp_path, data):

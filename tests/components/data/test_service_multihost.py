@@ -26,6 +26,7 @@ import pytest
 
 from components.data import service
 from components.data.layout import IngestionError
+from pipelines.local_service import ServiceProcess, ServiceStartError
 from testkit import netns
 from testkit.data_service import LocalService
 from tests.components.data.test_ingestion import BATCH, CONFIG, take_examples, write
@@ -151,5 +152,25 @@ def test_multihost_an_unreachable_dispatcher_host_fails_in_bounded_time_naming_i
         ):
             data.make(config, training=True, service_job="multihost-nobody")
         assert time.monotonic() - start < 30
+    finally:
+        network.restore("dispatcher")
+
+
+def test_multihost_a_worker_that_cannot_reach_its_dispatcher_exits_naming_it(hosts, tmp_path):
+    network, local = hosts
+    network.cut("dispatcher")
+    try:
+        start = time.monotonic()
+        worker = ServiceProcess(
+            "worker",
+            ["--dispatcher", local.address, "--dispatcher_wait_seconds", "3",
+             "--worker_address", f"{network.address['worker0']}:%port%"],
+            str(tmp_path / "lost-worker.log"),
+            network.prefix("worker0"),
+        )  # fmt: skip
+        with pytest.raises(ServiceStartError, match=r"exited at start \(code 3\)") as raised:
+            worker.wait_listening(120)
+        assert time.monotonic() - start < 120
+        assert f"no dispatcher answered at {local.address} within 3 s" in str(raised.value)
     finally:
         network.restore("dispatcher")

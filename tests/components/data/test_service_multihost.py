@@ -104,6 +104,23 @@ def test_multihost_a_cut_worker_link_is_waited_for_and_reading_goes_on(hosts, da
     assert len(service.live_workers(local.address)[1]) == 2
 
 
+def test_multihost_every_worker_cut_off_for_a_while_is_waited_for_then_reading_resumes(hosts, data):
+    network, local = hosts
+    config = _config(local.address, worker_wait_seconds=60)
+    stream = iter(data.make(config, training=True, service_job="multihost-cut-all"))
+    _read_on(stream, 2 * BATCH)
+    for worker in HOSTS["workers"]:
+        network.cut(worker)
+    try:
+        time.sleep(5)
+        assert service.live_workers(local.address)[1] == []
+    finally:
+        for worker in HOSTS["workers"]:
+            network.restore(worker)
+    # The trainer waited; once the links are back the epochs come whole.
+    assert set(_read_on(stream, 3 * N)) == set(range(N))
+
+
 def test_multihost_a_worker_killed_mid_epoch_loses_its_files_never_repeats_and_training_goes_on(
     tmp_path, data
 ):

@@ -39,6 +39,9 @@ One run, one machine, the same examples for every case:
   per-repeat ratios with a 95% t interval.
 - the taxi teacher's training steps/s fed by (c)'s pipeline vs fed by
   synthetic in-memory tensors of the same shapes, turn by turn.
+- how random each reader's order is (`shuffle_quality` on the headline,
+  per case): two epochs of `benchmarks/shuffle_quality.py`'s label-sorted
+  files (`--shuffle-examples`) at this benchmark's batch and shuffle buffer.
 
 Every figure is one JSON line; the last line holds the headline figures.
 The machine should be otherwise idle (`--shared-with` says what was not).
@@ -433,6 +436,12 @@ def main() -> None:
         "--train-steps", type=int, default=300, help="training steps per timed turn"
     )
     parser.add_argument("--train-rounds", type=int, default=4, help="turns of each training input")
+    parser.add_argument(
+        "--shuffle-examples",
+        type=int,
+        default=2**16,
+        help="examples of the label-sorted files the shuffle quality is scored on",
+    )
     parser.add_argument("--shared-with", default="", help="what else ran on the cores")
     parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
     parser.add_argument("--child-peak-memory", action="store_true", help=argparse.SUPPRESS)
@@ -525,10 +534,28 @@ def main() -> None:
         "ours_cached/limit": ratio(rates["ours_cached"], rates["limit"]),
         "train_real/synthetic": ratio(steps["real"], steps["synthetic"]),
     }
+    # How random each reader's order is, at this benchmark's batch and buffer, on
+    # label-sorted files (`benchmarks/shuffle_quality.py`); every `ours_*` case
+    # shuffles as `product` does.
+    from benchmarks import shuffle_quality
+
+    quality_lines = shuffle_quality.measure(
+        os.path.join(args.data_dir, "shuffle_quality"),
+        args.shuffle_examples,
+        2,
+        config.ingestion.batch_size,
+    )
+    for line in quality_lines:
+        out({"case": "shuffle_quality", **line})
+    quality = shuffle_quality.summarize(quality_lines)["shuffle_quality"]
     out(
         {
             "examples_per_s_median": {k: round(float(np.median(v))) for k, v in rates.items()},
             "ratios_geomean_ci95": ratios,
+            "shuffle_quality": {
+                case: quality["product" if case.startswith("ours") else case]
+                for case in ("stock", "stock_tuned", "ours_same_files", "ours_end_to_end")
+            },
         }
     )
     if not args.no_results:

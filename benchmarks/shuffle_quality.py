@@ -96,8 +96,8 @@ def feature_spec() -> dict:
     }
 
 
-def dataset(side: str, files: list[str]):
-    """The side's training stream over `files`: `(features, label)` batches of `BATCH`."""
+def dataset(side: str, files: list[str], batch_size: int = BATCH):
+    """The side's training stream over `files`: `(features, label)` batches of `batch_size`."""
     if side == "product":
         from components.config import IngestionConfig
         from components.data import ingestion
@@ -106,8 +106,8 @@ def dataset(side: str, files: list[str]):
             files,
             feature_spec(),
             "label",
-            dataclasses.replace(IngestionConfig(), batch_size=BATCH),
-            batch_size=BATCH,
+            dataclasses.replace(IngestionConfig(), batch_size=batch_size),
+            batch_size=batch_size,
             compression="gzip",
             training=True,
         )
@@ -121,16 +121,18 @@ def dataset(side: str, files: list[str]):
     examples.split_names = artifact_utils.encode_split_names(["train"])
     factory = tfxio_utils.get_tf_dataset_factory_from_artifact([examples], [])
     options = tfxio.TensorFlowDatasetOptions(
-        batch_size=BATCH, label_key="label", sloppy_ordering=side == "stock_tuned"
+        batch_size=batch_size, label_key="label", sloppy_ordering=side == "stock_tuned"
     )
     return factory(files, options, schema_utils.schema_from_feature_spec(feature_spec()))
 
 
-def delivered(side: str, files: list[str], examples: int, epochs: int) -> tuple[list, list]:
+def delivered(
+    side: str, files: list[str], examples: int, epochs: int, batch_size: int = BATCH
+) -> tuple[list, list]:
     """The first `epochs * examples` delivered ids and labels, in order."""
     ids: list[int] = []
     labels: list[int] = []
-    for features, label in dataset(side, files):
+    for features, label in dataset(side, files, batch_size):
         ids.extend(features["id"].numpy().reshape(-1).tolist())
         labels.extend(label.numpy().reshape(-1).tolist())
         if len(ids) >= epochs * examples:
@@ -138,7 +140,9 @@ def delivered(side: str, files: list[str], examples: int, epochs: int) -> tuple[
     return ids[: epochs * examples], labels[: epochs * examples]
 
 
-def score(side: str, ids: list[int], labels: list[int], examples: int) -> list[dict]:
+def score(
+    side: str, ids: list[int], labels: list[int], examples: int, batch_size: int = BATCH
+) -> list[dict]:
     """One line per epoch: its measures and how many distinct examples it held."""
     from testkit import shuffle_quality
 
@@ -146,8 +150,18 @@ def score(side: str, ids: list[int], labels: list[int], examples: int) -> list[d
     for epoch in range(len(ids) // examples):
         part = slice(epoch * examples, (epoch + 1) * examples)
         line = {"side": side, "epoch": epoch, "distinct": len(set(ids[part])) / examples}
-        line.update(shuffle_quality.report(ids[part], labels[part], BATCH))
+        line.update(shuffle_quality.report(ids[part], labels[part], batch_size))
         lines.append(line)
+    return lines
+
+
+def measure(work: str, examples: int, epochs: int, batch_size: int = BATCH) -> list[dict]:
+    """Every side's scored epochs on freshly written label-sorted files under `work`."""
+    files = write_files(work, examples)
+    lines = []
+    for side in SIDES:
+        ids, labels = delivered(side, files, examples, epochs, batch_size)
+        lines.extend(score(side, ids, labels, examples, batch_size))
     return lines
 
 
@@ -173,13 +187,9 @@ def main() -> None:
     from testkit import results
 
     work = args.work or tempfile.mkdtemp(prefix="shuffle_quality_")
-    files = write_files(work, args.examples)
-    lines: list[dict] = []
-    for side in SIDES:
-        ids, labels = delivered(side, files, args.examples, args.epochs)
-        for line in score(side, ids, labels, args.examples):
-            lines.append(line)
-            print(json.dumps(line), flush=True)
+    lines = measure(work, args.examples, args.epochs)
+    for line in lines:
+        print(json.dumps(line), flush=True)
     lines.append(summarize(lines))
     print(json.dumps(lines[-1]), flush=True)
     if not args.no_results:

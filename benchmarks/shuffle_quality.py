@@ -14,12 +14,15 @@ holds one or two classes. Every side reads the same files:
   reshuffled each epoch, read batches shuffled in a buffer of about 10,000 examples
   and permuted in windows of that size).
 
-Each side delivers `--epochs` epochs (batches of 64, training's endless stream); each
-epoch's ids and labels are scored by `testkit.shuffle_quality` (Spearman rank correlation
-with file order, the neighbour distance, the labels' lag-1 autocorrelation, the mean
-majority class share per batch beside chance's). No timing: the figures do not depend on
-the machine's load. Results in `benchmarks/results/shuffle_quality.json`; the last line's
-`shuffle_quality` holds each side's mean per measure.
+Each side delivers `--epochs` epochs (batches of 64, training's endless stream, seeds
+drawn afresh); each epoch's ids and labels are scored by `testkit.shuffle_quality`
+(Spearman rank correlation with file order, the neighbour distance, the labels' lag-1
+autocorrelation, the mean majority class share per batch beside chance's). No timing: the
+figures do not depend on the machine's load. Results in
+`benchmarks/results/shuffle_quality.json`; the last line holds each side's mean per
+measure (`shuffle_quality`; |rank correlation|), their 95% intervals over epochs and
+product - stock with its interval. More random is: |rank correlation| and label
+autocorrelation nearer 0, neighbour distance nearer 1, majority share nearer chance's.
 """
 
 from __future__ import annotations
@@ -166,19 +169,43 @@ def measure(work: str, examples: int, epochs: int, batch_size: int = BATCH) -> l
 
 
 def summarize(lines: list[dict]) -> dict:
-    """Per side, each measure's mean over the epochs scored."""
-    out = {}
+    """Per side, each measure's mean and 95% t interval over the epochs scored (the rank
+    correlation as its absolute value: a reversed file order is no shuffle either); and
+    product - stock per measure with a 95% interval (independent epochs, the smaller
+    side's degrees of freedom)."""
+    from testkit.stats import _t_quantile, diff_se, t_interval
+
+    def values(side: str, measure: str) -> list[float]:
+        picked = [line[measure] for line in lines if line.get("side") == side]
+        return [abs(v) for v in picked] if measure == "rank_correlation" else picked
+
+    quality, spread = {}, {}
     for side in SIDES:
-        mine = [line for line in lines if line.get("side") == side]
-        if mine:
-            out[side] = {m: round(statistics.fmean(line[m] for line in mine), 4) for m in MEASURES}
-    return {"shuffle_quality": out}
+        if not values(side, MEASURES[0]):
+            continue
+        quality[side], spread[side] = {}, {}
+        for m in MEASURES:
+            mean, low, high = t_interval(values(side, m))
+            quality[side][m] = round(mean, 4)
+            spread[side][m] = [round(low, 4), round(high, 4)]
+    differences = {}
+    if {"product", "stock"} <= set(quality):
+        for m in MEASURES[:-1]:
+            product, stock = values("product", m), values("stock", m)
+            diff = statistics.fmean(product) - statistics.fmean(stock)
+            half = _t_quantile(0.975, min(len(product), len(stock)) - 1) * diff_se(product, stock)
+            differences[m] = [round(diff, 4), round(diff - half, 4), round(diff + half, 4)]
+    return {
+        "shuffle_quality": quality,
+        "shuffle_quality_ci95": spread,
+        "product_minus_stock_ci95": differences,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=2**17)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=10, help="epochs scored per side (>= 2)")
     parser.add_argument("--work", default="")
     parser.add_argument("--shared-with", default=None,
                         help="what else ran on the cores (no timing here: recorded only)")  # fmt: skip

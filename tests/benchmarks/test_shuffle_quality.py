@@ -29,11 +29,19 @@ def test_scores_each_epoch_and_averages_per_side():
     assert lines[0]["rank_correlation"] == 1.0 and lines[0]["distinct"] == 1.0
     # Kept order: a batch of 64 spans 5 classes of 12.8 ids, the largest 13 of them.
     assert lines[0]["batch_majority_share"] == round(13 / 64, 4)
-    summary = bench.summarize([*lines, {"side": "product", **{m: 0.5 for m in bench.MEASURES}}])[
-        "shuffle_quality"
+    product = [
+        {"side": "product", "epoch": e, **{m: 0.5 + e / 10 for m in bench.MEASURES}} for e in (0, 1)
     ]
-    assert summary["stock"]["rank_correlation"] == 1.0
-    assert summary["product"] == {m: 0.5 for m in bench.MEASURES}
+    product[1]["rank_correlation"] = -0.6  # a reversed order counts as kept
+    summary = bench.summarize([*lines, *product])
+    assert summary["shuffle_quality"]["stock"]["rank_correlation"] == 1.0
+    assert summary["shuffle_quality"]["product"]["rank_correlation"] == 0.55
+    assert summary["shuffle_quality"]["product"]["label_autocorrelation"] == 0.55
+    low, high = summary["shuffle_quality_ci95"]["product"]["label_autocorrelation"]
+    assert low < 0.55 < high
+    # The stock side's two epochs are equal: the difference's spread is the product's.
+    diff, low, high = summary["product_minus_stock_ci95"]["batch_majority_share"]
+    assert diff == round(0.55 - 13 / 64, 4) and low < diff < high
 
 
 def test_every_side_delivers_whole_epochs_of_the_files(tmp_path):

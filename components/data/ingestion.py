@@ -28,6 +28,13 @@ _plain = tf.autograph.experimental.do_not_convert
 # Records are read and parsed in batches of at least this many: per-batch costs
 # (interleave, checks, the parse op) shrink, and `rebatch` cuts batches to size.
 READ_BATCH = 4096
+# When training shuffles: the shuffle window holds at least this many read
+# batches (smaller ones where the buffer is small), read from as many files at
+# once where there are that many, so one window mixes several files' stretches.
+# With 3 batches of 4096 from 2 files (the autotuned interleave on 2 cores), a
+# window of label-sorted files held 2-3 classes: less random than stock TFX's
+# example buffer (`benchmarks/results/shuffle_quality.json`).
+SHUFFLE_BLOCKS = 8
 
 
 def shard_policy(num_files: int, num_pipelines: int) -> str:
@@ -259,7 +266,19 @@ class _ReadPlan:
 
     @property
     def read_batch(self) -> int:
-        return max(self.per_replica_batch, READ_BATCH)
+        """Records per read (and per shuffled block): `READ_BATCH`, or when shuffling small
+        enough that the shuffle buffer holds `SHUFFLE_BLOCKS` of them; never below a batch."""
+        block = READ_BATCH
+        if self.shuffle:
+            block = min(block, max(1, self.config.shuffle_buffer // SHUFFLE_BLOCKS))
+        return max(self.per_replica_batch, block)
+
+    @property
+    def files_here(self) -> int:
+        """Files this input pipeline reads."""
+        if self.policy == "file":
+            return len(self.files[self.pipeline_id :: self.num_pipelines])
+        return len(self.files)
 
     @property
     def data_shards(self) -> int:
@@ -590,11 +609,18 @@ def _read_files(plan: _ReadPlan, checks: _ReadChecks) -> tf.data.Dataset:
     if plan.shuffle:
         file_ds = file_ds.shuffle(len(plan.files), seed=plan.seed, reshuffle_each_iteration=True)
     reads = _tune(plan.config.num_parallel_reads)
+    cycle = reads
+    if plan.shuffle:
+        # Open `SHUFFLE_BLOCKS` files at once (where there are that many) so the
+        # shuffle mixes their stretches; `reads` of them are read in parallel.
+        cycle = max(min(plan.files_here, SHUFFLE_BLOCKS), 1 if reads == AUTOTUNE else reads)
     return file_ds.interleave(
         _plain(functools.partial(_read_file, plan=plan, checks=checks)),
-        cycle_length=reads,
+        cycle_length=cycle,
         num_parallel_calls=reads,
-        deterministic=plan.config.deterministic,
+        # Round robin over the open files when shuffling: first-ready order
+        # hands out runs of one file's batches, which the window cannot mix.
+        deterministic=plan.config.deterministic or plan.shuffle,
     )
 
 

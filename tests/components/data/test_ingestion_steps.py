@@ -144,6 +144,51 @@ def test_plan_read_sorts_files_and_keeps_evaluation_plain(packed):
     assert plan.fixed and plan.read_batch == ingestion.READ_BATCH
 
 
+def test_a_shuffling_plan_reads_blocks_the_buffer_holds_eight_of(packed):
+    config = dataclasses.replace(CONFIG, shuffle_buffer=800)
+    assert _plan(packed, config).read_batch == 100
+    # Never below a batch, never above READ_BATCH.
+    assert _plan(packed, config, batch_size=256).read_batch == 256
+    big = dataclasses.replace(CONFIG, shuffle_buffer=10**6)
+    assert _plan(packed, big).read_batch == ingestion.READ_BATCH
+
+
+def _sorted_files(directory, files: int, per_file: int) -> list[str]:
+    """`files` uncompressed files, file k holding ids [k n, (k + 1) n) of label k."""
+    paths = []
+    for k in range(files):
+        path = os.path.join(directory, f"sorted-{k:05d}-of-{files:05d}.tfrecord")
+        with tf.io.TFRecordWriter(path) as out:
+            for i in range(k * per_file, (k + 1) * per_file):
+                example = tf.train.Example()
+                example.features.feature["id"].int64_list.value.append(i)
+                example.features.feature["label"].int64_list.value.append(k)
+                out.write(example.SerializeToString())
+        paths.append(path)
+    return paths
+
+
+def test_a_shuffled_window_mixes_eight_files_stretches(tmp_path):
+    """Label-sorted files (one class each): the first shuffle window's examples come from
+    most of the 8 files, not from the 2 or 3 the reader has open on a 2-core host
+    without `SHUFFLE_BLOCKS`."""
+    files = _sorted_files(str(tmp_path), 8, 1000)
+    spec = {
+        "id": tf.io.FixedLenFeature([1], tf.int64),
+        "label": tf.io.FixedLenFeature([1], tf.int64),
+    }
+    config = dataclasses.replace(CONFIG, shuffle_buffer=800, deterministic=False)
+    ds = ingestion.make_dataset(
+        files, spec, "label", config, batch_size=32, compression="none", training=True, seed=5
+    )
+    labels = []
+    for _, label in ds:
+        labels.extend(label.numpy().reshape(-1).tolist())
+        if len(labels) >= 800:
+            break
+    assert len(set(labels[:800])) >= 6, sorted(set(labels[:800]))
+
+
 def test_plan_read_shards_by_pipeline_but_not_on_the_service(packed):
     context = tf.distribute.InputContext(3, 1, 3)
     local = _plan(packed, input_context=context, batch_size=3 * BATCH)

@@ -194,9 +194,11 @@ class IngestionConfig:
       batch_size: Global batch size (split across replicas).
       eval_batch_size: Global batch size for evaluation.
       shuffle_buffer: Examples mixed together when training (0 disables
-        shuffling): files are reshuffled every epoch, parsed batches are
-        shuffled in a buffer of about this many examples and examples are
-        permuted within windows of this many.
+        shuffling): files are reshuffled every epoch and 8 of them read at
+        once, round robin, in batches of an eighth of this (at least a
+        batch, at most 4096); the parsed batches are shuffled in a buffer of
+        about this many examples and examples are permuted within windows of
+        this many.
       cache: `auto`, `none`, `memory`, or `file` (under the model run
         directory): keep the parsed training data after the first epoch, so
         later epochs skip reading and parsing. `memory` / `file` need the

@@ -137,25 +137,19 @@ def test_a_dispatcher_restarted_from_its_journal_resumes_the_job(tmp_path, data)
         assert before and len(after) == 2 * N // BATCH
 
 
-def test_an_unreachable_dispatcher_fails_in_bounded_time_naming_it(data):
-    address = f"127.0.0.1:{portpicker.pick_unused_port()}"
+@pytest.mark.parametrize("where", ["closed port", "name that resolves to no host"])
+def test_an_unreachable_dispatcher_fails_in_bounded_time_naming_it(data, where):
+    address = (
+        f"127.0.0.1:{portpicker.pick_unused_port()}"
+        if where == "closed port"
+        else "no-such-dispatcher.invalid:5050"
+    )
     config = _config(address, connect_timeout_seconds=2)
     start = time.monotonic()
     with pytest.raises(
         IngestionError, match=f"no tf.data service dispatcher answered at grpc://{address}"
     ):
         data.make(config, training=True, service_job="nobody")
-    assert time.monotonic() - start < 30
-
-
-def test_a_dispatcher_name_that_resolves_to_no_host_fails_in_bounded_time_naming_it(data):
-    address = "no-such-dispatcher.invalid:5050"
-    config = _config(address, connect_timeout_seconds=2)
-    start = time.monotonic()
-    with pytest.raises(
-        IngestionError, match=f"no tf.data service dispatcher answered at grpc://{address}"
-    ):
-        data.make(config, training=True, service_job="no-host")
     assert time.monotonic() - start < 30
 
 

@@ -16,7 +16,7 @@ from absl import logging
 
 from components.config import PipelineConfig
 from components.data.sources import check_input, resolve_input
-from pipelines import local_service, precheck, progress, report
+from pipelines import interrupts, local_service, precheck, progress, report
 from pipelines.pipeline import PipelinePaths, create_pipeline
 from pipelines.rundir import (  # noqa: F401 - ConcurrentRunError and exclusive_run re-exported
     INPUT_CHECK_STAGE,
@@ -227,13 +227,21 @@ def _run_pipeline(
         beam_runner.local_by_default(),
     ):
         logging.info("Beam stages: %s", beam_stages(config.beam_args))
+        interrupted = None
         try:
-            dag_runner.run(pipeline)
+            with interrupts.interruptible() as interrupted:
+                dag_runner.run(pipeline)
         except Exception as e:  # noqa: BLE001 - summarised, then re-raised below
             error = e
         except KeyboardInterrupt as e:
             # Summarised as a failure (what ran until then), then re-raised.
             error = e
+        if interrupted is not None and interrupted.is_set() and error is not None:
+            # Ctrl-C inside a Beam step comes back as Beam's RuntimeError.
+            if not isinstance(error, KeyboardInterrupt):
+                interrupt = KeyboardInterrupt()
+                interrupt.__cause__ = error
+                error = interrupt
     summary = summarize_run(paths.metadata_path, config.name, since_ms=started_ms)
     if error is not None:
         summary["status"] = "failed"

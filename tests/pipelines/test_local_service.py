@@ -144,7 +144,8 @@ def test_a_run_failing_after_its_service_started_leaves_none(tmp_path, tiny_conf
     assert_no_service_left(out, seen["pids"])
 
 
-def test_sigint_to_a_cli_run_stops_its_service(tmp_path, tiny_config):
+@pytest.mark.parametrize("when", ["service up", "inside a Beam stage"])
+def test_sigint_to_a_cli_run_stops_its_service(tmp_path, tiny_config, when):
     config_path = tmp_path / "tiny_taxi.yaml"
     config_path.write_text(yaml.safe_dump(to_dict(tiny_config)))
     out = str(tmp_path / "out")
@@ -169,6 +170,12 @@ def test_sigint_to_a_cli_run_stops_its_service(tmp_path, tiny_config):
             time.sleep(0.2)
         pids = service_pids(out)
         assert len(pids) == 1 + WORKERS
+        if when == "inside a Beam stage":
+            # Beam wraps a KeyboardInterrupt raised in a step as a RuntimeError.
+            while "> StatisticsGen started" not in (tmp_path / "cli.log").read_text():
+                assert child.poll() is None, (tmp_path / "cli.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "StatisticsGen did not start"
+                time.sleep(0.05)
         child.send_signal(signal.SIGINT)
         code = child.wait(timeout=INTERRUPTED_EXIT_TIMEOUT_S)
     finally:

@@ -1,0 +1,48 @@
+"""`pipelines.interrupts.interruptible`: a Ctrl-C swallowed once is raised again until the block ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from pipelines import interrupts
+
+
+def test_a_swallowed_interrupt_is_raised_again_until_the_block_ends():
+    swallowed = 0
+    with interrupts.interruptible(0.2) as requested:
+        with pytest.raises(KeyboardInterrupt):
+            deadline = time.monotonic() + 10
+            sent = False
+            while time.monotonic() < deadline:
+                try:
+                    if not sent:
+                        sent = True
+                        os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.02)
+                except KeyboardInterrupt:
+                    swallowed += 1
+                    if swallowed == 1:
+                        continue  # what a finalizer or a library callback does with it
+                    raise
+        assert requested.is_set() and swallowed == 2
+
+
+def test_after_the_block_sigint_is_the_callers_again_and_nothing_repeats():
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.interruptible(0.1):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    assert signal.getsignal(signal.SIGINT) is before
+    # No repeat reaches this process once the block has ended.
+    time.sleep(0.5)
+
+
+def test_no_sigint_sets_nothing():
+    with interrupts.interruptible(0.1) as requested:
+        time.sleep(0.3)
+    assert not requested.is_set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from typing import Any
 
@@ -129,15 +130,19 @@ def _run_locked(
             )
             raise
     service = local_service.for_run(config, output_dir, stream)
-    try:
-        return _run_pipeline(
-            config, data, paths, output_dir, runner, stream, run_log, service, started_ms
-        )
-    finally:
-        # Every path: _finish stopped it already unless the run was
-        # interrupted (KeyboardInterrupt) or failed while summarising.
-        if service is not None:
-            service.stop()
+    # Ctrl-C from here on is recorded, so one Python drops still stops the run
+    # at its next step (`pipelines.interrupts`).
+    with interrupts.recording() as requested:
+        try:
+            return _run_pipeline(
+                config, data, paths, output_dir, runner, stream, run_log, service, started_ms,
+                requested,
+            )  # fmt: skip
+        finally:
+            # Every path: _finish stopped it already unless the run was
+            # interrupted (KeyboardInterrupt) or failed while summarising.
+            if service is not None:
+                service.stop()
 
 
 # What Beam adds to an exception raised inside a step ("... [while running 'Run[Distiller]']").
@@ -189,7 +194,10 @@ def _run_pipeline(
     run_log: RunLog,
     service: local_service.LocalService | None,
     started_ms: int,
+    requested: threading.Event | None = None,
 ) -> dict[str, Any]:
+    """Starts the run's service, builds and runs the DAG, summarises; `requested`
+    records a Ctrl-C (`interrupts.recording`), checked between the steps."""
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
@@ -203,8 +211,10 @@ def _run_pipeline(
                 # The components read the started dispatcher, as they would
                 # read one the user runs.
                 config = service.run_config(config)
+            interrupts.check(requested)
             stage = INPUT_CHECK_STAGE
             pipeline = create_pipeline(config, data, paths)
+            interrupts.check(requested)
         except (Exception, KeyboardInterrupt) as e:
             _finish(
                 refused_summary(stage, _describe(e)),
@@ -229,7 +239,7 @@ def _run_pipeline(
         logging.info("Beam stages: %s", beam_stages(config.beam_args))
         interrupted = None
         try:
-            with interrupts.interruptible() as interrupted:
+            with interrupts.interruptible(requested) as interrupted:
                 dag_runner.run(pipeline)
         except Exception as e:  # noqa: BLE001 - summarised, then re-raised below
             error = e

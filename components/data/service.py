@@ -16,6 +16,7 @@ import hashlib
 import logging as logging_lib
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -99,6 +100,25 @@ def _answers(target: str, timeout_seconds: float) -> bool:
         return False
     finally:
         channel.close()
+
+
+def _accepts(target: str, timeout_seconds: float) -> bool:
+    """Whether `target` (`host:port`) accepts a TCP connection within the bound, retried
+    every half second. A plain socket: the worker's process keeps TensorFlow's gRPC
+    alone (no second gRPC library beside it)."""
+    host, _, port = target.rpartition(":")
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection(
+                (host.strip("[]"), int(port)), timeout=max(0.1, min(2.0, left))
+            ):
+                return True
+        except (OSError, ValueError):
+            if time.monotonic() + 0.5 >= deadline:
+                return False
+            time.sleep(0.5)
 
 
 def check_reachable(address: str, timeout_seconds: float) -> None:
@@ -513,7 +533,7 @@ def serve(argv: list[str] | None = None) -> None:
         if not args.dispatcher:
             parser.error("worker needs --dispatcher host:port")
         dispatcher = args.dispatcher.removeprefix("grpc://")
-        if not _answers(dispatcher, args.dispatcher_wait_seconds):
+        if not _accepts(dispatcher, args.dispatcher_wait_seconds):
             print(
                 f"tf.data service worker: no dispatcher answered at {dispatcher} within "
                 f"{args.dispatcher_wait_seconds:g} s (--dispatcher_wait_seconds): start the "

@@ -88,20 +88,6 @@ def resolve_address(config: ServiceConfig) -> str:
     return address if address.startswith("grpc://") else f"grpc://{address}"
 
 
-def _answers(target: str, timeout_seconds: float) -> bool:
-    """Whether a gRPC server accepts a connection at `target` (`host:port`) within the bound."""
-    import grpc  # TensorFlow's own dependency; imported here, only where it is used.
-
-    channel = grpc.insecure_channel(target)
-    try:
-        grpc.channel_ready_future(channel).result(timeout=timeout_seconds)
-        return True
-    except grpc.FutureTimeoutError:
-        return False
-    finally:
-        channel.close()
-
-
 def _accepts(target: str, timeout_seconds: float) -> bool:
     """Whether `target` (`host:port`) accepts a TCP connection within the bound, retried
     every half second. A plain socket: the worker's process keeps TensorFlow's gRPC
@@ -130,7 +116,7 @@ def check_reachable(address: str, timeout_seconds: float) -> None:
     Raises:
       IngestionError: naming the address when it does not answer in time.
     """
-    if not _answers(address.removeprefix("grpc://"), timeout_seconds):
+    if not tfdata_dispatcher.answers(address.removeprefix("grpc://"), timeout_seconds):
         raise IngestionError(
             f"ingestion.service.dispatcher: no tf.data service dispatcher answered at {address} within "
             f"{timeout_seconds:g} s (ingestion.service.connect_timeout_seconds); start it "

@@ -109,8 +109,10 @@ class ServiceConfig:
       remote: What the service workers run: `read` (files to serialized
         records; parsing stays here), `parse` (and parsing, the default) or
         `augment` (and `train.augmentation`'s image views; mixup stays here).
-        Shuffling, `partially_labeled`, caching and prefetch always stay on the
-        training host.
+        With `parse` or `augment`, fixed-length features and no `cache`, the
+        workers also shuffle and batch: the training host receives whole
+        batches, its cheapest way in. `partially_labeled`, caching (and then
+        shuffling and batching) and prefetch stay on the training host.
       work_dir: The dispatcher's journal directory on storage every pod
         reaches (fault-tolerant mode: a restarted dispatcher resumes its jobs).
         Read by the dispatcher the Kubeflow job starts ('' there: under the

@@ -301,6 +301,13 @@ class _ReadPlan:
         return self.remote in ("parse", "augment") and self.fixed
 
     @property
+    def batched_remotely(self) -> bool:
+        """Whether the service's workers also shuffle and batch, so this process receives
+        whole batches: whenever they unpack and nothing is cached here (a cache here
+        replays one epoch, so it must be filled before the shuffle)."""
+        return self.unpacked_remotely and self.cache == "none"
+
+    @property
     def parallel(self) -> int:
         return _tune(self.config.num_parallel_calls)
 
@@ -366,7 +373,10 @@ def make_dataset(
         reading, parsing and `remote_map` then run on the service's workers
         (repeated there for training, one job per run; one pass per job
         otherwise), and every input pipeline reads the one job (no sharding here).
-        Shuffling, caching, re-batching and prefetch stay in this process.
+        With fixed-length features and no cache (`remote: parse` or `augment`),
+        shuffling and batching run there too: this process receives whole
+        batches of the model's features and only prefetches. With a cache,
+        this process caches, shuffles and re-batches what the workers parsed.
       remote_map: Applied to the read batches of `(features, label)` after
         parsing, on the service's workers (`service.remote: augment`).
 
@@ -780,6 +790,11 @@ def _parse_batches(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
             )
             if plan.remote_map is not None:
                 ds = ds.map(plan.remote_map, num_parallel_calls=plan.parallel, deterministic=False)
+            if plan.batched_remotely:
+                # Receiving is this process's cost per element (a copy of every byte
+                # and a fixed cost per batch): whole batches, ready to train on, cost
+                # it least (`benchmarks/results/tfdata_service.json`).
+                ds = _shuffle_and_batch(ds, plan)
         elif plan.remote_map is not None:
             raise IngestionError(
                 "ingestion.service.remote: 'augment' needs fixed-length features (image views "
@@ -806,7 +821,7 @@ def _split_label(parsed: Mapping, *, plan: _ReadPlan) -> tuple[dict, tf.Tensor]:
 
 def _on_service(remote_part: tf.data.Dataset, plan: _ReadPlan, what: str) -> tf.data.Dataset:
     """`remote_part`'s elements, produced by the tf.data service's workers."""
-    if plan.training and plan.cache == "none":
+    if plan.training and plan.cache == "none" and not plan.batched_remotely:
         # One job for the whole run: repeated on the workers (their split
         # provider starts each epoch over), not by a new job per epoch here,
         # which would stall every epoch's end for the client's task refresh (~1 s).
@@ -830,6 +845,11 @@ def _cache_parsed(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
 
 
 def _batch_examples(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
+    """`_shuffle_and_batch`, unless the service's workers did it (`plan.batched_remotely`)."""
+    return ds if plan.batched_remotely else _shuffle_and_batch(ds, plan)
+
+
+def _shuffle_and_batch(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
     """Parsed batches shuffled (when training), split into `(features, label)` and re-batched.
 
     Training repeats forever and yields full batches of `plan.per_replica_batch`;

@@ -199,6 +199,17 @@ def test_plan_read_shards_by_pipeline_but_not_on_the_service(packed):
     assert served.unpacked_remotely
 
 
+def test_the_workers_batch_unless_this_process_caches(packed):
+    streamed = _plan(packed, dataclasses.replace(SERVED, cache="none"), service_job="job")
+    assert streamed.batched_remotely
+    # A cache here replays one epoch: filled before the shuffle, so shuffling and
+    # batching stay here.
+    cached = _plan(packed, dataclasses.replace(SERVED, cache="memory"), service_job="job")
+    assert cached.unpacked_remotely and not cached.batched_remotely
+    read = dataclasses.replace(SERVED, service=dataclasses.replace(SERVED.service, remote="read"))
+    assert not _plan(packed, dataclasses.replace(read, cache="none"), service_job="job").batched_remotely
+
+
 # --------------------------------------------------------------------------- #
 # Checking the files and reading them.
 # --------------------------------------------------------------------------- #
@@ -402,11 +413,15 @@ _PLAN_DEFAULTS = dict(
     [(True, "none", True), (True, "memory", False), (False, "none", False)],
 )
 def test_on_service_repeats_the_training_job_unless_cached(monkeypatch, training, cache, repeated):
+    """`remote: read`: the workers' part ends before the batching, so the repeat is added
+    here (with `parse` the workers' batching repeats, `test_service.py`)."""
     sent = []
     monkeypatch.setattr(
         ingestion.service, "distribute", lambda ds, config, job, what: sent.append(ds) or ds
     )
-    plan = ingestion._ReadPlan(**{**_PLAN_DEFAULTS, "training": training, "cache": cache})
+    plan = ingestion._ReadPlan(
+        **{**_PLAN_DEFAULTS, "remote": "read", "training": training, "cache": cache}
+    )
     ingestion._on_service(tf.data.Dataset.range(3), plan, "reading")
     infinite = sent[0].cardinality() == tf.data.INFINITE_CARDINALITY
     assert bool(infinite) == repeated

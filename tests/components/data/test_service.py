@@ -30,6 +30,7 @@ def _config(address: str, **service_fields) -> IngestionConfig:
     return dataclasses.replace(
         CONFIG,
         deterministic=False,
+        cache="none",
         service=ServiceConfig(dispatcher=address, compression="none", **service_fields),
     )
 
@@ -66,12 +67,74 @@ def test_one_epoch_from_two_workers_holds_every_example_once(two_workers, data, 
     one_pass = take_examples(data.make(config, training=False, service_job=f"once-{remote}"))
     local = take_examples(data.make(CONFIG, training=False))
     assert sorted(one_pass) == sorted(local)
-    # The training stream repeats on the workers, one job: each epoch hands
-    # out every file once, and with two workers one epoch's end overlaps the
-    # next one's start (by at most the files in flight).
+    # The training stream repeats on the workers, one job: each epoch hands out
+    # every file once, but each worker moves on to its next epoch by itself, so
+    # with two workers epochs overlap (one worker may be an epoch ahead).
     train = take_examples(data.make(config, training=True, service_job=f"train-{remote}"), 3 * N)
-    counts = _uids(train)
-    assert set(counts) == set(range(N)) and set(counts.values()) <= {2, 3, 4}
+    assert set(_uids(train)) == set(range(N))
+
+
+def test_one_worker_streams_whole_epochs_one_after_another(tmp_path, data):
+    """One worker that shuffles and batches: the training stream is epoch after epoch,
+    each holding every example exactly once (shuffled within the epoch, batches running
+    across its end), as reading here gives. (With `remote: read` the shuffle here runs
+    over the workers' repeated stream, so it mixes across an epoch's end.)"""
+    with LocalService(str(tmp_path), workers=1) as one:
+        config = _config(one.address, remote="parse")
+        train = take_examples(data.make(config, training=True, service_job="one"), 3 * N)
+    for epoch in range(3):
+        assert _uids(train[epoch * N : (epoch + 1) * N]) == collections.Counter(range(N))
+
+
+# What shuffling and batching leave in a dataset's graph.
+BATCHING_OPS = frozenset(
+    {"ShuffleDatasetV3", "RebatchDatasetV2", "RebatchDataset", "BatchDatasetV2", "MapDataset",
+     "ParallelMapDatasetV2", "UnbatchDataset"}
+)
+
+
+def _consumer_ops(ds: tf.data.Dataset) -> list[str]:
+    """The dataset ops this process runs on what the service hands it: `ds`'s chain from
+    its output back to the service's op (the graph also holds the part the workers run,
+    as the input of the op that registers it)."""
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(ds._as_serialized_graph().numpy())  # noqa: SLF001 (TF's only graph view)
+    nodes = {node.name: node for node in graph.node}
+    (node,) = [n for n in graph.node if n.op == "_Retval"]
+    node = nodes[node.input[0]]
+    chain = []
+    while not node.op.startswith("DataServiceDataset"):
+        chain.append(node.op)
+        node = nodes[node.input[0].split(":")[0]]
+    return chain
+
+
+@pytest.mark.parametrize("remote", ["parse", "augment"])
+def test_the_workers_hand_over_whole_shuffled_batches(two_workers, data, remote):
+    """Streaming training data, the workers shuffle and batch: this process receives
+    batches of exactly the batch size and runs no shuffle, map or re-batch of its own."""
+    config = _config(two_workers.address, remote=remote)
+    remote_map = (lambda features, label: (features, label)) if remote == "augment" else None
+    ds = data.make(config, training=True, service_job=f"batched-{remote}", remote_map=remote_map)
+    assert not set(_consumer_ops(ds)) & BATCHING_OPS, _consumer_ops(ds)
+    stream = iter(ds)
+    batches = [_next_within(stream) for _ in range(2 * N // BATCH)]
+    assert {int(label.shape[0]) for _, label in batches} == {BATCH}
+    uids = [int(u) for features, _ in batches for u in features["uid"].numpy().reshape(-1)]
+    # Two epochs' worth: every example, none more often than the epochs in flight,
+    # and not in file order (shuffled on the workers).
+    counts = collections.Counter(uids)
+    assert set(counts) == set(range(N)) and max(counts.values()) <= 4
+    assert uids[:BATCH] != sorted(uids[:BATCH])
+
+
+def test_with_a_cache_here_this_process_shuffles_and_batches(two_workers, data):
+    """A cache here replays what it holds: the workers make one pass, and the shuffle
+    and batches come after the cache, in this process."""
+    config = dataclasses.replace(_config(two_workers.address), cache="memory")
+    ds = data.make(config, training=True, service_job="cached")
+    assert {"CacheDatasetV2", "ShuffleDatasetV3", "RebatchDatasetV2"} <= set(_consumer_ops(ds))
+    assert sorted(take_examples(ds, N)) == sorted(take_examples(data.make(CONFIG, training=False)))
 
 
 def test_two_replicas_sharing_a_job_see_each_example_once(two_workers, data):

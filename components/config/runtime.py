@@ -212,7 +212,8 @@ class IngestionConfig:
         parameter-server worker's dataset).
       num_parallel_reads: Files read concurrently (0 = autotune).
       num_parallel_calls: Parallel parse calls (0 = autotune).
-      prefetch: Batches prefetched (0 = autotune).
+      prefetch: Batches prefetched (0 = autotune; for batches the tf.data
+        service's workers hand over, 0 buffers about 64 MB of them).
       deterministic: Keep element order reproducible across runs (slower);
         without shuffling, every epoch then has the same order.
       service: Run reading, parsing and optionally augmentation on tf.data

@@ -35,6 +35,15 @@ READ_BATCH = 4096
 # window of label-sorted files held 2-3 classes: less random than stock TFX's
 # example buffer (`benchmarks/results/shuffle_quality.json`).
 SHUFFLE_BLOCKS = 8
+# Batches the service's workers hand over are buffered here up to this many bytes (at
+# least 2, at most `SERVICE_PREFETCH_MAX` batches) unless `ingestion.prefetch` sets a
+# depth: the workers' batches come in bursts, and autotuned prefetch kept too few of
+# them. Fashion-MNIST batches of 512 (1.6 MB): 40 batches; an A/B on 2 cores (one
+# worker, an input-bound MLP) gave 108-110 steps/s at 16-64 batches against 95-100 with
+# autotune or 4, and the trainer's shuffle window did 101-104 before
+# (`benchmarks/results/tfdata_service.json` measures the result).
+SERVICE_PREFETCH_BYTES = 64 * 2**20
+SERVICE_PREFETCH_MAX = 64
 
 
 def shard_policy(num_files: int, num_pipelines: int) -> str:
@@ -827,9 +836,23 @@ def _on_service(remote_part: tf.data.Dataset, plan: _ReadPlan, what: str) -> tf.
         # which would stall every epoch's end for the client's task refresh (~1 s).
         remote_part = remote_part.repeat()
     # Prefetched on the worker: it makes the next batch while one is in transit.
-    return service.distribute(
+    served = service.distribute(
         remote_part.prefetch(AUTOTUNE), plan.config.service, plan.service_job, what=what
     )
+    if not plan.batched_remotely:
+        # Whatever arrives is shuffled and re-batched here, which buffers it.
+        return served
+    return served.prefetch(_service_prefetch(served.element_spec, plan))
+
+
+def _service_prefetch(spec, plan: _ReadPlan) -> int:
+    """Batches to buffer of what the workers hand over: `ingestion.prefetch` when set, else
+    `SERVICE_PREFETCH_BYTES` worth of batches (within 2 and `SERVICE_PREFETCH_MAX`)."""
+    if plan.config.prefetch > 0:
+        return plan.config.prefetch
+    per_example = sum(math.prod(s.shape[1:]) * s.dtype.size for s in tf.nest.flatten(spec))
+    batch_bytes = max(1, per_example * plan.per_replica_batch)
+    return max(2, min(SERVICE_PREFETCH_MAX, SERVICE_PREFETCH_BYTES // batch_bytes))
 
 
 def _cache_parsed(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:

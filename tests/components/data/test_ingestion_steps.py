@@ -199,6 +199,24 @@ def test_plan_read_shards_by_pipeline_but_not_on_the_service(packed):
     assert served.unpacked_remotely
 
 
+def test_batches_from_the_workers_are_buffered_by_bytes_unless_prefetch_is_set():
+    spec = (
+        {
+            "image": tf.TensorSpec([None, 784], tf.float32),
+            "uid": tf.TensorSpec([None, 1], tf.float32),
+        },
+        tf.TensorSpec([None], tf.int64),
+    )
+    plan = ingestion._ReadPlan(**{**_PLAN_DEFAULTS, "per_replica_batch": 512})
+    # 785 floats and an int64 label: 3,148 bytes an example, 1,611,776 a batch of 512.
+    assert ingestion._service_prefetch(spec, plan) == 64 * 2**20 // 1_611_776 == 41
+    assert ingestion._service_prefetch(spec, dataclasses.replace(plan, per_replica_batch=4)) == 64
+    huge = dataclasses.replace(plan, per_replica_batch=10**6)
+    assert ingestion._service_prefetch(spec, huge) == 2
+    fixed = dataclasses.replace(plan, config=dataclasses.replace(SERVED, prefetch=3))
+    assert ingestion._service_prefetch(spec, fixed) == 3
+
+
 def test_the_workers_batch_unless_this_process_caches(packed):
     streamed = _plan(packed, dataclasses.replace(SERVED, cache="none"), service_job="job")
     assert streamed.batched_remotely
@@ -207,7 +225,9 @@ def test_the_workers_batch_unless_this_process_caches(packed):
     cached = _plan(packed, dataclasses.replace(SERVED, cache="memory"), service_job="job")
     assert cached.unpacked_remotely and not cached.batched_remotely
     read = dataclasses.replace(SERVED, service=dataclasses.replace(SERVED.service, remote="read"))
-    assert not _plan(packed, dataclasses.replace(read, cache="none"), service_job="job").batched_remotely
+    assert not _plan(
+        packed, dataclasses.replace(read, cache="none"), service_job="job"
+    ).batched_remotely
 
 
 # --------------------------------------------------------------------------- #

@@ -37,11 +37,10 @@ READ_BATCH = 4096
 SHUFFLE_BLOCKS = 8
 # Batches the service's workers hand over are buffered here up to this many bytes (at
 # least 2, at most `SERVICE_PREFETCH_MAX` batches) unless `ingestion.prefetch` sets a
-# depth: the workers' batches come in bursts, and autotuned prefetch kept too few of
-# them. Fashion-MNIST batches of 512 (1.6 MB): 40 batches; an A/B on 2 cores (one
-# worker, an input-bound MLP) gave 108-110 steps/s at 16-64 batches against 95-100 with
-# autotune or 4, and the trainer's shuffle window did 101-104 before
-# (`benchmarks/results/tfdata_service.json` measures the result).
+# depth: the workers' batches come in bursts, and autotuned prefetch (or 4 batches)
+# kept too few of them, slower than the trainer-side shuffle window it replaced; 16 to
+# 64 batches were faster (a scratch A/B, commit 2e29956; Fashion-MNIST batches of 512
+# are 1.6 MB, 40 of them). `benchmarks/results/tfdata_service.json` measures the result.
 SERVICE_PREFETCH_BYTES = 64 * 2**20
 SERVICE_PREFETCH_MAX = 64
 

@@ -83,9 +83,27 @@ def namespaces() -> list[str]:
     return [n for n in names if n.startswith(PREFIX)]
 
 
+def _joining(namespace: str, proc: str = "/proc") -> list[int]:
+    """The processes still on their way into `namespace`: `ip netns exec <namespace> ...`
+    before it joins (and execs its command), which `ip netns pids` does not list yet."""
+    found = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "cmdline"), "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[1:4] == [b"netns", b"exec", namespace.encode()] and argv[0].endswith(b"ip"):
+            found.append(int(entry))
+    return found
+
+
 def _delete(namespace: str) -> None:
-    """Kills what still runs in `namespace` (bounded), then deletes it."""
-    pids = [int(p) for p in _ip("netns", "pids", namespace, check=False).split()]
+    """Kills what still runs in `namespace`, or is joining it (bounded), then deletes it."""
+    listed = _ip("netns", "pids", namespace, check=False).split()
+    pids = sorted({int(p) for p in listed} | set(_joining(namespace)))
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)

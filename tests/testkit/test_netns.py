@@ -28,13 +28,16 @@ SERVE = (
 )
 
 
-def _ask(address: str, timeout: float = 5.0) -> str:
+def _ask(address: str, timeout: float = 10.0) -> str:
+    """The name the server at `address` answers, asked again until `timeout`: a server
+    still starting refuses, and a link just brought up may drop the first packets
+    (its neighbour entry failed while it was down)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             with socket.create_connection((address, 5000), timeout=1) as c:
                 return c.recv(64).decode()
-        except ConnectionRefusedError:
+        except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
@@ -119,3 +122,19 @@ def test_without_root_the_error_names_the_permission():
     os.waitpid(pid, 0)
     assert message.startswith("separate network hosts cannot be made: network namespaces need root")
     assert "uid" in message
+
+
+def test_a_process_still_joining_a_namespace_is_found_by_its_command_line(tmp_path):
+    """`ip netns exec NS cmd` before it joins NS (and execs cmd) is not in `ip netns pids`:
+    the harness finds it by its command line, so a test failing right after starting it
+    leaves nothing behind."""
+    for pid, argv in (
+        ("11", ["ip", "netns", "exec", "tfxkit-1-a", "sleep", "600"]),
+        ("12", ["/usr/sbin/ip", "netns", "exec", "tfxkit-1-a", "python3"]),
+        ("13", ["ip", "netns", "exec", "tfxkit-1-b", "sleep", "600"]),
+        ("14", ["sleep", "600"]),
+    ):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (tmp_path / "self").mkdir()
+    assert sorted(netns._joining("tfxkit-1-a", proc=str(tmp_path))) == [11, 12]

@@ -48,6 +48,9 @@ WORKER_DISPATCHER_TIMEOUT_MS = 60_000
 # may be scheduled after its workers'), and its exit status when none does.
 WORKER_START_WAIT_SECONDS = 300.0
 WORKER_NO_DISPATCHER_EXIT_STATUS = 3
+# How long a dispatcher or worker asked to stop (SIGTERM / SIGINT) waits for
+# TensorFlow's server to stop before its process ends anyway.
+SERVER_STOP_GRACE_SECONDS = 5.0
 # While waiting for workers: how often to ask the dispatcher, how long one
 # worker's address may take to answer, and how often to say what is awaited.
 WORKER_POLL_SECONDS = 1.0
@@ -549,7 +552,12 @@ def serve(argv: list[str] | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
-    server.stop()
+    # Stopping is bounded: a worker's stop can wait for an RPC to its dispatcher, which
+    # may be gone too (the parent that started both was killed), for as long as the
+    # worker's dispatcher timeout; the process then outlived its parent.
+    stopper = threading.Thread(target=server.stop, name="tfdata-server-stop", daemon=True)
+    stopper.start()
+    stopper.join(SERVER_STOP_GRACE_SECONDS)
     sys.stdout.flush()
     # TensorFlow's server threads do not always end after stop (tensorflow#56490).
     os._exit(0)

@@ -30,7 +30,13 @@ from pipelines.local_service import ServiceProcess, ServiceStartError
 from testkit import netns
 from testkit.data_service import LocalService
 from tests.components.data.test_ingestion import BATCH, CONFIG, take_examples, write
-from tests.components.data.test_service import N, _config, _next_within, _uids
+from tests.components.data.test_service import (
+    EPOCHS_TO_SEE_ALL,
+    N,
+    _config,
+    _next_within,
+    _uids,
+)
 
 pytestmark = [
     pytest.mark.multiprocess,
@@ -98,7 +104,7 @@ def test_multihost_a_cut_worker_link_is_waited_for_and_reading_goes_on(hosts, da
         assert len(registered) == 2 and len(live) == 1
     finally:
         network.restore("worker1")
-    after = _read_on(stream, 3 * N)
+    after = _read_on(stream, EPOCHS_TO_SEE_ALL * N)
     assert set(during) <= set(range(N)) and set(after) == set(range(N))
     # Both answer again.
     assert len(service.live_workers(local.address)[1]) == 2
@@ -117,8 +123,8 @@ def test_multihost_every_worker_cut_off_for_a_while_is_waited_for_then_reading_r
     finally:
         for worker in HOSTS["workers"]:
             network.restore(worker)
-    # The trainer waited; once the links are back the epochs come whole.
-    assert set(_read_on(stream, 3 * N)) == set(range(N))
+    # The trainer waited; once the links are back every example comes again.
+    assert set(_read_on(stream, EPOCHS_TO_SEE_ALL * N)) == set(range(N))
 
 
 def test_multihost_a_worker_killed_mid_epoch_loses_its_files_never_repeats_and_training_goes_on(
@@ -153,9 +159,9 @@ def test_multihost_a_dispatcher_restarted_from_its_journal_resumes_the_job(tmp_p
         stream = iter(data.make(config, training=True, service_job="multihost-restart"))
         before = _read_on(stream, 2 * BATCH)
         local.restart_dispatcher()
-        # Each worker moves on to its next epoch by itself: within 4 epochs' worth
+        # Each worker moves on to its next epoch by itself: within a few epochs' worth
         # every example comes again (seen here: within 2.7).
-        after = _read_on(stream, 4 * N)
+        after = _read_on(stream, EPOCHS_TO_SEE_ALL * N)
         assert before and set(after) == set(range(N))
 
 

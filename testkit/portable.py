@@ -7,7 +7,8 @@ multiset of hashes, statistics, schema, the transform graph's files (its SavedMo
 serialized bytes excepted: they hold generated names), the layout record without its
 per-shard placement; the transformed examples as per-feature value multisets, and
 statistics as numbers, both compared within a float tolerance (`differences`): a sum's
-last bits follow the order a runner adds in. Two runs of one config on two runners are
+last bits follow the order a runner adds in, and what TFDV's quantiles sketch gives (a
+median, histograms) follows the order it merges in, within the sketch's epsilon. Two runs of one config on two runners are
 equal on what their Beam stages wrote when `differences` finds nothing.
 """
 
@@ -167,9 +168,62 @@ def example_columns(directory: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+# TFDV's quantiles sketch answers within this fraction of the count in rank (its
+# `StatsOptions.epsilon` default). The sketch merges partial sketches in the order the
+# runner combines them, so a numeric feature's median and histograms, which it derives
+# from the sketch, move between runners by up to that much.
+SKETCH_EPSILON = 0.01
+_SKETCHED = ("median", "histograms")
+
+
+def _num_stats_differences(a: dict, b: dict, rel: float, path: str) -> list[str]:
+    """A feature's `numStats` compared: what is counted or summed within `rel`, what the
+    quantiles sketch gives within `SKETCH_EPSILON` of the count (a bucket's count) or of
+    the range between min and max (a bucket's bounds, the median)."""
+    count = float(a.get("commonStats", {}).get("numNonMissing", 0))
+    span = abs(float(a.get("max", 0.0)) - float(a.get("min", 0.0)))
+    out = [f"{path}.{k}: only in one" for k in sorted(set(a) ^ set(b)) if k not in _SKETCHED]
+    for key in sorted((set(a) & set(b)) - set(_SKETCHED)):
+        out += differences(a[key], b[key], rel, f"{path}.{key}")
+    within = SKETCH_EPSILON * max(count, 1.0), SKETCH_EPSILON * span
+
+    def near(x: Any, y: Any, tolerance: float, where: str) -> list[str]:
+        return [] if abs(float(x) - float(y)) <= tolerance else [f"{where}: {x!r} against {y!r}"]
+
+    out += near(a.get("median", 0.0), b.get("median", 0.0), within[1], f"{path}.median")
+    ours, theirs = a.get("histograms", []), b.get("histograms", [])
+    if len(ours) != len(theirs):
+        return out + [f"{path}.histograms: {len(ours)} against {len(theirs)} items"]
+    for i, (x, y) in enumerate(zip(ours, theirs, strict=True)):
+        where = f"{path}.histograms[{i}]"
+        out += differences(
+            {k: v for k, v in x.items() if k != "buckets"},
+            {k: v for k, v in y.items() if k != "buckets"},
+            rel,
+            where,
+        )
+        xb, yb = x.get("buckets", []), y.get("buckets", [])
+        if len(xb) != len(yb):
+            out.append(f"{where}.buckets: {len(xb)} against {len(yb)} items")
+            continue
+        for j, (p, q) in enumerate(zip(xb, yb, strict=True)):
+            for key, tolerance in (
+                ("lowValue", within[1]),
+                ("highValue", within[1]),
+                ("sampleCount", within[0]),
+            ):
+                out += near(
+                    p.get(key, 0.0), q.get(key, 0.0), tolerance, f"{where}.buckets[{j}].{key}"
+                )
+    return out
+
+
 def differences(a: Any, b: Any, rel: float = 1e-5, path: str = "") -> list[str]:
     """Where `a` and `b` differ (JSON-like values): floats within `rel` (relative, or
-    absolute below 1) count as equal, everything else must be equal."""
+    absolute below 1) count as equal, everything else must be equal; a feature's
+    `numStats` (statistics) as `_num_stats_differences` says."""
+    if path.endswith(".numStats") and isinstance(a, dict) and isinstance(b, dict):
+        return _num_stats_differences(a, b, rel, path)
     if isinstance(a, dict) and isinstance(b, dict):
         out = [f"{path}.{k}: only in one" for k in sorted(set(a) ^ set(b), key=str)]
         for key in sorted(set(a) & set(b), key=str):

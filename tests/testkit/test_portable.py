@@ -69,3 +69,51 @@ def test_differences_allow_float_rounding_and_nothing_else():
         ".names: only in one",
         ".rows: only in one",
     ]
+
+
+def _num_stats(median, bounds, counts):
+    return {
+        "commonStats": {"numNonMissing": "1000"},
+        "mean": 50.0,
+        "min": 0.0,
+        "max": 100.0,
+        "median": median,
+        "histograms": [
+            {
+                "buckets": [
+                    {"lowValue": low, "highValue": high, "sampleCount": count}
+                    for (low, high), count in zip(bounds, counts, strict=True)
+                ],
+                "type": "QUANTILES",
+            }
+        ],
+    }
+
+
+def test_sketched_statistics_differ_within_the_sketchs_epsilon_and_no_further():
+    # 1000 values over [0, 100]: epsilon 0.01 allows 10 in a bucket's count and 1.0 in a
+    # bound or the median; a mean is summed, so it keeps the float tolerance.
+    a = _num_stats(50.0, [(0.0, 49.0), (49.0, 100.0)], [500.0, 500.0])
+    moved = _num_stats(50.9, [(0.0, 49.9), (49.9, 100.0)], [509.0, 491.0])
+    path = ".features[0].numStats"
+    assert portable.differences({"numStats": a}, {"numStats": moved}, path=".features[0]") == []
+    assert portable.differences(
+        {"numStats": a},
+        {"numStats": _num_stats(51.5, [(0.0, 49.0), (49.0, 100.0)], [500.0, 500.0])},
+        path=".features[0]",
+    ) == [f"{path}.median: 50.0 against 51.5"]
+    assert portable.differences(
+        {"numStats": a},
+        {"numStats": _num_stats(50.0, [(0.0, 49.0), (49.0, 100.0)], [520.0, 480.0])},
+        path=".features[0]",
+    ) == [
+        f"{path}.histograms[0].buckets[0].sampleCount: 500.0 against 520.0",
+        f"{path}.histograms[0].buckets[1].sampleCount: 500.0 against 480.0",
+    ]
+    assert portable.differences(
+        {"numStats": a}, {"numStats": {**moved, "mean": 50.1}}, path=".features[0]"
+    ) == [f"{path}.mean: 50.0 against 50.1"]
+    three = _num_stats(50.0, [(0.0, 30.0), (30.0, 60.0), (60.0, 100.0)], [300.0, 300.0, 400.0])
+    assert portable.differences({"numStats": a}, {"numStats": three}, path=".features[0]") == [
+        f"{path}.histograms[0].buckets: 2 against 3 items"
+    ]

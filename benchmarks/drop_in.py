@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/drop_in.py [--example taxi|penguin|mnist|all] [--train-steps N]
         [--penguin-train-steps N] [--mnist-train-steps N] [--mnist-batch-size N]
-        [--repeats 3] [--workdir DIR]
+        [--repeats 3] [--max-minutes M] [--workdir DIR]
 
 Three examples from the tfx wheel (see `testkit.tfx_examples`):
 
@@ -55,6 +55,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
@@ -210,6 +211,13 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=3, help="runs per side (accuracy spread needs 2 or more)"
     )
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="start no further ABBA block of two pairs after this many minutes; the results "
+        "hold the pairs run (default: no budget, every repeat)",
+    )
     parser.add_argument("--workdir", default="")
     parser.add_argument(
         "--shared-with",
@@ -244,7 +252,9 @@ def main() -> None:
         data_root = tfx_examples.data_root(tfx_examples.BY_KEY[name], os.path.join(workdir, name))
         # ABBA: which side runs first alternates pair by pair, so machine drift
         # (a slow mode, a warming cache) cannot favour a side by its position.
-        for repeat, order in enumerate(abba_order(args.repeats, "stock", "swapped")):
+        orders = abba_order(args.repeats, "stock", "swapped")
+        budget = None if args.max_minutes is None else 60.0 * args.max_minutes
+        for repeat, order in within_budget(orders, budget, time.monotonic):
             for side in order:
                 root = os.path.join(workdir, f"{name}-{side}-{repeat}")
                 command = [os.path.abspath(__file__), "--side", side]
@@ -264,6 +274,7 @@ def main() -> None:
         headlines[name] = headline(
             runs, steps[name] or DEFAULT_STEPS[name], METRICS[name], ACCURACY_MARGINS[name]
         )
+        headlines[name]["repeats_planned"] = args.repeats
         if batches.get(name):
             headlines[name]["batch_size"] = batches[name]
     lines.append({"examples": headlines})
@@ -283,6 +294,20 @@ def main() -> None:
         stem=f"drop_in_{args.example}{modified}",
     )
     print(f"results: {os.path.relpath(path, REPO_ROOT)}", file=sys.stderr)
+
+
+def within_budget(orders: list, budget_s: float | None, clock) -> Iterator[tuple[int, tuple]]:
+    """`(repeat, order)` for each pair of `orders` to run: all of them without a budget;
+    with one, the pairs up to the first ABBA block (two pairs, one of each order) that
+    would start after `budget_s` seconds of `clock` from the first call. Whole blocks
+    only, so each side goes first as often as the other; the budget is time, not the
+    figures so far, so stopping chooses nothing by the result. The clock is read as
+    each block starts."""
+    start = clock()
+    for repeat, order in enumerate(orders):
+        if budget_s is not None and repeat % 2 == 0 and repeat and clock() - start > budget_s:
+            return
+        yield repeat, order
 
 
 def _mean_phases(runs: list[dict], key: str) -> dict[str, float]:

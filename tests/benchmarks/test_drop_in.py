@@ -155,3 +155,16 @@ def test_the_stock_side_loads_its_helpers_without_importing_the_product():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_time_budget_stops_at_a_whole_abba_block():
+    orders = [("stock", "swapped"), ("swapped", "stock")] * 5
+    assert list(drop_in.within_budget(orders, None, lambda: 0.0)) == list(enumerate(orders))
+    # A clock read once at the start and once before each later block: 0, then 100 s
+    # per block. A 150 s budget lets blocks start at 100 s, not at 200 s.
+    ticks = iter(range(0, 1000, 100))
+    ran = list(drop_in.within_budget(orders, 150.0, lambda: next(ticks)))
+    assert ran == list(enumerate(orders))[:4]
+    # However short the budget, the first block runs whole: its pairs both ways round.
+    ticks = iter(range(0, 1000, 100))
+    assert [o for _, o in drop_in.within_budget(orders, 0.0, lambda: next(ticks))] == orders[:2]

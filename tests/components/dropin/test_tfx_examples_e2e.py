@@ -6,12 +6,14 @@ changed (and tiny step counts, one in-memory Beam worker); every component must
 run, the model must be pushed, and its serving signatures must be those the
 stock Trainer's model has. Their module files get the Keras stock TFX gives them
 (Keras 3), so the teachers the Distiller stages read are Keras 3 models, saved as
-those examples save them.
+those examples save them. The swapped taxi run is also run with its Beam stages on
+Beam's Prism runner, and what they wrote is compared with the in-process run's.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import subprocess
@@ -22,6 +24,10 @@ import tensorflow as tf
 
 from components.data.layout import read_layout
 from testkit import tfx_examples
+from testkit.prism import WorkerPool, beam_args
+from tests.conftest import needs_prism
+
+PRISM, PRISM_MARKS = needs_prism()
 
 # Steps per example. The taxi example's own Evaluator blesses (and so lets
 # the Pusher push) only a model with binary accuracy >= 0.6 on the eval
@@ -154,6 +160,7 @@ def example_runs(request, tmp_path_factory):
     if selected & {
         "test_taxi_native_keras_example_swapped_pushes_a_model_with_the_stock_signature",
         "test_taxi_native_keras_model_distils_into_a_student_fn_that_serves_like_it",
+        PRISM_TEST,
     }:
         wanted.append((tfx_examples.TAXI, tfx_examples.TAXI_DATA, True))
     if (
@@ -182,22 +189,46 @@ def example_runs(request, tmp_path_factory):
     ):
         wanted.append((tfx_examples.MNIST, tfx_examples.mnist_sample_root(workdir), True))
     runs = {}
-    try:
-        for example, data_root, swapped in wanted:
-            own = os.path.join(workdir, example.name)
-            os.makedirs(own, exist_ok=True)
-            runs[example.name, "swapped" if swapped else "stock"] = _ExampleRun(
-                example,
-                own,
-                data_root,
-                swapped,
-                enable_tuning=swapped and example is tfx_examples.PENGUIN,
-            )
-        yield runs
-    finally:
-        for run in runs.values():
-            run.stop()
-            run.log.close()
+    with contextlib.ExitStack() as stack:
+        try:
+            for example, data_root, swapped in wanted:
+                own = os.path.join(workdir, example.name)
+                os.makedirs(own, exist_ok=True)
+                runs[example.name, "swapped" if swapped else "stock"] = _ExampleRun(
+                    example,
+                    own,
+                    data_root,
+                    swapped,
+                    enable_tuning=swapped and example is tfx_examples.PENGUIN,
+                )
+            if PRISM and selected & {PRISM_TEST}:
+                runs[tfx_examples.TAXI.name, "prism"] = _prism_taxi_run(stack, workdir)
+            yield runs
+        finally:
+            for run in runs.values():
+                run.stop()
+                run.log.close()
+
+
+# The swapped taxi example on Prism, compared with the same run in-process.
+PRISM_TEST = "test_the_swapped_taxi_pipeline_on_prism_writes_what_it_writes_in_process"
+
+
+def _prism_taxi_run(stack: contextlib.ExitStack, workdir: str) -> _ExampleRun:
+    """The swapped taxi example with its Beam stages on Prism and an `EXTERNAL` SDK worker
+    pool (entered on `stack`, so it outlives the run), its module file on the workers'
+    path, as a worker image holding the user's code has it: the pool runs plain Python
+    workers, which install no staged package."""
+    own = os.path.join(workdir, "taxi_on_prism")
+    os.makedirs(own)
+    module_dir = os.path.dirname(tfx_examples.TAXI.module_file)
+    pool = stack.enter_context(
+        WorkerPool(os.path.join(own, "worker_pool.log"), python_path=(module_dir,))
+    )
+    args = [*beam_args(PRISM), *pool.beam_args()]
+    run = _ExampleRun(tfx_examples.TAXI, own, tfx_examples.TAXI_DATA, True, beam_pipeline_args=args)
+    run.pool_log = pool.log_path
+    return run
 
 
 def _check_distilled(run, teacher_signatures) -> None:
@@ -314,3 +345,45 @@ def test_mnist_native_keras_model_distils_into_a_student_fn_that_serves_like_it(
     _, signatures = run.result()
     _check_distilled(run, signatures)
     assert run.teacher["positional"] == ["image_floats_xf"]
+
+
+@PRISM_MARKS[0]
+@pytest.mark.multiprocess
+@pytest.mark.e2e
+def test_the_swapped_taxi_pipeline_on_prism_writes_what_it_writes_in_process(
+    example_runs, tmp_path
+):
+    """The swapped taxi example with its Beam stages on Beam's Prism runner and an
+    `EXTERNAL` SDK worker pool, against the same run in-process (the one the taxi tests
+    above read): its ExampleGen, StatisticsGen, SchemaGen and Evaluator are stock, its
+    Transform is the product's (its writer and layout record included).
+
+    Not the penguin example: it defines an absl `runner` flag that accepts only
+    DirectRunner, FlinkRunner and SparkRunner, and TFX parses Beam args as absl flags, so
+    that stock pipeline refuses `--runner=PrismRunner` whatever Transform it runs.
+    """
+    import glob
+
+    from pipelines.summary import read_metrics
+    from testkit import portable
+
+    in_process = example_runs[tfx_examples.TAXI.name, "swapped"]
+    on_prism = example_runs[tfx_examples.TAXI.name, "prism"]
+    roots = {"in_process": in_process.result()[0], "prism": on_prism.result()[0]}
+    here, there = (
+        portable.beam_stage_outputs(os.path.join(roots[name], "pipeline_root"))
+        for name in ("in_process", "prism")
+    )
+    assert portable.differences(here, there) == []
+    assert there["layout_record"]["splits"]["train"]["records"] > 0
+    with open(on_prism.pool_log, errors="replace") as f:
+        assert "Starting worker with command" in f.read()
+    # The stock Evaluator on Prism scores and blesses the run's model as it does in-process.
+    prism_root = os.path.join(roots["prism"], "pipeline_root")
+    (evaluation,) = glob.glob(os.path.join(prism_root, "Evaluator", "evaluation", "*"))
+    (blessing,) = glob.glob(os.path.join(prism_root, "Evaluator", "blessing", "*"))
+    metrics, blessed = portable.rerun_evaluator(
+        os.path.join(roots["prism"], "metadata.db"), "taxi_native_keras_swapped", str(tmp_path), []
+    )
+    assert metrics and portable.differences(metrics, read_metrics(evaluation), rel=1e-6) == []
+    assert blessed == os.path.exists(os.path.join(blessing, "BLESSED"))

@@ -311,9 +311,16 @@ class _ReadPlan:
     @property
     def batched_remotely(self) -> bool:
         """Whether the service's workers also shuffle and batch, so this process receives
-        whole batches: whenever they unpack and nothing is cached here (a cache here
-        replays one epoch, so it must be filled before the shuffle)."""
-        return self.unpacked_remotely and self.cache == "none"
+        whole batches: whenever they unpack, nothing is cached here (a cache here replays
+        one epoch, so it must be filled before the shuffle) and the dispatcher hands each
+        file to one worker (`distributed_epoch`). Under `parallel_epochs` every worker
+        reads every file with the same seed, so their batches would be the same batches:
+        the copies are shuffled together here instead."""
+        return (
+            self.unpacked_remotely
+            and self.cache == "none"
+            and self.config.service.processing_mode == "distributed_epoch"
+        )
 
     @property
     def parallel(self) -> int:

@@ -228,6 +228,15 @@ def test_the_workers_batch_unless_this_process_caches(packed):
     assert not _plan(
         packed, dataclasses.replace(read, cache="none"), service_job="job"
     ).batched_remotely
+    # Under parallel_epochs every worker reads every file with one seed: batched there,
+    # the trainer would get each batch once per worker.
+    parallel = dataclasses.replace(
+        SERVED,
+        cache="none",
+        service=dataclasses.replace(SERVED.service, processing_mode="parallel_epochs"),
+    )
+    every_file = _plan(packed, parallel, service_job="job")
+    assert every_file.unpacked_remotely and not every_file.batched_remotely
 
 
 # --------------------------------------------------------------------------- #

@@ -95,6 +95,22 @@ def test_one_epoch_from_two_workers_holds_every_example_once(two_workers, data, 
     assert examples_until_all_seen(train, EPOCHS_TO_SEE_ALL * N) <= EPOCHS_TO_SEE_ALL * N
 
 
+def test_parallel_epochs_from_two_workers_train_on_shuffled_copies(two_workers, data):
+    """Under `parallel_epochs` each worker reads every file: the training stream holds
+    every example, a copy from each worker, and no batch twice. (Batched on the workers
+    with one seed, their batches could be the same batches; only thread timing would
+    tell them apart. The copies are shuffled together and batched here, which
+    `test_the_workers_batch_unless_this_process_caches` asserts of the plan.)"""
+    config = _config(two_workers.address, remote="parse", processing_mode="parallel_epochs")
+    stream = iter(data.make(config, training=True, service_job="parallel"))
+    batches = [
+        tuple(_next_within(stream)[0]["uid"].numpy().reshape(-1).astype(int).tolist())
+        for _ in range(4 * N // BATCH)
+    ]
+    assert len(set(batches)) == len(batches)
+    assert {uid for batch in batches for uid in batch} == set(range(N))
+
+
 def test_one_worker_streams_whole_epochs_one_after_another(tmp_path, data):
     """One worker that shuffles and batches: the training stream is epoch after epoch,
     each holding every example exactly once (shuffled within the epoch, batches running

@@ -215,8 +215,9 @@ def main() -> None:
         "--max-minutes",
         type=float,
         default=None,
-        help="start no further ABBA block of two pairs after this many minutes; the results "
-        "hold the pairs run (default: no budget, every repeat)",
+        help="per example: start no further ABBA block of two pairs once this many minutes "
+        "of the example's pairs have passed; the results hold the pairs run, the headline "
+        "`repeats` beside `repeats_planned` (default: no budget, every repeat)",
     )
     parser.add_argument("--workdir", default="")
     parser.add_argument(

@@ -102,8 +102,10 @@ def _joining(namespace: str, proc: str = "/proc") -> list[int]:
 
 def _delete(namespace: str) -> None:
     """Kills what still runs in `namespace`, or is joining it (bounded), then deletes it."""
+    # Those still joining first: one that joins between the two reads is then listed.
+    joining = set(_joining(namespace))
     listed = _ip("netns", "pids", namespace, check=False).split()
-    pids = sorted({int(p) for p in listed} | set(_joining(namespace)))
+    pids = sorted({int(p) for p in listed} | joining)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)

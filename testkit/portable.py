@@ -171,26 +171,47 @@ def example_columns(directory: str) -> dict[str, dict[str, Any]]:
 # TFDV's quantiles sketch answers within this fraction of the count in rank (its
 # `StatsOptions.epsilon` default). The sketch merges partial sketches in the order the
 # runner combines them, so a numeric feature's median and histograms, which it derives
-# from the sketch, move between runners by up to that much.
+# from the sketch, move between runners: compared within this much in rank.
 SKETCH_EPSILON = 0.01
 _SKETCHED = ("median", "histograms")
 
 
+def _rank_span(value: float, stats: dict, ranks: float) -> float:
+    """The values `ranks` ranks cover around `value`, from the local density its
+    QUANTILES histogram gives (a bucket holds its count of values between its bounds);
+    0 where the value sits only in buckets of one value (ties: the sketch gives it
+    exactly)."""
+    per_rank = [
+        (bucket.get("highValue", 0.0) - bucket.get("lowValue", 0.0)) / bucket["sampleCount"]
+        for histogram in stats.get("histograms", [])
+        if histogram.get("type") == "QUANTILES"
+        for bucket in histogram.get("buckets", [])
+        if bucket.get("sampleCount", 0.0) > 0
+        and bucket.get("lowValue", 0.0) <= value <= bucket.get("highValue", 0.0)
+    ]
+    return ranks * max(per_rank, default=0.0)
+
+
 def _num_stats_differences(a: dict, b: dict, rel: float, path: str) -> list[str]:
-    """A feature's `numStats` compared: what is counted or summed within `rel`, what the
-    quantiles sketch gives within `SKETCH_EPSILON` of the count (a bucket's count) or of
-    the range between min and max (a bucket's bounds, the median)."""
-    count = float(a.get("commonStats", {}).get("numNonMissing", 0))
-    span = abs(float(a.get("max", 0.0)) - float(a.get("min", 0.0)))
+    """A feature's `numStats` compared: what is counted or summed within `rel`; what the
+    quantiles sketch gives within `SKETCH_EPSILON` of the count in rank: a bucket's count
+    within that many values, a quantile (the median, a QUANTILES bucket's bounds) within
+    the values that many ranks span there, read from either side's quantiles (a
+    STANDARD histogram's bounds split min..max evenly: they keep `rel`)."""
+    ranks = SKETCH_EPSILON * max(float(a.get("commonStats", {}).get("numNonMissing", 0)), 1.0)
     out = [f"{path}.{k}: only in one" for k in sorted(set(a) ^ set(b)) if k not in _SKETCHED]
     for key in sorted((set(a) & set(b)) - set(_SKETCHED)):
         out += differences(a[key], b[key], rel, f"{path}.{key}")
-    within = SKETCH_EPSILON * max(count, 1.0), SKETCH_EPSILON * span
 
     def near(x: Any, y: Any, tolerance: float, where: str) -> list[str]:
         return [] if abs(float(x) - float(y)) <= tolerance else [f"{where}: {x!r} against {y!r}"]
 
-    out += near(a.get("median", 0.0), b.get("median", 0.0), within[1], f"{path}.median")
+    def quantile(x: Any, y: Any, where: str) -> list[str]:
+        x, y = float(x), float(y)
+        span = max(_rank_span(v, side, ranks) for v in (x, y) for side in (a, b))
+        return near(x, y, max(span, rel * max(1.0, abs(x), abs(y))), where)
+
+    out += quantile(a.get("median", 0.0), b.get("median", 0.0), f"{path}.median")
     ours, theirs = a.get("histograms", []), b.get("histograms", [])
     if len(ours) != len(theirs):
         return out + [f"{path}.histograms: {len(ours)} against {len(theirs)} items"]
@@ -207,14 +228,15 @@ def _num_stats_differences(a: dict, b: dict, rel: float, path: str) -> list[str]
             out.append(f"{where}.buckets: {len(xb)} against {len(yb)} items")
             continue
         for j, (p, q) in enumerate(zip(xb, yb, strict=True)):
-            for key, tolerance in (
-                ("lowValue", within[1]),
-                ("highValue", within[1]),
-                ("sampleCount", within[0]),
-            ):
-                out += near(
-                    p.get(key, 0.0), q.get(key, 0.0), tolerance, f"{where}.buckets[{j}].{key}"
-                )
+            at = f"{where}.buckets[{j}]"
+            out += near(
+                p.get("sampleCount", 0.0), q.get("sampleCount", 0.0), ranks, f"{at}.sampleCount"
+            )
+            for key in ("lowValue", "highValue"):
+                if x.get("type") == "QUANTILES":
+                    out += quantile(p.get(key, 0.0), q.get(key, 0.0), f"{at}.{key}")
+                else:
+                    out += differences(p.get(key, 0.0), q.get(key, 0.0), rel, f"{at}.{key}")
     return out
 
 

@@ -558,6 +558,13 @@ def serve(argv: list[str] | None = None) -> None:
     stopper = threading.Thread(target=server.stop, name="tfdata-server-stop", daemon=True)
     stopper.start()
     stopper.join(SERVER_STOP_GRACE_SECONDS)
+    if stopper.is_alive():
+        print(
+            f"the tf.data {args.role} server had not stopped after "
+            f"{SERVER_STOP_GRACE_SECONDS:.0f} s; ending the process anyway",
+            file=sys.stderr,
+            flush=True,
+        )
     sys.stdout.flush()
     # TensorFlow's server threads do not always end after stop (tensorflow#56490).
     os._exit(0)

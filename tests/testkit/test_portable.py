@@ -71,12 +71,12 @@ def test_differences_allow_float_rounding_and_nothing_else():
     ]
 
 
-def _num_stats(median, bounds, counts):
+def _num_stats(median, bounds, counts, top=100.0):
     return {
         "commonStats": {"numNonMissing": "1000"},
         "mean": 50.0,
         "min": 0.0,
-        "max": 100.0,
+        "max": top,
         "median": median,
         "histograms": [
             {
@@ -91,8 +91,9 @@ def _num_stats(median, bounds, counts):
 
 
 def test_sketched_statistics_differ_within_the_sketchs_epsilon_and_no_further():
-    # 1000 values over [0, 100]: epsilon 0.01 allows 10 in a bucket's count and 1.0 in a
-    # bound or the median; a mean is summed, so it keeps the float tolerance.
+    # 1000 values spread over [0, 100]: epsilon 0.01 allows 10 in a bucket's count and,
+    # 10 ranks spanning about 1.0 there, about 1.0 in a bound or the median; a mean is
+    # summed, so it keeps the float tolerance.
     a = _num_stats(50.0, [(0.0, 49.0), (49.0, 100.0)], [500.0, 500.0])
     moved = _num_stats(50.9, [(0.0, 49.9), (49.9, 100.0)], [509.0, 491.0])
     path = ".features[0].numStats"
@@ -117,3 +118,25 @@ def test_sketched_statistics_differ_within_the_sketchs_epsilon_and_no_further():
     assert portable.differences({"numStats": a}, {"numStats": three}, path=".features[0]") == [
         f"{path}.histograms[0].buckets: 2 against 3 items"
     ]
+
+
+def test_a_quantile_moves_by_ranks_not_by_the_range_where_values_are_skewed():
+    # Half the values in [0, 1], half spread to 1000: 10 ranks span 0.02 around a
+    # median of 0.5, where a tenth of the range would allow 100.
+    skewed = _num_stats(0.5, [(0.0, 1.0), (1.0, 1000.0)], [500.0, 500.0], top=1000.0)
+    path = ".features[0].numStats"
+    near = _num_stats(0.51, [(0.0, 1.0), (1.0, 1000.0)], [500.0, 500.0], top=1000.0)
+    assert portable.differences({"numStats": skewed}, {"numStats": near}, path=".features[0]") == []
+    moved = _num_stats(0.7, [(0.0, 1.0), (1.0, 1000.0)], [500.0, 500.0], top=1000.0)
+    assert portable.differences({"numStats": skewed}, {"numStats": moved}, path=".features[0]") == [
+        f"{path}.median: 0.5 against 0.7"
+    ]
+    # In the sparse tail 10 ranks span about 20: a bound there may move that much.
+    tail = _num_stats(0.5, [(0.0, 1.0), (1.0, 985.0)], [500.0, 500.0], top=1000.0)
+    assert portable.differences({"numStats": skewed}, {"numStats": tail}, path=".features[0]") == []
+    standard = {**skewed, "histograms": [{"buckets": [{"lowValue": 0.0, "highValue": 500.0}]}]}
+    shifted = {**skewed, "histograms": [{"buckets": [{"lowValue": 0.0, "highValue": 500.5}]}]}
+    # A STANDARD histogram's bounds split min..max evenly: nothing sketched moves them.
+    assert portable.differences(
+        {"numStats": standard}, {"numStats": shifted}, path=".features[0]"
+    ) == [f"{path}.histograms[0].buckets[0].highValue: 500.0 against 500.5"]

@@ -160,7 +160,7 @@ def example_runs(request, tmp_path_factory):
     if selected & {
         "test_taxi_native_keras_example_swapped_pushes_a_model_with_the_stock_signature",
         "test_taxi_native_keras_model_distils_into_a_student_fn_that_serves_like_it",
-        PRISM_TEST,
+        *([PRISM_TEST] if PRISM else []),
     }:
         wanted.append((tfx_examples.TAXI, tfx_examples.TAXI_DATA, True))
     if (

@@ -199,9 +199,7 @@ def _num_stats_differences(a: dict, b: dict, rel: float, path: str) -> list[str]
     the values that many ranks span there, read from either side's quantiles (a
     STANDARD histogram's bounds split min..max evenly: they keep `rel`)."""
     ranks = SKETCH_EPSILON * max(float(a.get("commonStats", {}).get("numNonMissing", 0)), 1.0)
-    out = [f"{path}.{k}: only in one" for k in sorted(set(a) ^ set(b)) if k not in _SKETCHED]
-    for key in sorted((set(a) & set(b)) - set(_SKETCHED)):
-        out += differences(a[key], b[key], rel, f"{path}.{key}")
+    out = _dict_differences(a, b, rel, path, skip=_SKETCHED)
 
     def near(x: Any, y: Any, tolerance: float, where: str) -> list[str]:
         return [] if abs(float(x) - float(y)) <= tolerance else [f"{where}: {x!r} against {y!r}"]
@@ -217,12 +215,7 @@ def _num_stats_differences(a: dict, b: dict, rel: float, path: str) -> list[str]
         return out + [f"{path}.histograms: {len(ours)} against {len(theirs)} items"]
     for i, (x, y) in enumerate(zip(ours, theirs, strict=True)):
         where = f"{path}.histograms[{i}]"
-        out += differences(
-            {k: v for k, v in x.items() if k != "buckets"},
-            {k: v for k, v in y.items() if k != "buckets"},
-            rel,
-            where,
-        )
+        out += _dict_differences(x, y, rel, where, skip=("buckets",))
         xb, yb = x.get("buckets", []), y.get("buckets", [])
         if len(xb) != len(yb):
             out.append(f"{where}.buckets: {len(xb)} against {len(yb)} items")
@@ -240,6 +233,15 @@ def _num_stats_differences(a: dict, b: dict, rel: float, path: str) -> list[str]
     return out
 
 
+def _dict_differences(a: dict, b: dict, rel: float, path: str, skip: tuple = ()) -> list[str]:
+    """`differences` key by key, leaving out the keys in `skip`."""
+    keys = (set(a) | set(b)) - set(skip)
+    out = [f"{path}.{k}: only in one" for k in sorted(keys - (set(a) & set(b)), key=str)]
+    for key in sorted(keys & set(a) & set(b), key=str):
+        out += differences(a[key], b[key], rel, f"{path}.{key}")
+    return out
+
+
 def differences(a: Any, b: Any, rel: float = 1e-5, path: str = "") -> list[str]:
     """Where `a` and `b` differ (JSON-like values): floats within `rel` (relative, or
     absolute below 1) count as equal, everything else must be equal; a feature's
@@ -247,10 +249,7 @@ def differences(a: Any, b: Any, rel: float = 1e-5, path: str = "") -> list[str]:
     if path.endswith(".numStats") and isinstance(a, dict) and isinstance(b, dict):
         return _num_stats_differences(a, b, rel, path)
     if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{path}.{k}: only in one" for k in sorted(set(a) ^ set(b), key=str)]
-        for key in sorted(set(a) & set(b), key=str):
-            out += differences(a[key], b[key], rel, f"{path}.{key}")
-        return out
+        return _dict_differences(a, b, rel, path)
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{path}: {len(a)} against {len(b)} items"]

@@ -31,12 +31,17 @@ means something):
 The distillation settings (alpha, T) are chosen before the trials, on the
 validation split, per fraction: one teacher and one student per candidate
 (seeds outside the trials'). Step counts are fixed by this machine's budget,
-not chosen. Each finished trial is saved under `--workdir`, in a directory
-named by the code that trains it (`CODE`, `benchmarks/revision.py`; a run
-with uncommitted code gets a new one), keyed by the settings, and reused, so
-the benchmark resumes across sessions and commits that leave that code
-alone and never reuses a model other code trained; results are written only
-when the run began on committed code that did not change while it ran.
+not chosen. The models live under `--workdir`, in a directory named by the
+code that trains them (`CODE`, `benchmarks/revision.py`; a run with
+uncommitted code gets a new one), so no model other code trained is reused.
+Each finished trial (its accuracies and `provenance`) and each settings
+choice is saved at once under `--trials-dir`, keyed by the settings
+(`benchmarks/results/trials/distillation_methods/`, committed), and read back
+by a later run while it still describes HEAD by the rule a results file
+goes stale by (measured on committed code, nothing this benchmark measures
+changed since but for declared neutral changes): the benchmark resumes
+across sessions and machines. Results are written only when the run began
+on committed code that did not change while it ran.
 
 Noisy Student (`--scenario noisy_student`, fractions 0.01 and 0.1): first,
 on the validation split and before any test read (`choose_noise`, a teacher
@@ -534,7 +539,7 @@ def summarize_noisy(rows: list[dict], fraction: float, choice: dict | None) -> d
     return out
 
 
-def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, workdir: str):
+def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int):
     fraction = config.data.labeled_fraction
     settings = {
         "model": NS_MODEL,
@@ -545,14 +550,12 @@ def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, 
     }
     # Chosen before the trials, on validation; the trials read the test set once each.
     choice = _saved_choice(
-        workdir,
         _settings_key("nschoice", fraction, **settings),
         lambda: choose_noise(bench, config, rounds),
     )
     if choice is None:
         return None
     rows = _resumable(
-        workdir,
         _settings_key(
             "noisy_student", fraction, arm=choice["arm"], alone=choice["alone_arm"], **settings
         ),  # fmt: skip
@@ -569,6 +572,11 @@ def run_noisy(bench: Measured, config: PipelineConfig, seeds: int, rounds: int, 
 
 # `--saved-only`: summarise the rows earlier runs saved, train nothing.
 SAVED_ONLY = False
+BENCHMARK = "distillation_methods"
+# Where finished trials and settings choices are saved (`--trials-dir`): committed with
+# the results, so a trial that took most of an hour outlives the machine it ran on and
+# a later session goes on from it; the models stay under `--workdir`.
+TRIALS_DIR = os.path.join(REPO, "benchmarks", "results", "trials", BENCHMARK)
 
 
 # kd: the shipped `fashion_mnist` demo's teacher and small conv student
@@ -684,7 +692,6 @@ def run_kd(bench: Measured, config: PipelineConfig, seeds: int, workdir: str):
         teachers=KD_TEACHERS,
     )
     choice = _saved_choice(
-        workdir,
         key,
         lambda: choose_kd(
             bench, config, _teacher(bench, kd_config(config), CHOICE_SEED, workdir, key)
@@ -696,7 +703,6 @@ def run_kd(bench: Measured, config: PipelineConfig, seeds: int, workdir: str):
         _teacher(bench, kd_config(config), 100 + t, workdir, key) for t in range(KD_TEACHERS)
     ]
     rows = _resumable(
-        workdir,
         f"{key}-a{choice['alpha']:g}-T{choice['temperature']:g}",
         seeds,
         lambda seed: kd_trial(bench, config, seed, teachers[seed % KD_TEACHERS], choice),
@@ -732,17 +738,17 @@ def run_kd(bench: Measured, config: PipelineConfig, seeds: int, workdir: str):
     return out
 
 
-def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[dict]:
-    """Rows 0 .. count - 1 of one setting: read back where a run saved them, else
-    `run_one(i)` with its `provenance` (commit, date, machine, stack), saved at once (and
-    `describe(i, row)` printed); with `SAVED_ONLY`, the saved rows before the first
-    missing one."""
+def _resumable(key: str, count: int, run_one, describe) -> list[dict]:
+    """Rows 0 .. count - 1 of one setting: read back where a run saved them and they still
+    describe HEAD (`_reusable`), else `run_one(i)` with its `provenance` (commit, date,
+    machine, stack), saved at once (and `describe(i, row)` printed); with `SAVED_ONLY`, the
+    saved rows before the first missing one."""
     rows = []
     for i in range(count):
-        path = _trial_file(workdir, key, i)
-        if os.path.exists(path):
-            with open(path) as f:
-                rows.append(json.load(f))
+        path = _saved_file(key, f"trial{i}")
+        saved = _read_saved(path)
+        if saved is not None:
+            rows.append(saved)
             continue
         if SAVED_ONLY:
             break
@@ -752,13 +758,14 @@ def _resumable(workdir: str, key: str, count: int, run_one, describe) -> list[di
     return rows
 
 
-def _saved_choice(workdir: str, key: str, choose) -> dict | None:
-    """The settings choice saved under `key`, else `choose()` saved there (None with
-    `SAVED_ONLY`, which trains nothing), with its `provenance`."""
-    path = os.path.join(workdir, "trials", key, "choice.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
+def _saved_choice(key: str, choose) -> dict | None:
+    """The settings choice saved under `key` (where it still describes HEAD), else
+    `choose()` saved there (None with `SAVED_ONLY`, which trains nothing), with its
+    `provenance`."""
+    path = _saved_file(key, "choice")
+    choice = _read_saved(path)
+    if choice is not None:
+        return choice
     if SAVED_ONLY:
         return None
     choice = {**choose(), "provenance": results_lib.provenance()}
@@ -766,15 +773,41 @@ def _saved_choice(workdir: str, key: str, choose) -> dict | None:
     return choice
 
 
+def _read_saved(path: str) -> dict | None:
+    """The record saved at `path` when `_reusable` says it still describes HEAD, else None
+    (saying why on stderr where one is there but is not reused)."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        record = json.load(f)
+    why = _reusable(record)
+    if why is None:
+        return record
+    print(f"# {os.path.relpath(path, REPO)}: not reused ({why})", file=sys.stderr, flush=True)
+    return None
+
+
+def _reusable(record: dict) -> str | None:
+    """Why a saved trial or choice no longer describes HEAD, or None when it does: it was
+    measured on committed code (its `provenance`) and nothing this benchmark measures
+    changed since, but for changes `benchmarks/neutral_changes.json` declares neutral, the
+    rule a results file goes stale by (`testkit.results.staleness`)."""
+    made = record.get("provenance") or {}
+    if made.get("dirty") is not False:
+        return "measured on uncommitted code, or no provenance"
+    return results_lib.staleness({"benchmark": BENCHMARK, **made})
+
+
 def _save(path: str, record: dict) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as f:
-        json.dump(record, f)
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.write("\n")
     os.replace(path + ".tmp", path)
 
 
-def _trial_file(workdir: str, key: str, trial: int) -> str:
-    return os.path.join(workdir, "trials", key, f"trial{trial}.json")
+def _saved_file(key: str, name: str) -> str:
+    return os.path.join(TRIALS_DIR, key, f"{name}.json")
 
 
 def _settings_key(scenario: str, fraction: float, **settings) -> str:
@@ -788,7 +821,7 @@ def _steps(config: PipelineConfig) -> list[int]:
     return [config.train.train_steps, config.student_train_steps()]
 
 
-def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: str) -> dict:
+def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int) -> dict:
     fraction = config.data.labeled_fraction
     models = {"teacher": TEACHER, "student": STUDENT, "steps": _steps(config)}
 
@@ -797,7 +830,7 @@ def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: st
         return {**choose_settings(bench, config, seconds), "seconds": seconds}
 
     choice = _saved_choice(
-        workdir, _settings_key("choice", fraction, candidates=CANDIDATES, **models), choose
+        _settings_key("choice", fraction, candidates=CANDIDATES, **models), choose
     )
     if choice is None:
         return None
@@ -805,7 +838,6 @@ def run_m_on_m(bench: Measured, config: PipelineConfig, trials: int, workdir: st
         config, 0, alpha=choice["alpha"], temperature=choice["temperature"]
     )
     rows = _resumable(
-        workdir,
         _settings_key(
             "m_on_m",
             fraction,
@@ -895,11 +927,11 @@ def run_scenario(scenario: str, args, data: ResolvedInput, paths: dict, choice) 
         cfg = with_fraction(config, fraction)
         bench = Measured(cfg, paths, args.workdir, choice)
         if scenario == "noisy_student":
-            line = run_noisy(bench, cfg, args.trials, args.rounds, args.workdir)
+            line = run_noisy(bench, cfg, args.trials, args.rounds)
         elif scenario == "kd":
             line = run_kd(bench, cfg, args.trials, args.workdir)
         else:
-            line = run_m_on_m(bench, cfg, args.trials, args.workdir)
+            line = run_m_on_m(bench, cfg, args.trials)
         if line is None:
             print(f"# {scenario} {fraction:g}: no saved trial", file=sys.stderr)
             continue
@@ -911,6 +943,7 @@ def run_scenario(scenario: str, args, data: ResolvedInput, paths: dict, choice) 
 
 
 def main(argv: list[str] | None = None) -> None:
+    global SAVED_ONLY, TRIALS_DIR
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--scenario", choices=("m_on_m", "noisy_student", "kd", "methods"), default="methods"
@@ -930,6 +963,11 @@ def main(argv: list[str] | None = None) -> None:
         default="",
         help="what else ran on the cores (recorded; accuracy does not need an idle machine)",
     )
+    parser.add_argument(
+        "--trials-dir",
+        default=TRIALS_DIR,
+        help="where finished trials and choices are saved and read back (default: committed)",
+    )
     parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results")
     parser.add_argument(
         "--saved-only",
@@ -937,8 +975,7 @@ def main(argv: list[str] | None = None) -> None:
         help="summarise the trials earlier runs saved (resumed sessions); train nothing new",
     )
     args = parser.parse_args(argv)
-    global SAVED_ONLY
-    SAVED_ONLY = args.saved_only
+    SAVED_ONLY, TRIALS_DIR = args.saved_only, os.path.abspath(args.trials_dir)
     started, trees = results_lib.commit(), CODE.trees()
     key = CODE.key(trees)
     args.workdir = os.path.join(args.workdir, key)

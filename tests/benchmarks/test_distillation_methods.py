@@ -3,6 +3,9 @@ construction of the baselines it compares with (sizes, noise)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -147,3 +150,52 @@ def test_noisy_student_summary_pairs_the_last_round_with_each_baseline():
         "final_beats_chosen_alone_ci_excludes_0": False,
     }
     assert out["noise"] == methods.NS_ARMS["mixup"]
+
+
+def _git_out(*args) -> str:
+    return subprocess.run(
+        ["git", "-C", methods.REPO, *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _saved_trial(commit: str, dirty: bool = False) -> dict:
+    return {"acc": 0.9, "provenance": {"commit": commit, "dirty": dirty, "dirty_files": []}}
+
+
+def test_saved_trials_are_reused_only_while_they_describe_head(tmp_path, monkeypatch):
+    """A trial saved on committed HEAD is read back, not rerun; one measured on uncommitted
+    code, or before this benchmark's code last changed, is rerun and saved over."""
+    monkeypatch.setattr(methods, "TRIALS_DIR", str(tmp_path))
+    head = _git_out("rev-parse", "HEAD")
+    changed = _git_out("log", "-n1", "--format=%H", "--", "benchmarks/distillation_methods.py")
+    before = _git_out("rev-parse", f"{changed}^")
+    saved = {0: _saved_trial(head), 1: _saved_trial(head, dirty=True), 2: _saved_trial(before)}
+    for i, record in saved.items():
+        methods._save(methods._saved_file("k", f"trial{i}"), record)
+    ran = []
+
+    def run_one(i):
+        ran.append(i)
+        return {"acc": 0.5}
+
+    rows = methods._resumable("k", 4, run_one, lambda i, r: f"trial {i}")
+    assert ran == [1, 2, 3]
+    assert [r["acc"] for r in rows] == [0.9, 0.5, 0.5, 0.5]
+    # Rerun rows replace the ones not reused, with this run's provenance.
+    with open(methods._saved_file("k", "trial2")) as f:
+        assert json.load(f)["provenance"]["commit"] == head
+
+
+def test_saved_only_reads_back_and_trains_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(methods, "TRIALS_DIR", str(tmp_path))
+    monkeypatch.setattr(methods, "SAVED_ONLY", True)
+    head = _git_out("rev-parse", "HEAD")
+    methods._save(methods._saved_file("k", "trial0"), _saved_trial(head))
+    methods._save(methods._saved_file("k", "choice"), {"alpha": 0.5, **_saved_trial(head)})
+
+    def train(*_):
+        raise AssertionError("--saved-only trains nothing")
+
+    assert [r["acc"] for r in methods._resumable("k", 3, train, str)] == [0.9]
+    assert methods._saved_choice("k", train)["alpha"] == 0.5
+    assert methods._saved_choice("other", train) is None

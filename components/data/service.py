@@ -51,6 +51,8 @@ WORKER_NO_DISPATCHER_EXIT_STATUS = 3
 # How long a dispatcher or worker asked to stop (SIGTERM / SIGINT) waits for
 # TensorFlow's server to stop before its process ends anyway.
 SERVER_STOP_GRACE_SECONDS = 5.0
+# How often the server's main thread looks whether it was asked to stop.
+STOP_POLL_SECONDS = 0.5
 # While waiting for workers: how often to ask the dispatcher, how long one
 # worker's address may take to answer, and how often to say what is awaited.
 WORKER_POLL_SECONDS = 1.0
@@ -551,7 +553,12 @@ def serve(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    # Woken at least every `STOP_POLL_SECONDS`: the kernel may hand a process's signal to
+    # any of TensorFlow's threads, and then only the main thread's next bytecode runs the
+    # handler; an untimed wait would never get there, and the server would outlive its
+    # parent's death or its pod's stop.
+    while not stop.wait(STOP_POLL_SECONDS):
+        pass
     # Stopping is bounded: a worker's stop can wait for an RPC to its dispatcher, which
     # may be gone too (the parent that started both was killed), for as long as the
     # worker's dispatcher timeout; the process then outlived its parent.

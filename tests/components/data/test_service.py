@@ -5,7 +5,11 @@ starts, stopped on every path)."""
 from __future__ import annotations
 
 import collections
+import ctypes
 import dataclasses
+import os
+import platform
+import signal
 import threading
 import time
 
@@ -334,3 +338,27 @@ def test_kubeflow_dispatcher_outside_its_job_is_refused(monkeypatch):
         service.resolve_address(ServiceConfig(dispatcher="kubeflow"))
         == "grpc://tj-dispatcher-0-0.tj:5050"
     )
+
+
+# tgkill(2)'s syscall number, by machine.
+TGKILL = {"x86_64": 234, "aarch64": 131}
+
+
+def test_a_stop_signal_taken_by_any_thread_of_a_server_stops_it(tmp_path):
+    # The kernel may hand a process's SIGTERM to any thread; TensorFlow's server runs
+    # several. Sent to one that is not the main thread (tgkill), it must still stop it.
+    server = ServiceProcess("dispatcher", ["--port", "0"], str(tmp_path / "dispatcher.log"))
+    try:
+        server.wait_listening(120)
+        pid = server.process.pid
+        others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+        assert others, "TensorFlow's server runs threads besides the main one"
+        tgkill = TGKILL.get(platform.machine())
+        if tgkill is None:
+            pytest.skip(f"tgkill's syscall number on {platform.machine()} is not listed here")
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(tgkill, pid, others[-1], signal.SIGTERM) == 0, ctypes.get_errno()
+        # The grace for the server's own stop, and then some.
+        assert server.process.wait(timeout=service.SERVER_STOP_GRACE_SECONDS + 20) == 0
+    finally:
+        server.stop()

@@ -542,6 +542,10 @@ def serve(argv: list[str] | None = None) -> None:
                 dispatcher_timeout_ms=WORKER_DISPATCHER_TIMEOUT_MS,
             )
         )
+    # Handlers before the server says it listens: a caller may stop it at once.
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     # The bound address, for a caller that asked for any port (`--port 0`).
     address = server.target if args.role == "dispatcher" else f"grpc://{server._address}"  # noqa: SLF001
     print(f"tfdata-service {args.role} listening on {address}", flush=True)
@@ -550,9 +554,6 @@ def serve(argv: list[str] | None = None) -> None:
         with open(args.ready_file + ".tmp", "w") as f:
             f.write(address)
         os.replace(args.ready_file + ".tmp", args.ready_file)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     # Woken at least every `STOP_POLL_SECONDS`: the kernel may hand a process's signal to
     # any of TensorFlow's threads, and then only the main thread's next bytecode runs the
     # handler; an untimed wait would never get there, and the server would outlive its

@@ -752,7 +752,7 @@ def _resumable(key: str, count: int, run_one, describe) -> list[dict]:
             continue
         if SAVED_ONLY:
             break
-        rows.append({**run_one(i), "provenance": results_lib.provenance()})
+        rows.append({**run_one(i), "provenance": _made_by()})
         _save(path, rows[-1])
         print(f"# {describe(i, rows[-1])}", file=sys.stderr, flush=True)
     return rows
@@ -768,9 +768,15 @@ def _saved_choice(key: str, choose) -> dict | None:
         return choice
     if SAVED_ONLY:
         return None
-    choice = {**choose(), "provenance": results_lib.provenance()}
+    choice = {**choose(), "provenance": _made_by()}
     _save(path, choice)
     return choice
+
+
+def _made_by() -> dict:
+    """`provenance()` now, with the commit this process started on (`commit_start`): a
+    commit made while a trial trained would otherwise name code that did not train it."""
+    return {**results_lib.provenance(), "commit_start": results_lib.STARTED.commit}
 
 
 def _read_saved(path: str) -> dict | None:
@@ -789,12 +795,17 @@ def _read_saved(path: str) -> dict | None:
 
 def _reusable(record: dict) -> str | None:
     """Why a saved trial or choice no longer describes HEAD, or None when it does: it was
-    measured on committed code (its `provenance`) and nothing this benchmark measures
+    measured on committed code that did not change while it trained (its `provenance`:
+    `commit_start` and `commit`) and nothing this benchmark measures
     changed since, but for changes `benchmarks/neutral_changes.json` declares neutral, the
     rule a results file goes stale by (`testkit.results.staleness`)."""
     made = record.get("provenance") or {}
     if made.get("dirty") is not False:
         return "measured on uncommitted code, or no provenance"
+    # Records saved before `commit_start` was recorded name only the commit at the save.
+    started = made.get("commit_start", made)
+    if started.get("commit") != made.get("commit") or started.get("dirty") is not False:
+        return "the checkout changed while it trained"
     return results_lib.staleness({"benchmark": BENCHMARK, **made})
 
 

@@ -158,18 +158,26 @@ def _git_out(*args) -> str:
     ).stdout.strip()
 
 
-def _saved_trial(commit: str, dirty: bool = False) -> dict:
-    return {"acc": 0.9, "provenance": {"commit": commit, "dirty": dirty, "dirty_files": []}}
+def _saved_trial(commit: str, dirty: bool = False, started: str | None = None) -> dict:
+    made = {"commit": commit, "dirty": dirty, "dirty_files": []}
+    return {
+        "acc": 0.9,
+        "provenance": {**made, "commit_start": {**made, "commit": started or commit}},
+    }
 
 
 def test_saved_trials_are_reused_only_while_they_describe_head(tmp_path, monkeypatch):
     """A trial saved on committed HEAD is read back, not rerun; one measured on uncommitted
-    code, or before this benchmark's code last changed, is rerun and saved over."""
+    code, on a checkout that moved while it trained, or on a commit outside this history
+    is rerun and saved over."""
     monkeypatch.setattr(methods, "TRIALS_DIR", str(tmp_path))
     head = _git_out("rev-parse", "HEAD")
-    changed = _git_out("log", "-n1", "--format=%H", "--", "benchmarks/distillation_methods.py")
-    before = _git_out("rev-parse", f"{changed}^")
-    saved = {0: _saved_trial(head), 1: _saved_trial(head, dirty=True), 2: _saved_trial(before)}
+    saved = {
+        0: _saved_trial(head),
+        1: _saved_trial(head, dirty=True),
+        2: _saved_trial(head, started=_git_out("rev-parse", "HEAD~1")),
+        3: _saved_trial("0" * 40),
+    }
     for i, record in saved.items():
         methods._save(methods._saved_file("k", f"trial{i}"), record)
     ran = []
@@ -178,11 +186,11 @@ def test_saved_trials_are_reused_only_while_they_describe_head(tmp_path, monkeyp
         ran.append(i)
         return {"acc": 0.5}
 
-    rows = methods._resumable("k", 4, run_one, lambda i, r: f"trial {i}")
-    assert ran == [1, 2, 3]
-    assert [r["acc"] for r in rows] == [0.9, 0.5, 0.5, 0.5]
+    rows = methods._resumable("k", 5, run_one, lambda i, r: f"trial {i}")
+    assert ran == [1, 2, 3, 4]
+    assert [r["acc"] for r in rows] == [0.9, 0.5, 0.5, 0.5, 0.5]
     # Rerun rows replace the ones not reused, with this run's provenance.
-    with open(methods._saved_file("k", "trial2")) as f:
+    with open(methods._saved_file("k", "trial3")) as f:
         assert json.load(f)["provenance"]["commit"] == head
 
 

@@ -6,8 +6,8 @@ issue's target of 0.5. This one asks what that cost is made of, so a user can si
 the workers hand over: one dispatcher and one worker (`python -m components.data.service`)
 pinned to core 1, this process (the trainer) pinned to core 0, `distributed_epoch` off
 (`parallel_epochs`, one worker). Each cell is one element layout: batches
-of `size` Fashion-MNIST images (real pixels: the first 64 training images, tiled on the
-worker) as `float32` (what the Transform writes: 3,136 bytes an image), `float16` (what a
+of `size` Fashion-MNIST images (real pixels: the first 64 training images, tiled once
+here into one constant element that the worker hands over again and again) as `float32` (what the Transform writes: 3,136 bytes an image), `float16` (what a
 mixed-precision model casts its input to: 1,568) or `uint8` (the raw pixels: 784), each
 with its int64 label. Per cell:
 
@@ -17,8 +17,8 @@ with its int64 label. Per cell:
 - `floor`: the same elements held in memory here (`cache`), iterated by the same loop:
   what the loop itself costs (the 0.22 µs of `limit_client_cpu_us_per_example`);
 - per dtype at one size, `waiting`: the share of a core the trainer burns while the
-  worker is slower than it (each element delayed 20 ms on the worker), per second of
-  waiting: what a trainer pays for an idle input link.
+  worker is slower than it (each element delayed 20 ms on the worker): receiving those
+  50 elements a second and waiting for them, together.
 
 Cells run in alternating order (as listed, then reversed) over `--repeats` rounds: each
 cell's figure is the mean over rounds with a 95% t interval. A least-squares fit of CPU
@@ -85,7 +85,7 @@ def _elements(size: int, dtype: str, delay_ms: int = 0):
     if dtype != "uint8":
         x = tf.cast(x, dtype) / tf.constant(255, dtype)
     # One element, made once and handed over again and again: the worker's cost per
-    # element is its serialising alone, so it keeps ahead of the trainer.
+    # element is its serialising alone.
     ds = tf.data.Dataset.from_tensors((x, tf.tile(base_labels, [reps])[:size])).repeat()
     if delay_ms:
         from tensorflow.python.data.experimental.ops import testing

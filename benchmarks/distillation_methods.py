@@ -752,7 +752,7 @@ def _resumable(key: str, count: int, run_one, describe) -> list[dict]:
             continue
         if SAVED_ONLY:
             break
-        rows.append({**run_one(i), "provenance": _made_by()})
+        rows.append({**run_one(i), "provenance": results_lib.provenance()})
         _save(path, rows[-1])
         print(f"# {describe(i, rows[-1])}", file=sys.stderr, flush=True)
     return rows
@@ -768,15 +768,9 @@ def _saved_choice(key: str, choose) -> dict | None:
         return choice
     if SAVED_ONLY:
         return None
-    choice = {**choose(), "provenance": _made_by()}
+    choice = {**choose(), "provenance": results_lib.provenance()}
     _save(path, choice)
     return choice
-
-
-def _made_by() -> dict:
-    """`provenance()` now, with the commit this process started on (`commit_start`): a
-    commit made while a trial trained would otherwise name code that did not train it."""
-    return {**results_lib.provenance(), "commit_start": results_lib.STARTED.commit}
 
 
 def _read_saved(path: str) -> dict | None:

@@ -314,9 +314,17 @@ def _now() -> str:
 
 def provenance(cwd: str = REPO_ROOT) -> dict:
     """Where a saved trial, pair or stage came from: the commit (and dirty state), the
-    date, the machine and the stack, now. For files a benchmark saves besides its
-    results file (resumable trials)."""
-    return {**commit(cwd), "date": _now(), "machine": machine(), "stack": installed_stack()}
+    date, the machine and the stack, now, and `commit_start`, what this process started
+    on (`STARTED`): a commit made while a trial trained would otherwise name code that
+    did not train it. For files a benchmark saves besides its results file (resumable
+    trials)."""
+    return {
+        **commit(cwd),
+        "commit_start": STARTED.commit,
+        "date": _now(),
+        "machine": machine(),
+        "stack": installed_stack(),
+    }
 
 
 def write(

@@ -708,3 +708,5 @@ def test_provenance_names_commit_date_machine_and_stack(repo):
     assert saved["commit"] == results.commit(str(repo))["commit"] and saved["dirty"] is False
     assert saved["date"].endswith("+00:00") and saved["machine"]["cores"] == os.cpu_count()
     assert saved["stack"] == results.installed_stack()
+    # What the process started on, beside the commit at the save.
+    assert saved["commit_start"] == results.STARTED.commit

@@ -30,7 +30,11 @@ process pinned to core 0 (`taskset -c 0`); the service's dispatcher and worker a
   service with compression (`service_compressed`, `auto`) and without (`service_uncompressed`).
   Target <= 0.5 s (0.5 µs an example). Since d041b8d the workers hand over whole batches
   (`ingestion._ReadPlan.batched_remotely`); before, they sent parsed read batches that the
-  trainer shuffled and re-batched, and this case ran one worker.
+  trainer shuffled and re-batched, and this case ran one worker. Since then they hand over
+  elements of several batches (`ingestion.service_element_examples`, 2,048 examples at a
+  batch of 512), cut into batches here; `service_uncompressed_batch_elements` is the same
+  service handing over one batch an element, and `trainer_cpu_elements_over_batch_elements`
+  the paired ratio of the trainer's CPU per example, default over one batch.
 
 The workload is fixed before measuring: `MLP_UNITS` is what it was at 3f2f3c6. Earlier
 workloads' results (the 536k MLP, `EARLIER_WORKLOADS`) are carried into the file as
@@ -129,7 +133,8 @@ def write_data(directory: str) -> dict:
 
 
 def _dataset(data: dict, args, *, views: bool, dispatcher: str, remote: str, training: bool,
-             job: str, cache: str = "none", compression: str = "none"):  # fmt: skip
+             job: str, cache: str = "none", compression: str = "none",
+             element_examples: int = 0):  # fmt: skip
     import tensorflow as tf
 
     from components.config import IngestionConfig, ServiceConfig
@@ -141,7 +146,10 @@ def _dataset(data: dict, args, *, views: bool, dispatcher: str, remote: str, tra
         eval_batch_size=args.batch_size,
         cache=cache,
         service=ServiceConfig(
-            dispatcher=dispatcher, remote=remote or "parse", compression=compression
+            dispatcher=dispatcher,
+            remote=remote or "parse",
+            compression=compression,
+            element_examples=element_examples,
         ),
     )
     shapes = {IMAGE: (28, 28, 1)}
@@ -285,10 +293,13 @@ def _cpu_seconds(pid: int) -> float:
 
 
 # The service's first-epoch sides: (name, views, remote, compression).
+# (name, views, remote, compression, examples an element: 0 = the product's default, -1 =
+# one batch, as before ingestion.SERVICE_ELEMENT_EXAMPLES).
 FIRST_EPOCH_SIDES = (
-    ("parse", False, "parse", "none"),
-    ("parse_compressed", False, "parse", "auto"),
-    ("views", True, "augment", "none"),
+    ("parse", False, "parse", "none", 0),
+    ("parse_batch_elements", False, "parse", "none", -1),
+    ("parse_compressed", False, "parse", "auto", 0),
+    ("views", True, "augment", "none", 0),
 )
 
 
@@ -331,10 +342,13 @@ def child_first_epoch(job: dict) -> dict:
     out = {}
 
     def on_service():
-        for name, views, remote, compression in FIRST_EPOCH_SIDES:
+        # Alternated run by run, so no side always reads after another.
+        sides = FIRST_EPOCH_SIDES if job["service_first"] else FIRST_EPOCH_SIDES[::-1]
+        for name, views, remote, compression, element in sides:
+            element = args.batch_size if element < 0 else element
             served = _dataset(job["data"], args, views=views, dispatcher=job["dispatcher"],
                               remote=remote, training=True, job=f"{job['job']}-{name}",
-                              compression=compression)  # fmt: skip
+                              compression=compression, element_examples=element)  # fmt: skip
             examples_per_s, client_cpu, worker_cpu, first_batch_s = rate(served)
             out[f"service_{name}_examples_per_s"] = examples_per_s
             out[f"service_{name}_client_cpu_us_per_example"] = client_cpu * 1e6
@@ -490,6 +504,8 @@ def main() -> None:
     # Exactly once: two workers, one distributed_epoch pass read here.
     import tensorflow as tf  # noqa: F401  (after the children: this process is not timed)
 
+    from components.data import ingestion
+
     with LocalService(os.path.join(work, "once"), 2) as svc:
         ds = _dataset(data, argparse.Namespace(**shared["args"]), views=False,
                       dispatcher=svc.address, remote="parse", training=False, job="once")  # fmt: skip
@@ -500,7 +516,9 @@ def main() -> None:
     headline["exactly_once"] = exactly_once
 
     over, over_local = [], []
-    client_cpu = {"local": [], "service_uncompressed": [], "service_compressed": []}
+    client_cpu = {"local": [], "service_uncompressed": [], "service_compressed": [],
+                  "service_uncompressed_batch_elements": []}  # fmt: skip
+    element_over_batch = []
     for run in range(args.first_epoch_runs):
         with LocalService(os.path.join(work, f"first{run}"), 2, cpus=cpus) as svc:
             job = {**shared, "dispatcher": svc.address, "job": f"first{run}",
@@ -512,14 +530,22 @@ def main() -> None:
             result["service_parse_examples_per_s"] / result["local_parse_examples_per_s"]
         )
         for side, key in (("local", "local_parse"), ("service_uncompressed", "service_parse"),
-                          ("service_compressed", "service_parse_compressed")):  # fmt: skip
+                          ("service_compressed", "service_parse_compressed"),
+                          ("service_uncompressed_batch_elements", "service_parse_batch_elements")):  # fmt: skip
             client_cpu[side].append(result[f"{key}_client_cpu_us_per_example"])
+        element_over_batch.append(
+            result["service_parse_client_cpu_us_per_example"]
+            / result["service_parse_batch_elements_client_cpu_us_per_example"]
+        )
         emit({"case": "first_epoch", "run": run, "service_first": run % 2 == 0, "workers": 2,
               **{k: round(v, 3 if "cpu" in k else 1) for k, v in result.items()},
               "over_limit": round(over[-1], 3), "over_local_parse": round(over_local[-1], 3)})  # fmt: skip
     for key, values in (
         ("first_epoch_over_limit", over),
         ("first_epoch_over_local_parse", over_local),
+        # The trainer's CPU per example receiving the default elements over one batch an
+        # element, paired by run.
+        ("trainer_cpu_elements_over_batch_elements", element_over_batch),
     ):
         mean, low, high = ratio_interval(values)
         headline[key] = round(mean, 3)
@@ -534,6 +560,7 @@ def main() -> None:
                            "first_epoch_over_limit": 0.9,
                            "trainer_cpu_s_per_1e6_examples_service": 0.5}  # fmt: skip
     headline["batch_size"] = args.batch_size
+    headline["element_examples"] = ingestion.service_element_examples(args.batch_size)
     emit({"case": "summary", **headline})
     # The last line holds exactly the keys the issue names, compared across runs.
     emit({key: headline.get(key) for key in HEADLINE_KEYS})

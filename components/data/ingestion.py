@@ -43,6 +43,21 @@ SHUFFLE_BLOCKS = 8
 # are 1.6 MB, 40 of them). `benchmarks/results/tfdata_service.json` measures the result.
 SERVICE_PREFETCH_BYTES = 64 * 2**20
 SERVICE_PREFETCH_MAX = 64
+# When the service's workers batch, they hand over elements of the multiple of the batch
+# nearest this many examples (`ingestion.service.element_examples: 0`), which this host
+# cuts into batches: receiving costs a fixed time per element and a copy of every byte.
+# On Fashion-MNIST floats the trainer's CPU per example was least at 2,048 (1.55 us, 4.68
+# at 128, 1.73 at 4,096; `benchmarks/results/service_wire.json`).
+SERVICE_ELEMENT_EXAMPLES = 2048
+
+
+def service_element_examples(per_replica_batch: int, chosen: int = 0) -> int:
+    """Examples in each element the service's workers hand over when they batch: `chosen`
+    (`ingestion.service.element_examples`), or for 0 the multiple of the batch nearest
+    `SERVICE_ELEMENT_EXAMPLES` (at least one batch)."""
+    if chosen:
+        return chosen
+    return per_replica_batch * max(1, round(SERVICE_ELEMENT_EXAMPLES / per_replica_batch))
 
 
 def shard_policy(num_files: int, num_pipelines: int) -> str:
@@ -323,6 +338,14 @@ class _ReadPlan:
         )
 
     @property
+    def element_examples(self) -> int:
+        """Examples in each element the workers hand over when they batch
+        (`batched_remotely`): `service_element_examples`."""
+        return service_element_examples(
+            self.per_replica_batch, self.config.service.element_examples
+        )
+
+    @property
     def parallel(self) -> int:
         return _tune(self.config.num_parallel_calls)
 
@@ -460,7 +483,7 @@ def _plan_read(
         if training
         else "none"
     )
-    return _ReadPlan(
+    plan = _ReadPlan(
         files=tuple(files),
         compression=compression,
         ctype=ctype,
@@ -481,6 +504,27 @@ def _plan_read(
         cache=cache,
         cache_path=cache_path,
         seed=seed,
+    )
+    _check_element(plan, batch_size)
+    return plan
+
+
+def _check_element(plan: _ReadPlan, batch_size: int) -> None:
+    """Checks the service's elements can be cut into whole batches where the workers batch.
+
+    Raises:
+      IngestionError: naming `ingestion.service.element_examples` when it is not a
+        multiple of the per-replica batch.
+    """
+    chosen, batch = plan.config.service.element_examples, plan.per_replica_batch
+    if not plan.batched_remotely or not chosen or chosen % batch == 0:
+        return
+    replicas = f" ({batch_size} over {batch_size // batch} replicas)" if batch != batch_size else ""
+    raise IngestionError(
+        f"ingestion.service.element_examples: {chosen} is not a multiple of the per-replica "
+        f"batch {batch}{replicas}, so the elements the workers hand over cannot be cut into "
+        f"whole batches; set a multiple of {batch} (e.g. {batch * max(1, round(chosen / batch))}) "
+        "or 0 (the multiple nearest 2048)"
     )
 
 
@@ -807,9 +851,10 @@ def _parse_batches(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
                 ds = ds.map(plan.remote_map, num_parallel_calls=plan.parallel, deterministic=False)
             if plan.batched_remotely:
                 # Receiving is this process's cost per element (a copy of every byte
-                # and a fixed cost per batch): whole batches, ready to train on, cost
-                # it least (`benchmarks/results/tfdata_service.json`).
-                ds = _shuffle_and_batch(ds, plan)
+                # and a fixed cost per element): whole batches, ready to train on, in
+                # elements of several batches cost it least
+                # (`benchmarks/results/service_wire.json`).
+                ds = _shuffle_and_batch(ds, plan, batch=plan.element_examples)
         elif plan.remote_map is not None:
             raise IngestionError(
                 "ingestion.service.remote: 'augment' needs fixed-length features (image views "
@@ -848,17 +893,21 @@ def _on_service(remote_part: tf.data.Dataset, plan: _ReadPlan, what: str) -> tf.
     if not plan.batched_remotely:
         # Whatever arrives is shuffled and re-batched here, which buffers it.
         return served
-    return served.prefetch(_service_prefetch(served.element_spec, plan))
+    served = served.prefetch(_service_prefetch(served.element_spec, plan))
+    if plan.element_examples == plan.per_replica_batch:
+        return served
+    # Cut in order: the batches are those the workers would have handed over one by one.
+    return served.rebatch(plan.per_replica_batch, drop_remainder=plan.training)
 
 
 def _service_prefetch(spec, plan: _ReadPlan) -> int:
-    """Batches to buffer of what the workers hand over: `ingestion.prefetch` when set, else
-    `SERVICE_PREFETCH_BYTES` worth of batches (within 2 and `SERVICE_PREFETCH_MAX`)."""
+    """Elements to buffer of what the workers hand over: `ingestion.prefetch` when set,
+    else `SERVICE_PREFETCH_BYTES` worth of elements (within 2 and `SERVICE_PREFETCH_MAX`)."""
     if plan.config.prefetch > 0:
         return plan.config.prefetch
     per_example = sum(math.prod(s.shape[1:]) * s.dtype.size for s in tf.nest.flatten(spec))
-    batch_bytes = max(1, per_example * plan.per_replica_batch)
-    return max(2, min(SERVICE_PREFETCH_MAX, SERVICE_PREFETCH_BYTES // batch_bytes))
+    element_bytes = max(1, per_example * plan.element_examples)
+    return max(2, min(SERVICE_PREFETCH_MAX, SERVICE_PREFETCH_BYTES // element_bytes))
 
 
 def _cache_parsed(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
@@ -878,13 +927,16 @@ def _batch_examples(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
     return ds if plan.batched_remotely else _shuffle_and_batch(ds, plan)
 
 
-def _shuffle_and_batch(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
+def _shuffle_and_batch(
+    ds: tf.data.Dataset, plan: _ReadPlan, batch: int | None = None
+) -> tf.data.Dataset:
     """Parsed batches shuffled (when training), split into `(features, label)` and re-batched.
 
-    Training repeats forever and yields full batches of `plan.per_replica_batch`;
-    otherwise one pass, the last batch possibly smaller.
+    Training repeats forever and yields full batches of `batch` (default
+    `plan.per_replica_batch`); otherwise one pass, the last batch possibly smaller.
     """
     config = plan.config
+    batch = batch or plan.per_replica_batch
     split = _plain(functools.partial(_split_label, plan=plan))
     if not plan.fixed:
         # Sparse features cannot be re-sliced or gathered as batches: mix and
@@ -894,7 +946,7 @@ def _shuffle_and_batch(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
             ds = ds.shuffle(config.shuffle_buffer, seed=plan.seed, reshuffle_each_iteration=True)
         if plan.training:
             ds = ds.repeat()
-        ds = ds.batch(plan.per_replica_batch, drop_remainder=plan.training)
+        ds = ds.batch(batch, drop_remainder=plan.training)
         return ds.map(split, num_parallel_calls=plan.parallel, deterministic=config.deterministic)
     if plan.shuffle:
         window = max(1, math.ceil(config.shuffle_buffer / plan.read_batch))
@@ -907,7 +959,7 @@ def _shuffle_and_batch(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
         ds = ds.map(split, num_parallel_calls=plan.parallel, deterministic=config.deterministic)
     if plan.training:
         ds = ds.repeat()
-    return ds.rebatch(plan.per_replica_batch, drop_remainder=plan.training)
+    return ds.rebatch(batch, drop_remainder=plan.training)
 
 
 def _with_options(ds: tf.data.Dataset, config: IngestionConfig) -> tf.data.Dataset:

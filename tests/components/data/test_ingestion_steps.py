@@ -199,7 +199,16 @@ def test_plan_read_shards_by_pipeline_but_not_on_the_service(packed):
     assert served.unpacked_remotely
 
 
-def test_batches_from_the_workers_are_buffered_by_bytes_unless_prefetch_is_set():
+def _element_plan(per_replica_batch: int, element_examples: int = 0) -> ingestion._ReadPlan:
+    served = dataclasses.replace(
+        SERVED, service=dataclasses.replace(SERVED.service, element_examples=element_examples)
+    )
+    return ingestion._ReadPlan(
+        **{**_PLAN_DEFAULTS, "per_replica_batch": per_replica_batch, "config": served}
+    )
+
+
+def test_elements_from_the_workers_are_buffered_by_bytes_unless_prefetch_is_set():
     spec = (
         {
             "image": tf.TensorSpec([None, 784], tf.float32),
@@ -207,14 +216,52 @@ def test_batches_from_the_workers_are_buffered_by_bytes_unless_prefetch_is_set()
         },
         tf.TensorSpec([None], tf.int64),
     )
-    plan = ingestion._ReadPlan(**{**_PLAN_DEFAULTS, "per_replica_batch": 512})
-    # 785 floats and an int64 label: 3,148 bytes an example, 1,611,776 a batch of 512.
+    # 785 floats and an int64 label: 3,148 bytes an example, 1,611,776 an element of 512.
+    plan = _element_plan(512, element_examples=512)
     assert ingestion._service_prefetch(spec, plan) == 64 * 2**20 // 1_611_776 == 41
-    assert ingestion._service_prefetch(spec, dataclasses.replace(plan, per_replica_batch=4)) == 64
-    huge = dataclasses.replace(plan, per_replica_batch=10**6)
-    assert ingestion._service_prefetch(spec, huge) == 2
-    fixed = dataclasses.replace(plan, config=dataclasses.replace(SERVED, prefetch=3))
+    # Elements of 2,048 (the default for a batch of 512): 6,447,104 bytes each.
+    assert ingestion._service_prefetch(spec, _element_plan(512)) == 64 * 2**20 // 6_447_104 == 10
+    assert ingestion._service_prefetch(spec, _element_plan(4, element_examples=4)) == 64
+    assert ingestion._service_prefetch(spec, _element_plan(10**6)) == 2
+    fixed = dataclasses.replace(plan, config=dataclasses.replace(plan.config, prefetch=3))
     assert ingestion._service_prefetch(spec, fixed) == 3
+
+
+@pytest.mark.parametrize(
+    ("batch", "chosen", "element"),
+    [
+        (128, 0, 2048),  # 16 batches
+        (512, 0, 2048),
+        (300, 0, 2100),  # the multiple nearest 2,048
+        (3000, 0, 3000),  # never below one batch
+        (32, 96, 96),
+    ],
+)
+def test_the_workers_elements_hold_whole_batches(batch, chosen, element):
+    assert _element_plan(batch, element_examples=chosen).element_examples == element
+
+
+def test_elements_that_are_no_multiple_of_the_batch_are_refused_naming_the_field(packed):
+    config = dataclasses.replace(
+        SERVED,
+        cache="none",
+        service=dataclasses.replace(SERVED.service, element_examples=100),
+    )
+    with pytest.raises(
+        ingestion.IngestionError,
+        match=r"ingestion\.service\.element_examples: 100 is not a multiple of the per-replica "
+        r"batch 32 \(64 over 2 replicas\).*a multiple of 32 \(e\.g\. 96\)",
+    ):
+        _plan(
+            packed,
+            config,
+            input_context=tf.distribute.InputContext(num_input_pipelines=1, num_replicas_in_sync=2),
+            batch_size=2 * BATCH,
+            service_job="job",
+        )
+    # Where the workers do not batch (a cache here), the elements are theirs to size.
+    cached = dataclasses.replace(config, cache="memory")
+    assert not _plan(packed, cached, service_job="job").batched_remotely
 
 
 def test_the_workers_batch_unless_this_process_caches(packed):

@@ -14,7 +14,7 @@ with its int64 label. Per cell:
 - `busy`, uncompressed and compressed (`AUTO`, the service's default): the worker as fast as it goes; after `--warmup` elements, the trainer's CPU
   seconds (`time.process_time`, every thread of this process) over `--examples` examples
   per example, and examples/s;
-- `floor`: the same elements held in memory here (`cache`), iterated by the same loop:
+- `floor`: the same elements held in memory here (`cache`), prefetched and iterated by the same loop:
   what the loop itself costs (the 0.22 µs of `limit_client_cpu_us_per_example`);
 - per dtype at one size, `waiting`: the share of a core the trainer burns while the
   worker is slower than it (each element delayed 20 ms on the worker): receiving those
@@ -130,7 +130,8 @@ def measure_cell(address: str, cell: dict, args, job: str) -> dict:
         return {"cpu_share_waiting": cpu / wall}
     elements = max(30, args.examples // size)
     if cell["kind"] == "floor":
-        held = _elements(size, dtype).take(1).cache().repeat()
+        # Prefetched as the served elements are, so the floor holds the same loop.
+        held = _elements(size, dtype).take(1).cache().repeat().prefetch(16)
         cpu, wall = _iterate(held, elements, args.warmup)
     else:
         served = _served(_elements(size, dtype), address, job, cell["compression"])
@@ -234,11 +235,13 @@ def main() -> None:
         lines.append(line)
         print(json.dumps(line), flush=True)
 
-    work = tempfile.mkdtemp(prefix="service_wire_")
     cpus = {"dispatcher": str(SERVICE_CPU), "workers": str(SERVICE_CPU)}
     all_cells = cells()
     rounds: dict[str, list[dict]] = {_name(c): [] for c in all_cells}
-    with LocalService(work, 1, cpus=cpus) as svc:
+    with (
+        tempfile.TemporaryDirectory(prefix="service_wire_") as work,
+        LocalService(work, 1, cpus=cpus) as svc,
+    ):
         order = alternating_order([_name(c) for c in all_cells], args.repeats)
         by_name = {_name(c): c for c in all_cells}
         for r, names in enumerate(order):

@@ -292,9 +292,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# The service's first-epoch sides: (name, views, remote, compression).
-# (name, views, remote, compression, examples an element: 0 = the product's default, -1 =
-# one batch, as before ingestion.SERVICE_ELEMENT_EXAMPLES).
+# The service's first-epoch sides: (name, views, remote, compression, examples an element:
+# 0 = the product's default, -1 = one batch, as before `ingestion.service_element_examples`).
 FIRST_EPOCH_SIDES = (
     ("parse", False, "parse", "none", 0),
     ("parse_batch_elements", False, "parse", "none", -1),
@@ -307,7 +306,8 @@ def child_first_epoch(job: dict) -> dict:
     """One uncached epoch through the service, and on this core alone, read on core 0.
 
     Returns examples/s of: the service's first epoch (`remote: parse`, uncompressed and
-    compressed; `views`: with the views made remotely), this core reading and parsing the
+    compressed, in the product's elements; `parse_batch_elements`: uncompressed, one batch
+    an element; `views`: with the views made remotely), this core reading and parsing the
     files itself, and the limit (iterating parsed batches already in memory); and the CPU
     seconds per example this process (the trainer's side) and the service's workers spent.
     """
@@ -317,13 +317,16 @@ def child_first_epoch(job: dict) -> dict:
 
     def rate(ds, examples: int = n) -> tuple[float, float, float, float]:
         """Over the first `examples` of the stream (the training stream's first epoch),
-        after its first batch: examples/s, this process's and the workers' CPU seconds per
-        example; and the seconds to the first batch (building the iterator, tracing its
-        functions, the workers' start), apart, so the rest is what each example costs."""
+        after its first `job["skip"]` examples (one of the product's elements, on every
+        side: the first element's wait is not a per-example cost): examples/s, this
+        process's and the workers' CPU seconds per example; and the seconds to the first
+        batch (building the iterator, tracing its functions, the workers' start), apart."""
         start = time.perf_counter()
         iterator = iter(ds)
         seen = int(next(iterator)[1].shape[0])
         first_batch_s = time.perf_counter() - start
+        while seen < job["skip"]:
+            seen += int(next(iterator)[1].shape[0])
         counted, cpu = 0, time.process_time()
         theirs = sum(_cpu_seconds(p) for p in workers)
         start = time.perf_counter()
@@ -342,8 +345,10 @@ def child_first_epoch(job: dict) -> dict:
     out = {}
 
     def on_service():
-        # Alternated run by run, so no side always reads after another.
-        sides = FIRST_EPOCH_SIDES if job["service_first"] else FIRST_EPOCH_SIDES[::-1]
+        # The two element sizes swap places run by run (equal work, no side always first).
+        sides = list(FIRST_EPOCH_SIDES)
+        if not job["service_first"]:
+            sides[:2] = sides[1::-1]
         for name, views, remote, compression, element in sides:
             element = args.batch_size if element < 0 else element
             served = _dataset(job["data"], args, views=views, dispatcher=job["dispatcher"],
@@ -515,6 +520,12 @@ def main() -> None:
           "distinct": len(set(uids)), "exactly_once": exactly_once})  # fmt: skip
     headline["exactly_once"] = exactly_once
 
+    from components.data import layout
+
+    stored = layout.Layout.from_json(data["layout"]).feature_spec()
+    element = ingestion.service_element_examples(
+        args.batch_size, ingestion.stored_example_bytes(stored)
+    )
     over, over_local = [], []
     client_cpu = {"local": [], "service_uncompressed": [], "service_compressed": [],
                   "service_uncompressed_batch_elements": []}  # fmt: skip
@@ -523,7 +534,7 @@ def main() -> None:
         with LocalService(os.path.join(work, f"first{run}"), 2, cpus=cpus) as svc:
             job = {**shared, "dispatcher": svc.address, "job": f"first{run}",
                    "worker_pids": [w.process.pid for w in svc.workers],
-                   "service_first": run % 2 == 0}  # fmt: skip
+                   "service_first": run % 2 == 0, "skip": element}  # fmt: skip
             result = _run_child("first", job)
         over.append(result["service_parse_examples_per_s"] / result["limit_examples_per_s"])
         over_local.append(
@@ -560,7 +571,7 @@ def main() -> None:
                            "first_epoch_over_limit": 0.9,
                            "trainer_cpu_s_per_1e6_examples_service": 0.5}  # fmt: skip
     headline["batch_size"] = args.batch_size
-    headline["element_examples"] = ingestion.service_element_examples(args.batch_size)
+    headline["element_examples"] = element
     emit({"case": "summary", **headline})
     # The last line holds exactly the keys the issue names, compared across runs.
     emit({key: headline.get(key) for key in HEADLINE_KEYS})

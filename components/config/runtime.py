@@ -120,14 +120,17 @@ class ServiceConfig:
         shuffling and batching) and prefetch stay on the training host.
       element_examples: When the workers batch: examples in each element
         they hand over, a multiple of the per-replica batch, which this
-        host cuts into training batches in order (the same examples in the
-        same order as batches handed over one by one). 0 (default): the
-        multiple nearest 2,048. Receiving costs the trainer a fixed CPU
-        time per element and a copy of every byte, so large elements cost
-        it least: on Fashion-MNIST floats 4.7 us an example at 128 examples
-        an element, 1.6 us at 2,048 (`benchmarks/results/service_wire.json`).
-        Larger elements make each worker buffer more, and lose more at once
-        when one is lost mid-epoch.
+        host cuts into training batches in order (in training, the batches
+        the workers would have handed over one by one). 0 (default): the
+        multiple of the batch nearest 6 MB of examples, at least one batch
+        (2,048 Fashion-MNIST images). Receiving costs the trainer a fixed
+        CPU time per element and a copy of every byte, so large elements
+        cost it least (`benchmarks/results/service_wire.json`,
+        `tfdata_service.json`). Larger elements make each worker buffer
+        more, and lose more at once when one is lost mid-epoch. Unused
+        where the workers do not batch (`parallel_epochs`, a cache here,
+        `remote: read`, variable-length features), but refused there too
+        when no multiple of the batch.
       work_dir: The dispatcher's journal directory on storage every pod
         reaches (fault-tolerant mode: a restarted dispatcher resumes its jobs).
         Read by the dispatcher the Kubeflow job starts ('' there: under the
@@ -199,7 +202,7 @@ class ServiceConfig:
         if self.element_examples < 0:
             fail(
                 "element_examples",
-                f"expected an integer >= 0 (0 = the multiple of the batch nearest 2048), "
+                f"expected an integer >= 0 (0 = the multiple of the batch nearest 6 MB), "
                 f"got {self.element_examples}",
             )
         if self.job_name and not _JOB_NAME.fullmatch(self.job_name):
@@ -235,7 +238,9 @@ class IngestionConfig:
       num_parallel_reads: Files read concurrently (0 = autotune).
       num_parallel_calls: Parallel parse calls (0 = autotune).
       prefetch: Batches prefetched (0 = autotune; for batches the tf.data
-        service's workers hand over, 0 buffers about 64 MB of them).
+        service's workers hand over, 0 buffers about 64 MB of them, and a
+        depth also buffers as many whole elements as hold that many
+        batches, at least 2).
       deterministic: Keep element order reproducible across runs (slower);
         without shuffling, every epoch then has the same order.
       service: Run reading, parsing and optionally augmentation on tf.data

@@ -35,8 +35,8 @@ READ_BATCH = 4096
 # window of label-sorted files held 2-3 classes: less random than stock TFX's
 # example buffer (`benchmarks/results/shuffle_quality.json`).
 SHUFFLE_BLOCKS = 8
-# Batches the service's workers hand over are buffered here up to this many bytes (at
-# least 2, at most `SERVICE_PREFETCH_MAX` batches) unless `ingestion.prefetch` sets a
+# Elements the service's workers hand over are buffered here up to this many bytes (at
+# least 2, at most `SERVICE_PREFETCH_MAX` elements) unless `ingestion.prefetch` sets a
 # depth: the workers' batches come in bursts, and autotuned prefetch (or 4 batches)
 # kept too few of them, slower than the trainer-side shuffle window it replaced; 16 to
 # 64 batches were faster (a scratch A/B, commit 2e29956; Fashion-MNIST batches of 512
@@ -44,20 +44,40 @@ SHUFFLE_BLOCKS = 8
 SERVICE_PREFETCH_BYTES = 64 * 2**20
 SERVICE_PREFETCH_MAX = 64
 # When the service's workers batch, they hand over elements of the multiple of the batch
-# nearest this many examples (`ingestion.service.element_examples: 0`), which this host
-# cuts into batches: receiving costs a fixed time per element and a copy of every byte.
-# On Fashion-MNIST floats the trainer's CPU per example was least at 2,048 (1.55 us, 4.68
-# at 128, 1.73 at 4,096; `benchmarks/results/service_wire.json`).
-SERVICE_ELEMENT_EXAMPLES = 2048
+# that holds nearest this many bytes (`ingestion.service.element_examples: 0`; at least one
+# batch), which this host cuts into batches: receiving costs a fixed time per element
+# (about 290 us) and a copy of every byte (0.5 ns), so the fixed part is a tenth of the
+# whole from about 6 MB. On Fashion-MNIST floats (3,148 bytes an example: 2,048 examples)
+# the trainer's CPU per example was 4.68 us at 128 examples an element, 1.55 at 2,048 and
+# 1.73 at 4,096 (`benchmarks/results/service_wire.json`). Bounded by bytes, not examples,
+# so large examples never make elements of gigabytes.
+SERVICE_ELEMENT_BYTES = 6 * 2**20
 
 
-def service_element_examples(per_replica_batch: int, chosen: int = 0) -> int:
+# What one string value counts for in `stored_example_bytes`: TensorFlow's `tstring` (its
+# characters beyond the short-string buffer are not counted).
+STRING_VALUE_BYTES = 24
+
+
+def stored_example_bytes(spec: Mapping) -> int:
+    """Bytes one example's fixed-length features take in memory as stored (`spec`, the
+    packed feature counted as floats): what sizes the service's elements."""
+    return sum(
+        math.prod(s.shape) * (STRING_VALUE_BYTES if s.dtype == tf.string else s.dtype.size)
+        for s in spec.values()
+        if isinstance(s, tf.io.FixedLenFeature)
+    )
+
+
+def service_element_examples(per_replica_batch: int, example_bytes: int, chosen: int = 0) -> int:
     """Examples in each element the service's workers hand over when they batch: `chosen`
-    (`ingestion.service.element_examples`), or for 0 the multiple of the batch nearest
-    `SERVICE_ELEMENT_EXAMPLES` (at least one batch)."""
+    (`ingestion.service.element_examples`), or for 0 the multiple of the batch whose
+    elements hold nearest `SERVICE_ELEMENT_BYTES` of `example_bytes` examples (at least
+    one batch)."""
     if chosen:
         return chosen
-    return per_replica_batch * max(1, round(SERVICE_ELEMENT_EXAMPLES / per_replica_batch))
+    examples = SERVICE_ELEMENT_BYTES / max(1, example_bytes)
+    return per_replica_batch * max(1, round(examples / per_replica_batch))
 
 
 def shard_policy(num_files: int, num_pipelines: int) -> str:
@@ -342,7 +362,9 @@ class _ReadPlan:
         """Examples in each element the workers hand over when they batch
         (`batched_remotely`): `service_element_examples`."""
         return service_element_examples(
-            self.per_replica_batch, self.config.service.element_examples
+            self.per_replica_batch,
+            stored_example_bytes(self.spec),
+            self.config.service.element_examples,
         )
 
     @property
@@ -413,7 +435,8 @@ def make_dataset(
         otherwise), and every input pipeline reads the one job (no sharding here).
         With fixed-length features and no cache (`remote: parse` or `augment`),
         shuffling and batching run there too: this process receives whole
-        batches of the model's features and only prefetches. With a cache,
+        batches of the model's features, several an element
+        (`service_element_examples`), and only cuts and prefetches them. With a cache,
         this process caches, shuffles and re-batches what the workers parsed.
       remote_map: Applied to the read batches of `(features, label)` after
         parsing, on the service's workers (`service.remote: augment`).
@@ -510,21 +533,23 @@ def _plan_read(
 
 
 def _check_element(plan: _ReadPlan, batch_size: int) -> None:
-    """Checks the service's elements can be cut into whole batches where the workers batch.
+    """Checks the service's elements can be cut into whole batches, on every read that uses
+    the service (whether its workers batch depends on `cache: auto` and the replicas, so
+    a wrong value fails every run, not only those).
 
     Raises:
       IngestionError: naming `ingestion.service.element_examples` when it is not a
         multiple of the per-replica batch.
     """
     chosen, batch = plan.config.service.element_examples, plan.per_replica_batch
-    if not plan.batched_remotely or not chosen or chosen % batch == 0:
+    if not plan.remote or not chosen or chosen % batch == 0:
         return
     replicas = f" ({batch_size} over {batch_size // batch} replicas)" if batch != batch_size else ""
     raise IngestionError(
         f"ingestion.service.element_examples: {chosen} is not a multiple of the per-replica "
         f"batch {batch}{replicas}, so the elements the workers hand over cannot be cut into "
         f"whole batches; set a multiple of {batch} (e.g. {batch * max(1, round(chosen / batch))}) "
-        "or 0 (the multiple nearest 2048)"
+        "or 0 (the multiple of the batch nearest 6 MB of examples)"
     )
 
 
@@ -896,15 +921,19 @@ def _on_service(remote_part: tf.data.Dataset, plan: _ReadPlan, what: str) -> tf.
     served = served.prefetch(_service_prefetch(served.element_spec, plan))
     if plan.element_examples == plan.per_replica_batch:
         return served
-    # Cut in order: the batches are those the workers would have handed over one by one.
+    # Cut in order. Training elements are whole multiples of the batch, so each batch is
+    # one the workers would have handed over one by one; a one-pass read (which the
+    # product keeps off the service) may join a worker's short last element to the next.
     return served.rebatch(plan.per_replica_batch, drop_remainder=plan.training)
 
 
 def _service_prefetch(spec, plan: _ReadPlan) -> int:
-    """Elements to buffer of what the workers hand over: `ingestion.prefetch` when set,
-    else `SERVICE_PREFETCH_BYTES` worth of elements (within 2 and `SERVICE_PREFETCH_MAX`)."""
+    """Elements to buffer of what the workers hand over: as many as hold
+    `ingestion.prefetch` batches when it is set (at least 2), else
+    `SERVICE_PREFETCH_BYTES` worth of elements (within 2 and `SERVICE_PREFETCH_MAX`)."""
     if plan.config.prefetch > 0:
-        return plan.config.prefetch
+        batches_each = plan.element_examples // plan.per_replica_batch
+        return max(2, math.ceil(plan.config.prefetch / batches_each))
     per_example = sum(math.prod(s.shape[1:]) * s.dtype.size for s in tf.nest.flatten(spec))
     element_bytes = max(1, per_example * plan.element_examples)
     return max(2, min(SERVICE_PREFETCH_MAX, SERVICE_PREFETCH_BYTES // element_bytes))

@@ -30,11 +30,7 @@ process pinned to core 0 (`taskset -c 0`); the service's dispatcher and worker a
   service with compression (`service_compressed`, `auto`) and without (`service_uncompressed`).
   Target <= 0.5 s (0.5 µs an example). Since d041b8d the workers hand over whole batches
   (`ingestion._ReadPlan.batched_remotely`); before, they sent parsed read batches that the
-  trainer shuffled and re-batched, and this case ran one worker. Since then they hand over
-  elements of several batches (`ingestion.service_element_examples`, 2,048 examples at a
-  batch of 512), cut into batches here; `service_uncompressed_batch_elements` is the same
-  service handing over one batch an element, and `trainer_cpu_elements_over_batch_elements`
-  the paired ratio of the trainer's CPU per example, default over one batch.
+  trainer shuffled and re-batched, and this case ran one worker.
 
 The workload is fixed before measuring: `MLP_UNITS` is what it was at 3f2f3c6. Earlier
 workloads' results (the 536k MLP, `EARLIER_WORKLOADS`) are carried into the file as
@@ -133,8 +129,7 @@ def write_data(directory: str) -> dict:
 
 
 def _dataset(data: dict, args, *, views: bool, dispatcher: str, remote: str, training: bool,
-             job: str, cache: str = "none", compression: str = "none",
-             element_examples: int = 0):  # fmt: skip
+             job: str, cache: str = "none", compression: str = "none"):  # fmt: skip
     import tensorflow as tf
 
     from components.config import IngestionConfig, ServiceConfig
@@ -146,10 +141,7 @@ def _dataset(data: dict, args, *, views: bool, dispatcher: str, remote: str, tra
         eval_batch_size=args.batch_size,
         cache=cache,
         service=ServiceConfig(
-            dispatcher=dispatcher,
-            remote=remote or "parse",
-            compression=compression,
-            element_examples=element_examples,
+            dispatcher=dispatcher, remote=remote or "parse", compression=compression
         ),
     )
     shapes = {IMAGE: (28, 28, 1)}
@@ -292,13 +284,11 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# The service's first-epoch sides: (name, views, remote, compression, examples an element:
-# 0 = the product's default, -1 = one batch, as before `ingestion.service_element_examples`).
+# The service's first-epoch sides: (name, views, remote, compression).
 FIRST_EPOCH_SIDES = (
-    ("parse", False, "parse", "none", 0),
-    ("parse_batch_elements", False, "parse", "none", -1),
-    ("parse_compressed", False, "parse", "auto", 0),
-    ("views", True, "augment", "none", 0),
+    ("parse", False, "parse", "none"),
+    ("parse_compressed", False, "parse", "auto"),
+    ("views", True, "augment", "none"),
 )
 
 
@@ -306,8 +296,7 @@ def child_first_epoch(job: dict) -> dict:
     """One uncached epoch through the service, and on this core alone, read on core 0.
 
     Returns examples/s of: the service's first epoch (`remote: parse`, uncompressed and
-    compressed, in the product's elements; `parse_batch_elements`: uncompressed, one batch
-    an element; `views`: with the views made remotely), this core reading and parsing the
+    compressed; `views`: with the views made remotely), this core reading and parsing the
     files itself, and the limit (iterating parsed batches already in memory); and the CPU
     seconds per example this process (the trainer's side) and the service's workers spent.
     """
@@ -317,16 +306,13 @@ def child_first_epoch(job: dict) -> dict:
 
     def rate(ds, examples: int = n) -> tuple[float, float, float, float]:
         """Over the first `examples` of the stream (the training stream's first epoch),
-        after its first `job["skip"]` examples (one of the product's elements, on every
-        side: the first element's wait is not a per-example cost): examples/s, this
-        process's and the workers' CPU seconds per example; and the seconds to the first
-        batch (building the iterator, tracing its functions, the workers' start), apart."""
+        after its first batch: examples/s, this process's and the workers' CPU seconds per
+        example; and the seconds to the first batch (building the iterator, tracing its
+        functions, the workers' start), apart, so the rest is what each example costs."""
         start = time.perf_counter()
         iterator = iter(ds)
         seen = int(next(iterator)[1].shape[0])
         first_batch_s = time.perf_counter() - start
-        while seen < job["skip"]:
-            seen += int(next(iterator)[1].shape[0])
         counted, cpu = 0, time.process_time()
         theirs = sum(_cpu_seconds(p) for p in workers)
         start = time.perf_counter()
@@ -345,15 +331,10 @@ def child_first_epoch(job: dict) -> dict:
     out = {}
 
     def on_service():
-        # The two element sizes swap places run by run (equal work, no side always first).
-        sides = list(FIRST_EPOCH_SIDES)
-        if not job["service_first"]:
-            sides[:2] = sides[1::-1]
-        for name, views, remote, compression, element in sides:
-            element = args.batch_size if element < 0 else element
+        for name, views, remote, compression in FIRST_EPOCH_SIDES:
             served = _dataset(job["data"], args, views=views, dispatcher=job["dispatcher"],
                               remote=remote, training=True, job=f"{job['job']}-{name}",
-                              compression=compression, element_examples=element)  # fmt: skip
+                              compression=compression)  # fmt: skip
             examples_per_s, client_cpu, worker_cpu, first_batch_s = rate(served)
             out[f"service_{name}_examples_per_s"] = examples_per_s
             out[f"service_{name}_client_cpu_us_per_example"] = client_cpu * 1e6
@@ -509,8 +490,6 @@ def main() -> None:
     # Exactly once: two workers, one distributed_epoch pass read here.
     import tensorflow as tf  # noqa: F401  (after the children: this process is not timed)
 
-    from components.data import ingestion
-
     with LocalService(os.path.join(work, "once"), 2) as svc:
         ds = _dataset(data, argparse.Namespace(**shared["args"]), views=False,
                       dispatcher=svc.address, remote="parse", training=False, job="once")  # fmt: skip
@@ -520,43 +499,27 @@ def main() -> None:
           "distinct": len(set(uids)), "exactly_once": exactly_once})  # fmt: skip
     headline["exactly_once"] = exactly_once
 
-    from components.data import layout
-
-    stored = layout.Layout.from_json(data["layout"]).feature_spec()
-    element = ingestion.service_element_examples(
-        args.batch_size, ingestion.stored_example_bytes(stored)
-    )
     over, over_local = [], []
-    client_cpu = {"local": [], "service_uncompressed": [], "service_compressed": [],
-                  "service_uncompressed_batch_elements": []}  # fmt: skip
-    element_over_batch = []
+    client_cpu = {"local": [], "service_uncompressed": [], "service_compressed": []}
     for run in range(args.first_epoch_runs):
         with LocalService(os.path.join(work, f"first{run}"), 2, cpus=cpus) as svc:
             job = {**shared, "dispatcher": svc.address, "job": f"first{run}",
                    "worker_pids": [w.process.pid for w in svc.workers],
-                   "service_first": run % 2 == 0, "skip": element}  # fmt: skip
+                   "service_first": run % 2 == 0}  # fmt: skip
             result = _run_child("first", job)
         over.append(result["service_parse_examples_per_s"] / result["limit_examples_per_s"])
         over_local.append(
             result["service_parse_examples_per_s"] / result["local_parse_examples_per_s"]
         )
         for side, key in (("local", "local_parse"), ("service_uncompressed", "service_parse"),
-                          ("service_compressed", "service_parse_compressed"),
-                          ("service_uncompressed_batch_elements", "service_parse_batch_elements")):  # fmt: skip
+                          ("service_compressed", "service_parse_compressed")):  # fmt: skip
             client_cpu[side].append(result[f"{key}_client_cpu_us_per_example"])
-        element_over_batch.append(
-            result["service_parse_client_cpu_us_per_example"]
-            / result["service_parse_batch_elements_client_cpu_us_per_example"]
-        )
         emit({"case": "first_epoch", "run": run, "service_first": run % 2 == 0, "workers": 2,
               **{k: round(v, 3 if "cpu" in k else 1) for k, v in result.items()},
               "over_limit": round(over[-1], 3), "over_local_parse": round(over_local[-1], 3)})  # fmt: skip
     for key, values in (
         ("first_epoch_over_limit", over),
         ("first_epoch_over_local_parse", over_local),
-        # The trainer's CPU per example receiving the default elements over one batch an
-        # element, paired by run.
-        ("trainer_cpu_elements_over_batch_elements", element_over_batch),
     ):
         mean, low, high = ratio_interval(values)
         headline[key] = round(mean, 3)
@@ -571,7 +534,6 @@ def main() -> None:
                            "first_epoch_over_limit": 0.9,
                            "trainer_cpu_s_per_1e6_examples_service": 0.5}  # fmt: skip
     headline["batch_size"] = args.batch_size
-    headline["element_examples"] = element
     emit({"case": "summary", **headline})
     # The last line holds exactly the keys the issue names, compared across runs.
     emit({key: headline.get(key) for key in HEADLINE_KEYS})

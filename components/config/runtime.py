@@ -118,19 +118,6 @@ class ServiceConfig:
         workers also shuffle and batch: the training host receives whole
         batches, its cheapest way in. `partially_labeled`, caching (and then
         shuffling and batching) and prefetch stay on the training host.
-      element_examples: When the workers batch: examples in each element
-        they hand over, a multiple of the per-replica batch, which this
-        host cuts into training batches in order (in training, the batches
-        the workers would have handed over one by one). 0 (default): the
-        multiple of the batch nearest 6 MB of examples, at least one batch
-        (2,048 Fashion-MNIST images). Receiving costs the trainer a fixed
-        CPU time per element and a copy of every byte, so large elements
-        cost it least (`benchmarks/results/service_wire.json`,
-        `tfdata_service.json`). Larger elements make each worker buffer
-        more, and lose more at once when one is lost mid-epoch. Unused
-        where the workers do not batch (`parallel_epochs`, a cache here,
-        `remote: read`, variable-length features), but refused there too
-        when no multiple of the batch.
       work_dir: The dispatcher's journal directory on storage every pod
         reaches (fault-tolerant mode: a restarted dispatcher resumes its jobs).
         Read by the dispatcher the Kubeflow job starts ('' there: under the
@@ -159,7 +146,6 @@ class ServiceConfig:
     job_name: str = ""
     compression: Literal["auto", "none"] = "none"
     remote: Literal["read", "parse", "augment"] = "parse"
-    element_examples: int = 0
     work_dir: str = ""
     connect_timeout_seconds: int = 60
     worker_wait_seconds: int = 300
@@ -199,12 +185,6 @@ class ServiceConfig:
                     "dispatcher",
                     f"{problem}; or {KUBEFLOW_DISPATCHER!r} for the dispatcher of the Kubeflow job, or '' for no service",
                 )
-        if self.element_examples < 0:
-            fail(
-                "element_examples",
-                f"expected an integer >= 0 (0 = the multiple of the batch nearest 6 MB), "
-                f"got {self.element_examples}",
-            )
         if self.job_name and not _JOB_NAME.fullmatch(self.job_name):
             fail("job_name", f"expected letters, digits, '_', '.' or '-', got {self.job_name!r}")
         for name in ("connect_timeout_seconds", "worker_wait_seconds"):
@@ -238,9 +218,7 @@ class IngestionConfig:
       num_parallel_reads: Files read concurrently (0 = autotune).
       num_parallel_calls: Parallel parse calls (0 = autotune).
       prefetch: Batches prefetched (0 = autotune; for batches the tf.data
-        service's workers hand over, 0 buffers about 64 MB of them, and a
-        depth also buffers as many whole elements as hold that many
-        batches, at least 2).
+        service's workers hand over, 0 buffers about 64 MB of them).
       deterministic: Keep element order reproducible across runs (slower);
         without shuffling, every epoch then has the same order.
       service: Run reading, parsing and optionally augmentation on tf.data

@@ -35,49 +35,14 @@ READ_BATCH = 4096
 # window of label-sorted files held 2-3 classes: less random than stock TFX's
 # example buffer (`benchmarks/results/shuffle_quality.json`).
 SHUFFLE_BLOCKS = 8
-# Elements the service's workers hand over are buffered here up to this many bytes (at
-# least 2, at most `SERVICE_PREFETCH_MAX` elements) unless `ingestion.prefetch` sets a
+# Batches the service's workers hand over are buffered here up to this many bytes (at
+# least 2, at most `SERVICE_PREFETCH_MAX` batches) unless `ingestion.prefetch` sets a
 # depth: the workers' batches come in bursts, and autotuned prefetch (or 4 batches)
 # kept too few of them, slower than the trainer-side shuffle window it replaced; 16 to
 # 64 batches were faster (a scratch A/B, commit 2e29956; Fashion-MNIST batches of 512
 # are 1.6 MB, 40 of them). `benchmarks/results/tfdata_service.json` measures the result.
 SERVICE_PREFETCH_BYTES = 64 * 2**20
 SERVICE_PREFETCH_MAX = 64
-# When the service's workers batch, they hand over elements of the multiple of the batch
-# that holds nearest this many bytes (`ingestion.service.element_examples: 0`; at least one
-# batch), which this host cuts into batches: receiving costs a fixed time per element
-# (about 290 us) and a copy of every byte (0.5 ns), so the fixed part is a tenth of the
-# whole from about 6 MB. On Fashion-MNIST floats (3,148 bytes an example: 2,048 examples)
-# the trainer's CPU per example was 4.68 us at 128 examples an element, 1.55 at 2,048 and
-# 1.73 at 4,096 (`benchmarks/results/service_wire.json`). Bounded by bytes, not examples,
-# so large examples never make elements of gigabytes.
-SERVICE_ELEMENT_BYTES = 6 * 2**20
-
-
-# What one string value counts for in `stored_example_bytes`: TensorFlow's `tstring` (its
-# characters beyond the short-string buffer are not counted).
-STRING_VALUE_BYTES = 24
-
-
-def stored_example_bytes(spec: Mapping) -> int:
-    """Bytes one example's fixed-length features take in memory as stored (`spec`, the
-    packed feature counted as floats): what sizes the service's elements."""
-    return sum(
-        math.prod(s.shape) * (STRING_VALUE_BYTES if s.dtype == tf.string else s.dtype.size)
-        for s in spec.values()
-        if isinstance(s, tf.io.FixedLenFeature)
-    )
-
-
-def service_element_examples(per_replica_batch: int, example_bytes: int, chosen: int = 0) -> int:
-    """Examples in each element the service's workers hand over when they batch: `chosen`
-    (`ingestion.service.element_examples`), or for 0 the multiple of the batch whose
-    elements hold nearest `SERVICE_ELEMENT_BYTES` of `example_bytes` examples (at least
-    one batch)."""
-    if chosen:
-        return chosen
-    examples = SERVICE_ELEMENT_BYTES / max(1, example_bytes)
-    return per_replica_batch * max(1, round(examples / per_replica_batch))
 
 
 def shard_policy(num_files: int, num_pipelines: int) -> str:
@@ -358,16 +323,6 @@ class _ReadPlan:
         )
 
     @property
-    def element_examples(self) -> int:
-        """Examples in each element the workers hand over when they batch
-        (`batched_remotely`): `service_element_examples`."""
-        return service_element_examples(
-            self.per_replica_batch,
-            stored_example_bytes(self.spec),
-            self.config.service.element_examples,
-        )
-
-    @property
     def parallel(self) -> int:
         return _tune(self.config.num_parallel_calls)
 
@@ -435,8 +390,7 @@ def make_dataset(
         otherwise), and every input pipeline reads the one job (no sharding here).
         With fixed-length features and no cache (`remote: parse` or `augment`),
         shuffling and batching run there too: this process receives whole
-        batches of the model's features, several an element
-        (`service_element_examples`), and only cuts and prefetches them. With a cache,
+        batches of the model's features and only prefetches. With a cache,
         this process caches, shuffles and re-batches what the workers parsed.
       remote_map: Applied to the read batches of `(features, label)` after
         parsing, on the service's workers (`service.remote: augment`).
@@ -506,7 +460,7 @@ def _plan_read(
         if training
         else "none"
     )
-    plan = _ReadPlan(
+    return _ReadPlan(
         files=tuple(files),
         compression=compression,
         ctype=ctype,
@@ -527,29 +481,6 @@ def _plan_read(
         cache=cache,
         cache_path=cache_path,
         seed=seed,
-    )
-    _check_element(plan, batch_size)
-    return plan
-
-
-def _check_element(plan: _ReadPlan, batch_size: int) -> None:
-    """Checks the service's elements can be cut into whole batches, on every read that uses
-    the service (whether its workers batch depends on `cache: auto` and the replicas, so
-    a wrong value fails every run, not only those).
-
-    Raises:
-      IngestionError: naming `ingestion.service.element_examples` when it is not a
-        multiple of the per-replica batch.
-    """
-    chosen, batch = plan.config.service.element_examples, plan.per_replica_batch
-    if not plan.remote or not chosen or chosen % batch == 0:
-        return
-    replicas = f" ({batch_size} over {batch_size // batch} replicas)" if batch != batch_size else ""
-    raise IngestionError(
-        f"ingestion.service.element_examples: {chosen} is not a multiple of the per-replica "
-        f"batch {batch}{replicas}, so the elements the workers hand over cannot be cut into "
-        f"whole batches; set a multiple of {batch} (e.g. {batch * max(1, round(chosen / batch))}) "
-        "or 0 (the multiple of the batch nearest 6 MB of examples)"
     )
 
 
@@ -876,10 +807,9 @@ def _parse_batches(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
                 ds = ds.map(plan.remote_map, num_parallel_calls=plan.parallel, deterministic=False)
             if plan.batched_remotely:
                 # Receiving is this process's cost per element (a copy of every byte
-                # and a fixed cost per element): whole batches, ready to train on, in
-                # elements of several batches cost it least
-                # (`benchmarks/results/service_wire.json`).
-                ds = _shuffle_and_batch(ds, plan, batch=plan.element_examples)
+                # and a fixed cost per batch): whole batches, ready to train on, cost
+                # it least (`benchmarks/results/tfdata_service.json`).
+                ds = _shuffle_and_batch(ds, plan)
         elif plan.remote_map is not None:
             raise IngestionError(
                 "ingestion.service.remote: 'augment' needs fixed-length features (image views "
@@ -918,25 +848,17 @@ def _on_service(remote_part: tf.data.Dataset, plan: _ReadPlan, what: str) -> tf.
     if not plan.batched_remotely:
         # Whatever arrives is shuffled and re-batched here, which buffers it.
         return served
-    served = served.prefetch(_service_prefetch(served.element_spec, plan))
-    if plan.element_examples == plan.per_replica_batch:
-        return served
-    # Cut in order. Training elements are whole multiples of the batch, so each batch is
-    # one the workers would have handed over one by one; a one-pass read (which the
-    # product keeps off the service) may join a worker's short last element to the next.
-    return served.rebatch(plan.per_replica_batch, drop_remainder=plan.training)
+    return served.prefetch(_service_prefetch(served.element_spec, plan))
 
 
 def _service_prefetch(spec, plan: _ReadPlan) -> int:
-    """Elements to buffer of what the workers hand over: as many as hold
-    `ingestion.prefetch` batches when it is set (at least 2), else
-    `SERVICE_PREFETCH_BYTES` worth of elements (within 2 and `SERVICE_PREFETCH_MAX`)."""
+    """Batches to buffer of what the workers hand over: `ingestion.prefetch` when set, else
+    `SERVICE_PREFETCH_BYTES` worth of batches (within 2 and `SERVICE_PREFETCH_MAX`)."""
     if plan.config.prefetch > 0:
-        batches_each = plan.element_examples // plan.per_replica_batch
-        return max(2, math.ceil(plan.config.prefetch / batches_each))
+        return plan.config.prefetch
     per_example = sum(math.prod(s.shape[1:]) * s.dtype.size for s in tf.nest.flatten(spec))
-    element_bytes = max(1, per_example * plan.element_examples)
-    return max(2, min(SERVICE_PREFETCH_MAX, SERVICE_PREFETCH_BYTES // element_bytes))
+    batch_bytes = max(1, per_example * plan.per_replica_batch)
+    return max(2, min(SERVICE_PREFETCH_MAX, SERVICE_PREFETCH_BYTES // batch_bytes))
 
 
 def _cache_parsed(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
@@ -956,16 +878,13 @@ def _batch_examples(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
     return ds if plan.batched_remotely else _shuffle_and_batch(ds, plan)
 
 
-def _shuffle_and_batch(
-    ds: tf.data.Dataset, plan: _ReadPlan, batch: int | None = None
-) -> tf.data.Dataset:
+def _shuffle_and_batch(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
     """Parsed batches shuffled (when training), split into `(features, label)` and re-batched.
 
-    Training repeats forever and yields full batches of `batch` (default
-    `plan.per_replica_batch`); otherwise one pass, the last batch possibly smaller.
+    Training repeats forever and yields full batches of `plan.per_replica_batch`;
+    otherwise one pass, the last batch possibly smaller.
     """
     config = plan.config
-    batch = batch or plan.per_replica_batch
     split = _plain(functools.partial(_split_label, plan=plan))
     if not plan.fixed:
         # Sparse features cannot be re-sliced or gathered as batches: mix and
@@ -975,7 +894,7 @@ def _shuffle_and_batch(
             ds = ds.shuffle(config.shuffle_buffer, seed=plan.seed, reshuffle_each_iteration=True)
         if plan.training:
             ds = ds.repeat()
-        ds = ds.batch(batch, drop_remainder=plan.training)
+        ds = ds.batch(plan.per_replica_batch, drop_remainder=plan.training)
         return ds.map(split, num_parallel_calls=plan.parallel, deterministic=config.deterministic)
     if plan.shuffle:
         window = max(1, math.ceil(config.shuffle_buffer / plan.read_batch))
@@ -988,7 +907,7 @@ def _shuffle_and_batch(
         ds = ds.map(split, num_parallel_calls=plan.parallel, deterministic=config.deterministic)
     if plan.training:
         ds = ds.repeat()
-    return ds.rebatch(batch, drop_remainder=plan.training)
+    return ds.rebatch(plan.per_replica_batch, drop_remainder=plan.training)
 
 
 def _with_options(ds: tf.data.Dataset, config: IngestionConfig) -> tf.data.Dataset:

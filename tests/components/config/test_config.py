@@ -740,10 +740,6 @@ def test_student_train_steps_default_to_the_teachers(taxi_config):
         ),
         ({"service": {"dispatcher": "h:70000"}}, r"port in \[1, 65535\]"),
         ({"service": {"dispatcher": "h:5050", "job_name": "a b"}}, "ingestion.service.job_name"),
-        (
-            {"service": {"dispatcher": "h:5050", "element_examples": -1}},
-            r"^ingestion\.service\.element_examples: expected an integer >= 0 \(0 = the multiple",
-        ),
         ({"deterministic": True, "service": {"dispatcher": "h:5050"}}, "ingestion.deterministic"),
         (
             {"cache": "memory", "service": {"dispatcher": "h:5050", "remote": "augment"}},

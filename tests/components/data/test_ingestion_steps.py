@@ -199,30 +199,7 @@ def test_plan_read_shards_by_pipeline_but_not_on_the_service(packed):
     assert served.unpacked_remotely
 
 
-# Fashion-MNIST as the Transform stores it: 785 packed floats and an int64 label.
-IMAGES = {
-    "packed_features": tf.io.FixedLenFeature([785], tf.float32),
-    LABEL: tf.io.FixedLenFeature([], tf.int64),
-}
-
-
-def _element_plan(
-    per_replica_batch: int, element_examples: int = 0, spec=IMAGES
-) -> ingestion._ReadPlan:
-    served = dataclasses.replace(
-        SERVED, service=dataclasses.replace(SERVED.service, element_examples=element_examples)
-    )
-    return ingestion._ReadPlan(
-        **{
-            **_PLAN_DEFAULTS,
-            "per_replica_batch": per_replica_batch,
-            "config": served,
-            "spec": spec,
-        }
-    )
-
-
-def test_elements_from_the_workers_are_buffered_by_bytes_unless_prefetch_is_set():
+def test_batches_from_the_workers_are_buffered_by_bytes_unless_prefetch_is_set():
     spec = (
         {
             "image": tf.TensorSpec([None, 784], tf.float32),
@@ -230,73 +207,14 @@ def test_elements_from_the_workers_are_buffered_by_bytes_unless_prefetch_is_set(
         },
         tf.TensorSpec([None], tf.int64),
     )
-    # 785 floats and an int64 label: 3,148 bytes an example, 1,611,776 an element of 512.
-    plan = _element_plan(512, element_examples=512)
+    plan = ingestion._ReadPlan(**{**_PLAN_DEFAULTS, "per_replica_batch": 512})
+    # 785 floats and an int64 label: 3,148 bytes an example, 1,611,776 a batch of 512.
     assert ingestion._service_prefetch(spec, plan) == 64 * 2**20 // 1_611_776 == 41
-    # Elements of 2,048 (the default for a batch of 512): 6,447,104 bytes each.
-    assert ingestion._service_prefetch(spec, _element_plan(512)) == 64 * 2**20 // 6_447_104 == 10
-    assert ingestion._service_prefetch(spec, _element_plan(4, element_examples=4)) == 64
-    assert ingestion._service_prefetch(spec, _element_plan(10**6)) == 2
-    # A depth counts batches: 12 batches of 512 are 3 elements of 2,048; never below 2.
-    deep = _element_plan(512)
-    deep = dataclasses.replace(deep, config=dataclasses.replace(deep.config, prefetch=12))
-    assert ingestion._service_prefetch(spec, deep) == 3
-    fixed = dataclasses.replace(plan, config=dataclasses.replace(plan.config, prefetch=3))
+    assert ingestion._service_prefetch(spec, dataclasses.replace(plan, per_replica_batch=4)) == 64
+    huge = dataclasses.replace(plan, per_replica_batch=10**6)
+    assert ingestion._service_prefetch(spec, huge) == 2
+    fixed = dataclasses.replace(plan, config=dataclasses.replace(SERVED, prefetch=3))
     assert ingestion._service_prefetch(spec, fixed) == 3
-    shallow = dataclasses.replace(deep, config=dataclasses.replace(deep.config, prefetch=1))
-    assert ingestion._service_prefetch(spec, shallow) == 2
-
-
-@pytest.mark.parametrize(
-    ("batch", "chosen", "element"),
-    [
-        # 6 MiB holds 1,998.6 images of 3,148 bytes: the nearest multiple of the batch.
-        (128, 0, 2048),
-        (512, 0, 2048),
-        (300, 0, 2100),
-        (3000, 0, 3000),  # never below one batch
-        (32, 96, 96),  # as set
-    ],
-)
-def test_the_workers_elements_hold_whole_batches_nearest_their_bytes(batch, chosen, element):
-    assert _element_plan(batch, element_examples=chosen).element_examples == element
-
-
-def test_elements_are_sized_by_bytes_so_large_examples_make_no_huge_elements():
-    # 600 KB an example: one batch an element, not 2,048 examples (1.2 GB).
-    big = {"image": tf.io.FixedLenFeature([150_000], tf.float32)}
-    assert _element_plan(64, spec=big).element_examples == 64
-    # The test spec's 56 bytes an example (a string counted as 24): 112,347 in 6 MiB, cut
-    # to a multiple of 32.
-    assert ingestion.stored_example_bytes(SPEC) == 4 + 12 + 8 + 24 + 8
-    assert _element_plan(32, spec=SPEC).element_examples == 32 * round(6 * 2**20 / 56 / 32)
-
-
-def test_elements_that_are_no_multiple_of_the_batch_are_refused_naming_the_field(packed):
-    config = dataclasses.replace(
-        SERVED,
-        cache="none",
-        service=dataclasses.replace(SERVED.service, element_examples=100),
-    )
-    with pytest.raises(
-        ingestion.IngestionError,
-        match=r"ingestion\.service\.element_examples: 100 is not a multiple of the per-replica "
-        r"batch 32 \(64 over 2 replicas\).*a multiple of 32 \(e\.g\. 96\)",
-    ):
-        _plan(
-            packed,
-            config,
-            input_context=tf.distribute.InputContext(num_input_pipelines=1, num_replicas_in_sync=2),
-            batch_size=2 * BATCH,
-            service_job="job",
-        )
-    # Refused too where the workers do not batch (a cache here: whether they do may turn
-    # on `cache: auto` and the replicas), so a wrong value fails every run.
-    cached = dataclasses.replace(config, cache="memory")
-    with pytest.raises(ingestion.IngestionError, match="element_examples: 100"):
-        _plan(packed, cached, service_job="job")
-    # Off the service the field is not read.
-    assert _plan(packed, config).remote == ""
 
 
 def test_the_workers_batch_unless_this_process_caches(packed):

@@ -50,8 +50,8 @@ def write_transformed_files(
 ):
     """Encodes Arrow record batches as the tfxkit Transform does, round-robin into shards.
 
-    The Transform writer's own `EncodeExamplesFn`, without a Beam runner, and the layout
-    record it would write: the real record format, fast.
+    The Transform writer's own `EncodeExamplesFn` and `CodebooksFn`, without a Beam
+    runner, and the layout record it would write: the real record format, fast.
 
     Args:
       directory: Gets `Split-train/transformed_examples-*` and a `staging` directory.
@@ -78,8 +78,11 @@ def write_transformed_files(
     paths = [f"{prefix}-{i:05d}-of-{num_shards:05d}{settings.suffix}" for i in range(num_shards)]
     options = tf.io.TFRecordOptions(compression_type=layout.compression_type(compression))
     writers = [tf.io.TFRecordWriter(p, options) for p in paths]
+    books = writer.CodebooksFn(writer.coded_features(schema))
+    accumulator = books.create_accumulator()
     i = 0
     for batch in record_batches:
+        accumulator = books.add_input(accumulator, (batch, None))
         for record in encoder.encode(batch):
             writers[i % num_shards].write(record)
             i += 1
@@ -90,6 +93,7 @@ def write_transformed_files(
             "output_path": prefix,
             "packing": layout.packing_to_json(packing),
             "shards": [writer.describe_shard(p, compression) for p in paths],
+            "codebooks": books.extract_output(accumulator),
         }
     }
     return paths, writer.build_layout(staged, {prefix: "train"}, spec, settings)

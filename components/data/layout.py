@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import tensorflow as tf
 
+from components.data import codes
+
 LAYOUT_FILE = "tfxkit_layout.json"
 LAYOUT_FORMAT = "tfxkit.transform_layout"
 LAYOUT_VERSION = 1
@@ -408,6 +410,9 @@ class Layout:
       parse_spec: Parse spec of the records as stored, in JSON form (see
         `spec_to_json`); `feature_spec()` turns it into tf.io specs.
       files: Every shard of every split.
+      codebooks: Feature -> its distinct values over every split, sorted, for
+        every dense float32 feature with at most 256 of them (see
+        `components.data.codes`); absent from records written before them.
     """
 
     compression: str
@@ -415,6 +420,7 @@ class Layout:
     packing: Packing | None
     parse_spec: dict[str, dict[str, Any]]
     files: tuple[ShardFile, ...]
+    codebooks: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
 
     def feature_spec(self, transform_graph_spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
         return spec_from_json(self.parse_spec, transform_graph_spec)
@@ -456,6 +462,7 @@ class Layout:
                     {"path": f.path, "split": f.split, **dataclasses.asdict(f.stats)}
                     for f in sorted(self.files, key=lambda f: f.path)
                 ],
+                "codebooks": {name: list(book) for name, book in self.codebooks.items()},
             },
             indent=1,
             sort_keys=True,
@@ -483,11 +490,22 @@ class Layout:
                     )
                     for f in data["files"]
                 ),
+                codebooks=_codebooks_from_json(data.get("codebooks", {}), source),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             if isinstance(e, LayoutError):
                 raise
             raise LayoutError(f"layout: {source} is malformed ({e!r}); re-run the Transform") from e
+
+
+def _codebooks_from_json(data: Mapping[str, Any], source: str) -> dict[str, tuple[float, ...]]:
+    out = {}
+    for name, values in dict(data).items():
+        try:
+            out[name] = tuple(codes.check_book(name, values).tolist())
+        except ValueError as e:
+            raise LayoutError(f"layout: {source}: {e}; re-run the Transform") from e
+    return out
 
 
 def packing_to_json(packing: Packing | None) -> dict[str, Any] | None:

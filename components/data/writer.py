@@ -17,6 +17,7 @@ import uuid
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -30,7 +31,7 @@ from tfx_bsl.coders import example_coder
 
 from components.compat import tfx_transform as tfx_compat
 from components.config import PipelineConfig
-from components.data import layout
+from components.data import codes, layout
 
 # Directory (in the transform graph) where each split's shard record is staged.
 STAGING_DIR = "tfxkit_shard_records"
@@ -119,20 +120,74 @@ class EncodeExamplesFn(beam.DoFn):
         yield from self.encode(record_batch)
 
 
+def coded_features(schema: schema_pb2.Schema) -> list[str]:
+    """The features a codebook is kept for: every dense float32 feature of fixed shape."""
+    spec = schema_utils.schema_as_feature_spec(schema).feature_spec
+    return sorted(
+        name
+        for name, s in spec.items()
+        if isinstance(s, tf.io.FixedLenFeature)
+        and s.dtype == tf.float32
+        and all(isinstance(d, int) and d >= 1 for d in s.shape)
+    )
+
+
+class CodebooksFn(beam.CombineFn):
+    """Transformed `(RecordBatch, passthrough)` -> each feature's codebook (`components.data.codes`).
+
+    A feature's accumulator is None once it has more than `codes.MAX_CODES`
+    distinct values, so a continuous feature costs one batch's search.
+    """
+
+    def __init__(self, names: list[str]):
+        self._names = tuple(names)
+
+    def create_accumulator(self):
+        return {name: np.empty(0, np.float32) for name in self._names}
+
+    def add_input(self, accumulator, element):
+        record_batch, _ = element
+        columns = record_batch.schema.names
+        for name in self._names:
+            if name not in columns:
+                accumulator[name] = None
+            elif accumulator[name] is not None:
+                values = record_batch.column(columns.index(name)).flatten()
+                accumulator[name] = codes.add(
+                    accumulator[name], values.to_numpy(zero_copy_only=False)
+                )
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        accumulators = list(accumulators)
+        return {name: codes.merge([a[name] for a in accumulators]) for name in self._names}
+
+    def extract_output(self, accumulator):
+        return {
+            name: book.tolist()
+            for name, book in sorted(accumulator.items())
+            if book is not None and book.size
+        }
+
+
 def describe_shard(path: str, compression: str) -> dict[str, Any]:
     """A written shard's path, record count and sizes, read back from the file."""
     stats = layout.scan_shard(path, compression)
     return {"path": path, **dataclasses.asdict(stats)}
 
 
-def _stage_shard_record(shards, output_path: str, settings: OutputSettings, packing) -> None:
-    """Writes one split's shard list for `write_layout_record` to merge into the layout record."""
+def _stage_shard_record(
+    shards, output_path: str, settings: OutputSettings, packing, codebooks: dict[str, list[float]]
+) -> None:
+    """Writes one split's shard list and codebooks for `write_layout_record` to merge into
+    the layout record."""
     tf.io.gfile.makedirs(settings.staging_dir)
     name = hashlib.sha256(output_path.encode()).hexdigest()[:16] + ".json"
     record = {
         "output_path": output_path,
         "packing": layout.packing_to_json(packing),
         "shards": sorted(shards, key=lambda s: s["path"]),
+        "codebooks": codebooks,
     }
     with tf.io.gfile.GFile(os.path.join(settings.staging_dir, name), "w") as f:
         f.write(json.dumps(record))
@@ -277,6 +332,9 @@ class WriteIngestionReady(beam.PTransform):
     def expand(self, pcoll):
         settings = self._settings
         packing = plan_packing(self._schema, settings)
+        codebooks = pcoll | "Codebooks" >> beam.CombineGlobally(
+            CodebooksFn(coded_features(self._schema))
+        )
         return (
             pcoll
             | "EncodeAndSerialize" >> beam.ParDo(EncodeExamplesFn(self._schema, packing))
@@ -284,7 +342,13 @@ class WriteIngestionReady(beam.PTransform):
             | "DescribeShards" >> beam.Map(describe_shard, settings.compression)
             | "CollectShards" >> beam.combiners.ToList()
             | "StageShardRecord"
-            >> beam.Map(_stage_shard_record, self._output_path, settings, packing)
+            >> beam.Map(
+                _stage_shard_record,
+                self._output_path,
+                settings,
+                packing,
+                beam.pvalue.AsSingleton(codebooks),
+            )
         )
 
 
@@ -324,7 +388,7 @@ def build_layout(
       ValueError: if a split's shard record is missing or splits were packed
         differently.
     """
-    files, packings = [], set()
+    files, packings, books = [], set(), []
     for prefix, split in sorted(prefixes.items()):
         if prefix not in staged:
             raise ValueError(
@@ -332,6 +396,7 @@ def build_layout(
             )
         record = staged[prefix]
         packings.add(json.dumps(record["packing"], sort_keys=True))
+        books.append(record.get("codebooks", {}))
         for shard in record["shards"]:
             stats = layout.ShardStats(shard["records"], shard["raw_bytes"], shard["file_bytes"])
             files.append(layout.ShardFile(shard["path"], split, stats))
@@ -344,7 +409,19 @@ def build_layout(
         packing=packing,
         parse_spec=layout.spec_to_json(layout.file_spec(graph_spec, packing)),
         files=tuple(files),
+        codebooks=_merge_codebooks(books),
     )
+
+
+def _merge_codebooks(books: list[dict[str, list[float]]]) -> dict[str, tuple[float, ...]]:
+    """Each feature's codebook over every split (none where a split has none or the
+    union is past `codes.MAX_CODES`)."""
+    out = {}
+    for name in sorted(set.intersection(*(set(b) for b in books)) if books else ()):
+        merged = codes.merge([np.asarray(b[name], np.float32) for b in books])
+        if merged is not None:
+            out[name] = tuple(merged.tolist())
+    return out
 
 
 def write_layout_record(

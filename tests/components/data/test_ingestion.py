@@ -54,7 +54,9 @@ def _column(values: np.ndarray, width: int) -> pa.Array:
 def _record_batches(n: int) -> list[pa.RecordBatch]:
     rng = np.random.default_rng(7)
     uid = np.arange(n, dtype=np.float32)
-    vec = rng.standard_normal(3 * n).astype(np.float32)
+    # 64 levels, z-scored as the Transform does pixels: a codebook of 64 values.
+    levels = rng.integers(0, 64, 3 * n).astype(np.float32) / np.float32(63.0)
+    vec = ((levels - np.float32(0.4)) / np.float32(0.3)).astype(np.float32)
     cat = rng.integers(0, 50, n, dtype=np.int64)
     tag = np.array([f"t{i % 5}".encode() for i in range(n)], dtype=object)
     label = rng.integers(0, 2, n, dtype=np.int64)
@@ -148,6 +150,17 @@ def stock_examples(written: Written) -> list[tuple]:
         )
     )
     return take_examples(ds)
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_the_layout_records_a_codebook_for_each_float_feature_of_few_values(tmp_path, pack):
+    """`vec`'s 64 levels get one, with each value once; `uid` (1,000 values) none."""
+    written = write(tmp_path, pack=pack, compression="none")
+    assert set(written.layout.codebooks) == {"vec"}
+    values = np.concatenate([b.column(1).flatten().to_numpy() for b in _record_batches(1000)])
+    assert written.layout.codebooks["vec"] == tuple(np.unique(values).tolist())
+    again = transform_layout.Layout.from_json(written.layout.to_json())
+    assert again.codebooks == written.layout.codebooks
 
 
 @pytest.fixture(scope="module")

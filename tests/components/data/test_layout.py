@@ -242,3 +242,16 @@ def test_spec_json_defers_unsupported_kinds_to_the_transform_graph():
         layout.LayoutError, match=r"feature 's' is described by the transform graph"
     ):
         layout.spec_from_json(data)
+
+
+def test_codebooks_round_trip_are_optional_and_a_bad_one_is_refused(packed):
+    record = dataclasses.replace(packed.layout, codebooks={"x": (-0.5, 0.25, 1.0)})
+    assert layout.Layout.from_json(record.to_json()).codebooks == {"x": (-0.5, 0.25, 1.0)}
+    # A record written before codebooks reads as having none.
+    older = json.loads(record.to_json())
+    del older["codebooks"]
+    assert layout.Layout.from_json(json.dumps(older)).codebooks == {}
+    bad = json.loads(record.to_json())
+    bad["codebooks"]["x"] = [1.0, 0.25]
+    with pytest.raises(layout.LayoutError, match=r"codebook of 'x'.*re-run the Transform"):
+        layout.Layout.from_json(json.dumps(bad), source="rec.json")

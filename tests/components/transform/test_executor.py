@@ -31,8 +31,8 @@ from tfx_bsl.public import tfxio
 from components.compat import tfx_transform as tfx_compat
 from components.config import PipelineConfig
 from components.config.payload import CONFIG_KEY
+from components.data import codes, writer
 from components.data import layout as transform_layout
-from components.data import writer
 from components.data.sources import taxi_csv_path
 from components.trainer import component as trainer_component
 from components.training import fit as training
@@ -232,6 +232,29 @@ def test_recorded_parse_spec_matches_the_files(run, request):
         for batch in records.batch(1000):
             parsed = tf.io.parse_example(batch, spec)
             assert all(v.shape[0] == batch.shape[0] for v in parsed.values())
+
+
+@pytest.mark.parametrize("run", ["packed", "stock_format"])
+def test_recorded_codebooks_are_each_float_features_distinct_values(run, request):
+    """Over every split's files: a codebook exactly where a float feature takes at most
+    256 values, holding them (what the service's codes are checked against)."""
+    _, (graph_uri, _, _) = request.getfixturevalue(run)
+    layout = transform_layout.read_layout(graph_uri)
+    graph_spec = tft.TFTransformOutput(graph_uri).transformed_feature_spec()
+    spec = layout.feature_spec(graph_spec)
+    floats = sorted(k for k, s in graph_spec.items() if s.dtype == tf.float32)
+    seen: dict[str, set] = {k: set() for k in floats}
+    ctype = transform_layout.compression_type(layout.compression)
+    for f in layout.files:
+        for batch in tf.data.TFRecordDataset(f.path, compression_type=ctype).batch(1000):
+            parsed = tf.io.parse_example(batch, spec)
+            if layout.packing is not None:
+                parsed = layout.packing.unpack(parsed[layout.packing.feature])
+            for k in floats:
+                seen[k].update(parsed[k].numpy().reshape(-1).tolist())
+    expected = {k: tuple(sorted(v)) for k, v in seen.items() if len(v) <= codes.MAX_CODES}
+    assert expected  # the small taxi sample: each float feature takes under 256 values
+    assert dict(layout.codebooks) == expected
 
 
 def _canonical(features: dict, label) -> list[tuple]:

@@ -12,13 +12,14 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 from google.protobuf.message import DecodeError
 from tensorflow.python.util import deprecation
 
 from components.config import IngestionConfig
-from components.data import layout, memory, service
+from components.data import codes, layout, memory, service
 from components.data.layout import IngestionError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -245,6 +246,8 @@ class _ReadPlan:
       remote: `config.service.remote` when this dataset uses the service, else ''.
       service_job: The tf.data service job name ('' without the service).
       remote_map: Applied on the service's workers after parsing, or None.
+      codebooks: Feature -> codebook of the features the workers send as codes
+        when they batch (`batched_remotely`), else empty.
       shuffle: Whether files and examples are shuffled.
       cache: `none`, `memory` or `file`: where parsed training data is kept.
       cache_path: File cache prefix for `cache == 'file'`.
@@ -267,6 +270,7 @@ class _ReadPlan:
     remote: str
     service_job: str
     remote_map: Callable | None
+    codebooks: Mapping[str, np.ndarray]
     shuffle: bool
     cache: str
     cache_path: str
@@ -362,6 +366,7 @@ def make_dataset(
     seed: int | None = None,
     service_job: str = "",
     remote_map: Callable | None = None,
+    codebooks: Mapping[str, Sequence[float]] | None = None,
 ) -> tf.data.Dataset:
     """Builds a dataset of `(features, label)` batches.
 
@@ -394,6 +399,11 @@ def make_dataset(
         this process caches, shuffles and re-batches what the workers parsed.
       remote_map: Applied to the read batches of `(features, label)` after
         parsing, on the service's workers (`service.remote: augment`).
+      codebooks: Feature -> its codebook (`layout.Layout.codebooks`): where the
+        service's workers batch, they send these features as uint8 codes
+        (`components.data.codes`), which the consumer decodes (the product's
+        training step does: `codes.decoding_step`). Only for a consumer that
+        decodes; None or empty sends values.
 
     Returns:
       A `tf.data.Dataset`.
@@ -417,6 +427,7 @@ def make_dataset(
         seed=seed,
         service_job=service_job,
         remote_map=remote_map,
+        codebooks=codebooks,
     )
     checks = _check_files(plan)
     ds = _read_files(plan, checks)
@@ -442,6 +453,7 @@ def _plan_read(
     seed: int | None,
     service_job: str,
     remote_map: Callable | None,
+    codebooks: Mapping[str, Sequence[float]] | None = None,
 ) -> _ReadPlan:
     """`make_dataset`'s arguments checked and resolved into one `_ReadPlan`.
 
@@ -460,7 +472,7 @@ def _plan_read(
         if training
         else "none"
     )
-    return _ReadPlan(
+    plan = _ReadPlan(
         files=tuple(files),
         compression=compression,
         ctype=ctype,
@@ -477,11 +489,40 @@ def _plan_read(
         remote=remote,
         service_job=service_job,
         remote_map=remote_map,
+        codebooks={},
         shuffle=training and config.shuffle_buffer > 0,
         cache=cache,
         cache_path=cache_path,
         seed=seed,
     )
+    return dataclasses.replace(plan, codebooks=_sent_codebooks(plan, codebooks or {}))
+
+
+def _sent_codebooks(
+    plan: _ReadPlan, codebooks: Mapping[str, Sequence[float]]
+) -> dict[str, np.ndarray]:
+    """The codebooks of the features the workers send as codes: every float32 feature with
+    a codebook, where they batch (else none: what this process re-batches stays values)."""
+    if not plan.batched_remotely or not codebooks:
+        return {}
+    produced = dict(plan.spec)
+    if plan.packing is not None:
+        produced.pop(plan.packing.feature)
+        produced.update(
+            {m.name: tf.io.FixedLenFeature(m.shape, m.dtype) for m in plan.packing.members}
+        )
+    books = {
+        name: codes.check_book(name, book)
+        for name, book in sorted(codebooks.items())
+        if name in produced and name != plan.label_key and produced[name].dtype == tf.float32
+    }
+    if books:
+        logging.info(
+            "ingestion: the service's workers send %s as one-byte codes (%s values)",
+            ", ".join(books),
+            ", ".join(str(b.size) for b in books.values()),
+        )
+    return books
 
 
 def _check_spec(
@@ -805,6 +846,13 @@ def _parse_batches(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
             )
             if plan.remote_map is not None:
                 ds = ds.map(plan.remote_map, num_parallel_calls=plan.parallel, deterministic=False)
+            if plan.codebooks:
+                # Before the shuffle: the workers move a quarter of the bytes too.
+                ds = ds.map(
+                    _plain(functools.partial(_encode, books=plan.codebooks)),
+                    num_parallel_calls=plan.parallel,
+                    deterministic=config.deterministic,
+                )
             if plan.batched_remotely:
                 # Receiving is this process's cost per element (a copy of every byte
                 # and a fixed cost per batch): whole batches, ready to train on, cost
@@ -823,6 +871,10 @@ def _parse(path: tf.Tensor, serialized: tf.Tensor, *, spec: Mapping) -> dict:
     """A batch of serialized tf.Examples parsed with `spec`."""
     # example_names puts the file into every parse error message.
     return tf.io.parse_example(serialized, spec, example_names=tf.fill(tf.shape(serialized), path))
+
+
+def _encode(features: Mapping, label: tf.Tensor, *, books: Mapping) -> tuple[dict, tf.Tensor]:
+    return codes.encode_features(features, books), label
 
 
 def _split_label(parsed: Mapping, *, plan: _ReadPlan) -> tuple[dict, tf.Tensor]:

@@ -11,17 +11,23 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 from absl import logging
 
 from components.config import ConfigError, ModelConfig, PipelineConfig
-from components.data import service
+from components.data import codes, layout, service
 from components.data.preprocessing import num_ids
 from components.data.pseudo_labels import PseudoLabels
 from components.training import backup, cluster, models, strategies
-from components.training.inputs import DROP_UNLABELED, TrainingInputs, distributed_datasets
+from components.training.inputs import (
+    DROP_UNLABELED,
+    TrainingInputs,
+    distributed_datasets,
+    service_codebooks,
+)
 
 
 def build_model(
@@ -151,6 +157,7 @@ def fit(
         with choice.strategy.scope():
             model = build_and_compile()
         _configure_model(model, config)
+        _decode_in_step(model, config, inputs)
         train_data, eval_data = distributed_datasets(config, inputs, tft_output, choice, unlabeled)
         with naming_lost_peers(choice, inputs.backup_dir):
             _train(model, train_data, config, inputs, choice, component, callbacks)
@@ -243,6 +250,19 @@ def _configure_model(model: keras.Model, config: PipelineConfig) -> None:
         model.grad_accum_steps = steps
     if config.strategy.steps_per_execution > 1:
         model.steps_per_execution = config.strategy.steps_per_execution
+
+
+def _decode_in_step(model: keras.Model, config: PipelineConfig, inputs: TrainingInputs) -> None:
+    """Makes `model`'s training step decode the features the service may send as codes.
+
+    The step decodes a feature only where it arrives as codes (uint8), so it also
+    runs unchanged on values: `make_datasets` decides what is sent.
+    """
+    books = service_codebooks(config, layout.read_layout(inputs.transform_output))
+    if books:
+        model.train_step = codes.decoding_step(
+            model.train_step, {name: np.asarray(b, np.float32) for name, b in books.items()}
+        )
 
 
 def _train(

@@ -85,6 +85,7 @@ def make_datasets(
     tft_output: tft.TFTransformOutput,
     input_context: tf.distribute.InputContext | None = None,
     unlabeled: str | PseudoLabels = DROP_UNLABELED,
+    decoding_step: bool = False,
 ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
     """Train (repeated, shuffled) and eval datasets of `(features, label)`.
 
@@ -105,6 +106,9 @@ def make_datasets(
         `distribute_datasets_from_function`); None reads everything.
       unlabeled: What training does with the examples `data.labeled_fraction`
         withholds the label of (see `partially_labeled`).
+      decoding_step: The consumer's training step decodes coded features
+        (`codes.decoding_step`, as `fit` installs it): training may then
+        receive them from the service as codes (`service_codebooks`).
 
     Returns:
       `(train, eval)`.
@@ -125,6 +129,11 @@ def make_datasets(
 
     remote = config.ingestion.service.remote if config.ingestion.service.enabled else ""
     remote_views = remote == "augment"
+    settings = config.train.augmentation
+    here = settings.mixup or settings.input_noise or (settings.image_views and not remote_views)
+    partial = labeled_fraction < 1.0 or isinstance(unlabeled, PseudoLabels)
+    # Codes only where nothing on this host reads the features before the step.
+    books = service_codebooks(config, record) if decoding_step and not (here or partial) else {}
 
     def remote_map(features, label):
         return _remote_views(features, config), label
@@ -154,10 +163,11 @@ def make_datasets(
             if on_service
             else "",
             remote_map=remote_map if on_service and remote_views else None,
+            codebooks=books if on_service else None,
         )
 
     train = dataset(inputs.train_files, True, config.ingestion.batch_size)
-    if labeled_fraction < 1.0 or isinstance(unlabeled, PseudoLabels):
+    if partial:
         # Before augmentation: the labeled subset is decided on the stored example.
         batch_size = config.ingestion.batch_size
         if input_context is not None:
@@ -166,10 +176,20 @@ def make_datasets(
         train = partially_labeled(
             train, labeled_fraction, unlabeled, batch_size, seed=config.train.seed
         )
-    settings = config.train.augmentation
-    if settings.mixup or settings.input_noise or (settings.image_views and not remote_views):
+    if here:
         train = augmented(train, config, input_context, views=not remote_views)
     return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)
+
+
+def service_codebooks(
+    config: PipelineConfig, record: layout.Layout | None
+) -> dict[str, tuple[float, ...]]:
+    """The codebooks training may receive its features' codes with (`ingestion.service.codes`):
+    the layout record's, with the service on and `codes: auto`; else none."""
+    service = config.ingestion.service
+    if record is None or not service.enabled or service.codes != "auto":
+        return {}
+    return dict(record.codebooks)
 
 
 def _image_views(features, config: PipelineConfig, seed: tf.Tensor):
@@ -340,7 +360,12 @@ def distributed_datasets(
 
     def train_fn(input_context):
         train, _ = make_datasets(
-            config, inputs, tft_output, input_context=input_context, unlabeled=unlabeled
+            config,
+            inputs,
+            tft_output,
+            input_context=input_context,
+            unlabeled=unlabeled,
+            decoding_step=True,
         )
         # N micro-batches stacked per step: one optimizer update per element.
         return train.batch(accum, drop_remainder=True) if accum > 1 else train
@@ -353,7 +378,7 @@ def distributed_datasets(
     if choice.uses_coordinator:
         # Built once eagerly on the coordinator: the input checks that cannot
         # run inside the workers' traced dataset functions fail here, early.
-        make_datasets(config, inputs, tft_output)
+        make_datasets(config, inputs, tft_output, decoding_step=True)
         creator = keras.utils.experimental.DatasetCreator
         return creator(train_fn), creator(eval_fn)
     strategy = choice.strategy

@@ -430,6 +430,7 @@ _PLAN_DEFAULTS = dict(
     remote="parse",
     service_job="job",
     remote_map=None,
+    codebooks={},
     shuffle=False,
     cache="none",
     cache_path="",

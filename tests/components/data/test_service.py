@@ -13,17 +13,18 @@ import signal
 import threading
 import time
 
+import numpy as np
 import portpicker
 import pytest
 import tensorflow as tf
 
 from components.config import IngestionConfig, ServiceConfig
 from components.config.runtime import DISPATCHER_ENV
-from components.data import service
+from components.data import codes, service
 from components.data.layout import IngestionError
 from pipelines.local_service import ServiceProcess, ServiceStartError
 from testkit.data_service import LocalService
-from tests.components.data.test_ingestion import BATCH, CONFIG, take_examples, write
+from tests.components.data.test_ingestion import BATCH, CONFIG, _rows, take_examples, write
 
 pytestmark = pytest.mark.multiprocess
 
@@ -40,11 +41,22 @@ def _config(address: str, **service_fields) -> IngestionConfig:
 
 
 def _next_within(stream, seconds: float = 60):
-    """`next(stream)`, or TimeoutError when the service does not answer in `seconds`."""
+    """`next(stream)` (its error raised here), or TimeoutError when the service does not
+    answer in `seconds`."""
     out: list = []
-    reader = threading.Thread(target=lambda: out.append(next(stream)), daemon=True)
+    failed: list[BaseException] = []
+
+    def read():
+        try:
+            out.append(next(stream))
+        except Exception as e:  # re-raised in the caller's thread
+            failed.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(seconds)
+    if failed:
+        raise failed[0]
     if not out:
         raise TimeoutError(f"no batch from the service within {seconds} s")
     return out[0]
@@ -174,6 +186,52 @@ def test_the_workers_hand_over_whole_shuffled_batches(two_workers, data, remote)
     # epochs: test_one_worker_streams_whole_epochs_one_after_another).
     assert set(uids) <= set(range(N))
     assert uids[:BATCH] != sorted(uids[:BATCH])
+
+
+def _decoded_rows(features, label, books) -> list[tuple]:
+    decoded = {
+        k: codes.decode(v, tf.constant(books[k])) if v.dtype == tf.uint8 else v
+        for k, v in features.items()
+    }
+    return _rows(decoded, label)
+
+
+def test_a_feature_with_a_codebook_travels_as_codes_that_decode_to_its_values(two_workers, data):
+    """The writer recorded `vec`'s 64 values (`uid` has 301): the workers send it as one
+    byte a value, and decoded, every example is one of the files' examples, exactly."""
+    books = {k: np.asarray(v, np.float32) for k, v in data.layout.codebooks.items()}
+    assert set(books) == {"vec"} and books["vec"].size == 64
+    config = _config(two_workers.address)
+    ds = data.make(config, training=True, service_job="coded", codebooks=data.layout.codebooks)
+    assert ds.element_spec[0]["vec"].dtype == tf.uint8
+    assert ds.element_spec[0]["uid"].dtype == tf.float32
+    stream = iter(ds)
+    served = []
+    for _ in range(2 * N // BATCH):
+        served.extend(_decoded_rows(*_next_within(stream), books))
+    local = set(take_examples(data.make(CONFIG, training=False)))
+    assert set(served) <= local and len({row[0] for row in served}) > N // 2
+    # What this process caches and re-batches stays values.
+    cached = data.make(
+        dataclasses.replace(config, cache="memory"),
+        training=True,
+        service_job="coded-cached",
+        codebooks=data.layout.codebooks,
+    )
+    assert cached.element_spec[0]["vec"].dtype == tf.float32
+
+
+def test_a_value_outside_the_codebook_fails_the_read_naming_the_feature(two_workers, data):
+    """Codes are checked on the workers: a codebook that lacks a value the files hold
+    fails the read, never rounds it."""
+    short = data.layout.codebooks["vec"][1:]
+    config = _config(two_workers.address)
+    stream = iter(
+        data.make(config, training=True, service_job="short-book", codebooks={"vec": short})
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="feature `vec` holds a value outside"):
+        for _ in range(N // BATCH + 1):
+            _next_within(stream)
 
 
 def test_with_a_cache_here_this_process_shuffles_and_batches(two_workers, data):

@@ -8,9 +8,12 @@ parameter-server job whose workers read it through the coordinator's per-worker 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +23,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components.data import service
+from components.data import codes, layout, service
 from components.training import fit as training
 from components.training import peers, strategies
 from components.training.inputs import make_datasets
@@ -72,6 +75,59 @@ def test_one_device_trains_from_the_service(setup):
     choice = strategies.create_strategy(served.strategy, environ={})
     builder = teacher_builder(served, inputs)
     _, results = training.fit(served, inputs, builder, choice=choice)
+    assert np.isfinite(results["loss"]) and results["accuracy"] > 0.5
+
+
+def _with_codebooks(data: penguins.Materialized, directory: str) -> penguins.Materialized:
+    """The penguins inputs with the layout record a tfxkit Transform writes for them
+    (their z-scored measurements take under 256 values each: every one gets a codebook)."""
+    graph = os.path.join(directory, "transform_graph")
+    shutil.copytree(data.transform_output, graph)
+    spec = tft.TFTransformOutput(graph).transformed_feature_spec()
+    books = {
+        name: np.empty(0, np.float32)
+        for name, s in spec.items()
+        if s.dtype == tf.float32 and isinstance(s, tf.io.FixedLenFeature)
+    }
+    files = []
+    for split, paths in (("train", data.train_files), ("eval", data.eval_files)):
+        for path in paths:
+            for batch in tf.data.TFRecordDataset(path, "GZIP").batch(64):
+                parsed = tf.io.parse_example(batch, spec)
+                books = {k: codes.add(b, parsed[k].numpy()) for k, b in books.items()}
+            files.append(layout.ShardFile(path, split, layout.scan_shard(path, "gzip")))
+    record = layout.Layout(
+        compression="gzip",
+        num_shards=1,
+        packing=None,
+        parse_spec=layout.spec_to_json(spec),
+        files=tuple(files),
+        codebooks={k: tuple(b.tolist()) for k, b in books.items() if b is not None},
+    )
+    layout.write_layout(graph, record)
+    return dataclasses.replace(data, transform_output=graph)
+
+
+def test_features_with_codebooks_train_from_the_service_as_codes(setup, tmp_path, caplog):
+    """Sent as codes, decoded in the training step: the model trains as on values."""
+    config, data, root, local = setup
+    data = _with_codebooks(data, str(tmp_path))
+    books = layout.read_layout(data.transform_output).codebooks
+    assert len(books) >= len(penguins.FLOAT_FEATURES)
+    served = penguins.with_sections(
+        _on_service(config, local), ingestion={"cache": "none", "deterministic": False}
+    )
+    inputs = training.TrainingInputs(**penguins.inputs_for(data, str(tmp_path), "coded", served))
+    tft_output = tft.TFTransformOutput(data.transform_output)
+    coded, _ = make_datasets(served, inputs, tft_output, decoding_step=True)
+    assert {k for k, s in coded.element_spec[0].items() if s.dtype == tf.uint8} == set(books)
+    # A consumer that does not decode gets values.
+    values, _ = make_datasets(served, inputs, tft_output)
+    assert all(s.dtype != tf.uint8 for s in values.element_spec[0].values())
+    choice = strategies.create_strategy(served.strategy, environ={})
+    with caplog.at_level(logging.INFO, logger="absl"):
+        _, results = training.fit(served, inputs, teacher_builder(served, inputs), choice=choice)
+    assert "as one-byte codes" in caplog.text
     assert np.isfinite(results["loss"]) and results["accuracy"] > 0.5
 
 

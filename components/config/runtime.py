@@ -118,15 +118,18 @@ class ServiceConfig:
         workers also shuffle and batch: the training host receives whole
         batches, its cheapest way in. `partially_labeled`, caching (and then
         shuffling and batching) and prefetch stay on the training host.
-      codes: `auto` (default): where the workers shuffle and batch for the
-        product's own training (Trainer, Distiller) and nothing on the training
-        host touches the features afterwards (every label kept, no mixup or
-        input noise, views on the workers or none), every float feature the
-        Transform recorded a codebook for (at most 256 distinct values, as
-        z-scored 8-bit pixels) is sent as one-byte codes, checked on the
-        workers, and decoded in the training step: a quarter of the bytes for
-        the training host to receive (`components.data.codes`,
-        `benchmarks/results/tfdata_service.json`). `off` sends float32 values.
+      codes: `on`: where the workers shuffle and batch for the product's own
+        training (Trainer, Distiller) and nothing on the training host touches
+        the features afterwards (every label kept, no mixup or input noise,
+        views on the workers or none), every float feature the Transform
+        recorded a codebook for (at most 256 distinct values, as z-scored 8-bit
+        pixels) is sent as one-byte codes, checked on the workers, and decoded
+        in the training step (`components.data.codes`). Receiving costs the
+        training host a third to a half of the CPU, and the workers more
+        (`benchmarks/results/service_codes.json`); the decode (a gather) is
+        cheap on an accelerator but costs a CPU more than receiving saves.
+        `auto` (default): `on` where the replicas are GPUs or TPUs
+        (`strategy`), else `off`. `off`: float32 values.
       work_dir: The dispatcher's journal directory on storage every pod
         reaches (fault-tolerant mode: a restarted dispatcher resumes its jobs).
         Read by the dispatcher the Kubeflow job starts ('' there: under the
@@ -155,7 +158,7 @@ class ServiceConfig:
     job_name: str = ""
     compression: Literal["auto", "none"] = "none"
     remote: Literal["read", "parse", "augment"] = "parse"
-    codes: Literal["auto", "off"] = "auto"
+    codes: Literal["auto", "on", "off"] = "auto"
     work_dir: str = ""
     connect_timeout_seconds: int = 60
     worker_wait_seconds: int = 300

@@ -157,7 +157,7 @@ def fit(
         with choice.strategy.scope():
             model = build_and_compile()
         _configure_model(model, config)
-        _decode_in_step(model, config, inputs)
+        _decode_in_step(model, config, inputs, choice)
         train_data, eval_data = distributed_datasets(config, inputs, tft_output, choice, unlabeled)
         with naming_lost_peers(choice, inputs.backup_dir):
             _train(model, train_data, config, inputs, choice, component, callbacks)
@@ -252,13 +252,20 @@ def _configure_model(model: keras.Model, config: PipelineConfig) -> None:
         model.steps_per_execution = config.strategy.steps_per_execution
 
 
-def _decode_in_step(model: keras.Model, config: PipelineConfig, inputs: TrainingInputs) -> None:
+def _decode_in_step(
+    model: keras.Model,
+    config: PipelineConfig,
+    inputs: TrainingInputs,
+    choice: strategies.StrategyChoice,
+) -> None:
     """Makes `model`'s training step decode the features the service may send as codes.
 
     The step decodes a feature only where it arrives as codes (uint8), so it also
     runs unchanged on values: `make_datasets` decides what is sent.
     """
-    books = service_codebooks(config, layout.read_layout(inputs.transform_output))
+    books = service_codebooks(
+        config, layout.read_layout(inputs.transform_output), choice.accelerated
+    )
     if books:
         model.train_step = codes.decoding_step(
             model.train_step, {name: np.asarray(b, np.float32) for name, b in books.items()}

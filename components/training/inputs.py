@@ -86,6 +86,7 @@ def make_datasets(
     input_context: tf.distribute.InputContext | None = None,
     unlabeled: str | PseudoLabels = DROP_UNLABELED,
     decoding_step: bool = False,
+    accelerated: bool = False,
 ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
     """Train (repeated, shuffled) and eval datasets of `(features, label)`.
 
@@ -109,6 +110,7 @@ def make_datasets(
       decoding_step: The consumer's training step decodes coded features
         (`codes.decoding_step`, as `fit` installs it): training may then
         receive them from the service as codes (`service_codebooks`).
+      accelerated: The step runs on accelerators (`StrategyChoice.accelerated`).
 
     Returns:
       `(train, eval)`.
@@ -119,13 +121,8 @@ def make_datasets(
     """
     label_key = inputs.label(config)
     labeled_fraction = config.data.labeled_fraction if config.data is not None else 1.0
-    record = layout.read_layout(inputs.transform_output)
+    record = _layout_record(inputs.transform_output)
     graph_spec = tft_output.transformed_feature_spec()
-    if record is None:
-        logging.info(
-            "Trainer: no tfxkit layout record in %s; reading stock TFX Transform output",
-            inputs.transform_output,
-        )
 
     remote = config.ingestion.service.remote if config.ingestion.service.enabled else ""
     remote_views = remote == "augment"
@@ -133,7 +130,8 @@ def make_datasets(
     here = settings.mixup or settings.input_noise or (settings.image_views and not remote_views)
     partial = labeled_fraction < 1.0 or isinstance(unlabeled, PseudoLabels)
     # Codes only where nothing on this host reads the features before the step.
-    books = service_codebooks(config, record) if decoding_step and not (here or partial) else {}
+    send = decoding_step and not (here or partial)
+    books = service_codebooks(config, record, accelerated) if send else {}
 
     def remote_map(features, label):
         return _remote_views(features, config), label
@@ -181,13 +179,25 @@ def make_datasets(
     return train, dataset(inputs.eval_files, False, config.ingestion.eval_batch_size)
 
 
+def _layout_record(transform_output: str) -> layout.Layout | None:
+    record = layout.read_layout(transform_output)
+    if record is None:
+        logging.info(
+            "Trainer: no tfxkit layout record in %s; reading stock TFX Transform output",
+            transform_output,
+        )
+    return record
+
+
 def service_codebooks(
-    config: PipelineConfig, record: layout.Layout | None
+    config: PipelineConfig, record: layout.Layout | None, accelerated: bool
 ) -> dict[str, tuple[float, ...]]:
     """The codebooks training may receive its features' codes with (`ingestion.service.codes`):
-    the layout record's, with the service on and `codes: auto`; else none."""
+    the layout record's, with the service on and `codes: on` (or `auto` on accelerators,
+    where the step's decode is cheap); else none."""
     service = config.ingestion.service
-    if record is None or not service.enabled or service.codes != "auto":
+    wanted = service.codes == "on" or (service.codes == "auto" and accelerated)
+    if record is None or not service.enabled or not wanted:
         return {}
     return dict(record.codebooks)
 
@@ -366,6 +376,7 @@ def distributed_datasets(
             input_context=input_context,
             unlabeled=unlabeled,
             decoding_step=True,
+            accelerated=choice.accelerated,
         )
         # N micro-batches stacked per step: one optimizer update per element.
         return train.batch(accum, drop_remainder=True) if accum > 1 else train
@@ -378,7 +389,9 @@ def distributed_datasets(
     if choice.uses_coordinator:
         # Built once eagerly on the coordinator: the input checks that cannot
         # run inside the workers' traced dataset functions fail here, early.
-        make_datasets(config, inputs, tft_output, decoding_step=True)
+        make_datasets(
+            config, inputs, tft_output, decoding_step=True, accelerated=choice.accelerated
+        )
         creator = keras.utils.experimental.DatasetCreator
         return creator(train_fn), creator(eval_fn)
     strategy = choice.strategy

@@ -300,6 +300,16 @@ class StrategyChoice:
     def uses_coordinator(self) -> bool:
         return self.coordinator is not None
 
+    @property
+    def accelerated(self) -> bool:
+        """Whether the replicas train on accelerators (TPUs, GPUs). A parameter-server
+        job's workers are taken to have the devices this process has."""
+        if self.kind == "tpu":
+            return True
+        if self.uses_coordinator:
+            return bool(tf.config.list_physical_devices("GPU"))
+        return any("gpu" in device.lower() for device in self.devices)
+
     def describe(self) -> str:
         task = f"{self.task_type}:{self.task_id}" if self.tf_config else "single process"
         where = (

@@ -114,8 +114,9 @@ def test_features_with_codebooks_train_from_the_service_as_codes(setup, tmp_path
     data = _with_codebooks(data, str(tmp_path))
     books = layout.read_layout(data.transform_output).codebooks
     assert len(books) >= len(penguins.FLOAT_FEATURES)
+    service = {"dispatcher": local.address, "compression": "none", "codes": "on"}
     served = penguins.with_sections(
-        _on_service(config, local), ingestion={"cache": "none", "deterministic": False}
+        config, ingestion={"cache": "none", "deterministic": False, "service": service}
     )
     inputs = training.TrainingInputs(**penguins.inputs_for(data, str(tmp_path), "coded", served))
     tft_output = tft.TFTransformOutput(data.transform_output)

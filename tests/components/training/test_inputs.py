@@ -19,7 +19,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from components.config import AugmentationConfig, ConfigError
-from components.data import augment
+from components.data import augment, codes, layout
 from components.data import labels as label_lib
 from components.distillation import model as distillation
 from components.training import inputs
@@ -213,3 +213,50 @@ def test_with_mixup_the_teacher_receives_exactly_the_batch_the_student_receives(
 
     np.testing.assert_array_equal(teacher_seen, mixed["image_xf"].numpy())
     np.testing.assert_array_equal(student_seen, mixed["image_xf"].numpy())
+
+
+def test_the_distillers_teacher_and_student_receive_the_decoded_values_of_codes():
+    """`codes.decoding_step` around the Distiller's own train_step (as `fit` installs it):
+    codes in the batch, the codebook's values in both roles."""
+    book = np.linspace(-1.0, 2.0, 256, dtype=np.float32)
+    rng = np.random.default_rng(3)
+    coded = rng.integers(0, 256, size=(BATCH, SIDE * SIDE)).astype(np.uint8)
+    labels = rng.integers(0, 10, size=(BATCH, 1))
+    batch = tf.data.Dataset.from_tensors(({"image_xf": coded}, labels))
+    inp = keras.Input(shape=(SIDE * SIDE,), name="image_xf")
+    recorder = _Record()
+    student = keras.Model({"image_xf": inp}, keras.layers.Dense(10)(recorder(inp)))
+    teacher_seen = tf.Variable(tf.zeros((BATCH, SIDE * SIDE)))
+
+    def teacher(features):
+        teacher_seen.assign(features["image_xf"])
+        return tf.zeros((tf.shape(features["image_xf"])[0], 10))
+
+    distiller = distillation.Distiller(student, [teacher], alpha=0.5, temperature=2.0)
+    distiller.compile(optimizer=keras.optimizers.SGD(0.1))
+    distiller.train_step = codes.decoding_step(distiller.train_step, {"image_xf": book})
+    distiller.fit(batch, epochs=1, verbose=0)
+    np.testing.assert_array_equal(teacher_seen.numpy(), book[coded])
+    np.testing.assert_array_equal(recorder.seen.numpy(), book[coded])
+
+
+@pytest.mark.parametrize(
+    ("codes_setting", "accelerated", "sent"),
+    [("auto", False, False), ("auto", True, True), ("on", False, True), ("off", True, False)],
+)
+def test_codes_are_sent_as_set_and_by_default_only_to_accelerators(
+    codes_setting, accelerated, sent
+):
+    config = _config()
+    record = layout.Layout("none", 1, None, {}, (), codebooks={"image_xf": (0.0, 1.0)})
+    service = dataclasses.replace(
+        config.ingestion.service, dispatcher="localhost:5000", codes=codes_setting
+    )
+    served = dataclasses.replace(
+        config, ingestion=dataclasses.replace(config.ingestion, service=service)
+    )
+    books = inputs.service_codebooks(served, record, accelerated)
+    assert books == ({"image_xf": (0.0, 1.0)} if sent else {})
+    # No service, or no layout record (stock Transform output): values.
+    assert inputs.service_codebooks(config, record, True) == {}
+    assert inputs.service_codebooks(served, None, True) == {}

@@ -224,6 +224,8 @@ def test_one_device_strategy_on_the_first_local_device():
     assert isinstance(choice.strategy, tf.distribute.OneDeviceStrategy)
     assert choice.num_replicas == 1 and choice.is_chief and choice.devices == (device,)
     assert choice.describe().startswith(f"Strategy: one_device (1 replica(s) on {device})")
+    # What `ingestion.service.codes: auto` asks: a GPU replica, or a CPU one.
+    assert choice.accelerated == bool(VISIBLE_GPUS)
 
 
 def test_auto_without_cluster_picks_from_the_local_devices():

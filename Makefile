@@ -12,7 +12,7 @@ RUNNER ?= beam
 # Test workers (pytest-xdist); 0 runs every test in the pytest process.
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
-BENCHES ?= ingestion strategies distillation gradient_checkpointing reliability faults tfdata_service service_wire augment scale shuffle_quality
+BENCHES ?= ingestion strategies distillation gradient_checkpointing reliability faults tfdata_service service_wire service_codes augment scale shuffle_quality
 
 # Two stacks: 1.16 (TFX 1.16 / TF 2.16 / tf_keras; .venv from requirements.lock)
 # and current (TFX 1.21 / TF 2.21 / Keras 3; requirements-current.lock, in a venv

@@ -123,8 +123,8 @@ class ServiceConfig:
         the features afterwards (every label kept, no mixup or input noise,
         views on the workers or none), every float feature the Transform
         recorded a codebook for (at most 256 distinct values, as z-scored 8-bit
-        pixels) is sent as one-byte codes, checked on the workers, and decoded
-        in the training step (`components.data.codes`). Receiving costs the
+        pixels) is sent as one-byte codes (checked on the workers after a view
+        there) and decoded in the training step (`components.data.codes`). Receiving costs the
         training host a third to a half of the CPU, and the workers more
         (`benchmarks/results/service_codes.json`); the decode (a gather) is
         cheap on an accelerator but costs a CPU more than receiving saves.

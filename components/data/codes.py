@@ -88,14 +88,17 @@ def _affine(book: np.ndarray) -> tuple[float, float] | None:
     return (float(scale), float(offset)) if np.array_equal(found, np.arange(book.size)) else None
 
 
-def encoder(name: str, book: np.ndarray) -> Callable[[tf.Tensor], tf.Tensor]:
+def encoder(name: str, book: np.ndarray, checked: bool = True) -> Callable[[tf.Tensor], tf.Tensor]:
     """A function from float32 values of feature `name` to their uint8 codes in `book`.
 
     A multiply-add and a round where the codebook is evenly spaced (z-scored
-    pixels), a binary search otherwise. Every code is checked by decoding it:
-    a value the codebook does not hold (data that is not what the writer saw,
-    a view that made a new value) fails the read with an error naming the
-    feature, never a rounded value.
+    pixels), a binary search otherwise. `checked`: every code is decoded again
+    and compared, so a value the codebook does not hold (a view that made a new
+    value) fails the read with an error naming the feature, never a rounded
+    value. The check is a gather, which costs a CPU more than the encode
+    (`benchmarks/results/service_codes.json`); values read from the files the
+    codebook was recorded from need none (`ingestion` checks the files against
+    the layout record, and each record against its CRC).
     """
     table = tf.constant(book)
     affine = _affine(book)
@@ -109,6 +112,8 @@ def encoder(name: str, book: np.ndarray) -> Callable[[tf.Tensor], tf.Tensor]:
             flat = tf.searchsorted(table, tf.reshape(x, [-1]), out_type=tf.int32)
             index = tf.reshape(tf.minimum(flat, book.size - 1), tf.shape(x))
         codes = tf.cast(index, tf.uint8)
+        if not checked:
+            return codes
         exact = tf.debugging.assert_equal(
             decode(codes, table),
             x,
@@ -130,12 +135,12 @@ def decode(codes: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
 
 
 def encode_features(
-    features: Mapping[str, tf.Tensor], books: Mapping[str, np.ndarray]
+    features: Mapping[str, tf.Tensor], books: Mapping[str, np.ndarray], checked: bool = True
 ) -> dict[str, tf.Tensor]:
-    """`features` with every feature of `books` replaced by its codes."""
+    """`features` with every feature of `books` replaced by its codes (see `encoder`)."""
     out = dict(features)
     for name, book in books.items():
-        out[name] = encoder(name, book)(out[name])
+        out[name] = encoder(name, book, checked)(out[name])
     return out
 
 

@@ -847,9 +847,11 @@ def _parse_batches(ds: tf.data.Dataset, plan: _ReadPlan) -> tf.data.Dataset:
             if plan.remote_map is not None:
                 ds = ds.map(plan.remote_map, num_parallel_calls=plan.parallel, deterministic=False)
             if plan.codebooks:
-                # Before the shuffle: the workers move a quarter of the bytes too.
+                # Before the shuffle: the workers move a quarter of the bytes too. Values
+                # from the recorded files are in their codebooks; a view's are checked.
+                checked = plan.remote_map is not None
                 ds = ds.map(
-                    _plain(functools.partial(_encode, books=plan.codebooks)),
+                    _plain(functools.partial(_encode, books=plan.codebooks, checked=checked)),
                     num_parallel_calls=plan.parallel,
                     deterministic=config.deterministic,
                 )
@@ -873,8 +875,10 @@ def _parse(path: tf.Tensor, serialized: tf.Tensor, *, spec: Mapping) -> dict:
     return tf.io.parse_example(serialized, spec, example_names=tf.fill(tf.shape(serialized), path))
 
 
-def _encode(features: Mapping, label: tf.Tensor, *, books: Mapping) -> tuple[dict, tf.Tensor]:
-    return codes.encode_features(features, books), label
+def _encode(
+    features: Mapping, label: tf.Tensor, *, books: Mapping, checked: bool
+) -> tuple[dict, tf.Tensor]:
+    return codes.encode_features(features, books, checked), label
 
 
 def _split_label(parsed: Mapping, *, plan: _ReadPlan) -> tuple[dict, tf.Tensor]:

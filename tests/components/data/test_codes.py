@@ -86,6 +86,14 @@ def test_a_value_past_the_codebooks_ends_fails_too(value):
         codes.encoder("image", ZSCORED)(tf.constant([ZSCORED[5], value], tf.float32))
 
 
+def test_an_unchecked_encoder_skips_the_check():
+    # What the workers run on values read from the recorded files.
+    x = tf.constant([ZSCORED[7], ZSCORED[9]], tf.float32)
+    np.testing.assert_array_equal(codes.encoder("image", ZSCORED, checked=False)(x), [7, 9])
+    out = codes.encode_features({"image": x}, {"image": ZSCORED}, checked=False)
+    np.testing.assert_array_equal(out["image"].numpy(), [7, 9])
+
+
 def test_encoding_in_a_dataset_fails_the_read_on_an_unknown_value():
     book = np.array([0.0, 1.0], np.float32)
     ds = tf.data.Dataset.from_tensor_slices(np.array([[0.0, 1.0], [1.0, 0.5]], np.float32))

@@ -221,14 +221,32 @@ def test_a_feature_with_a_codebook_travels_as_codes_that_decode_to_its_values(tw
     assert cached.element_spec[0]["vec"].dtype == tf.float32
 
 
-def test_a_value_outside_the_codebook_fails_the_read_naming_the_feature(two_workers, data):
-    """Codes are checked on the workers: a codebook that lacks a value the files hold
-    fails the read, never rounds it."""
-    short = data.layout.codebooks["vec"][1:]
-    config = _config(two_workers.address)
+@pytest.mark.parametrize("view", ["keeps", "moves"])
+def test_codes_after_a_view_are_checked_and_a_new_value_fails_naming_the_feature(
+    two_workers, data, view
+):
+    """A view on the workers (`remote: augment`) may make values the files do not hold:
+    those codes are checked, and a new value fails the read, never rounds it. (Values
+    read from the recorded files are in the codebook by construction: not checked.)"""
+    config = _config(two_workers.address, remote="augment")
+    shift = 0.0 if view == "keeps" else 1e-3
+
+    def remote_map(features, label):
+        return {**features, "vec": features["vec"] + shift}, label
+
     stream = iter(
-        data.make(config, training=True, service_job="short-book", codebooks={"vec": short})
+        data.make(
+            config,
+            training=True,
+            service_job=f"view-{view}",
+            remote_map=remote_map,
+            codebooks=data.layout.codebooks,
+        )
     )
+    if view == "keeps":
+        features, _ = _next_within(stream)
+        assert features["vec"].dtype == tf.uint8
+        return
     with pytest.raises(tf.errors.InvalidArgumentError, match="feature `vec` holds a value outside"):
         for _ in range(N // BATCH + 1):
             _next_within(stream)

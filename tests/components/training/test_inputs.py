@@ -67,6 +67,12 @@ class _Record(keras.layers.Layer):
 
 def _distil_one_batch(config) -> tuple[np.ndarray, np.ndarray]:
     """Distils one augmented batch; returns what the teacher and the student received."""
+    return _distil(inputs.augmented(_batches(), config).take(1))
+
+
+def _distil(batches: tf.data.Dataset, books=None) -> tuple[np.ndarray, np.ndarray]:
+    """Distils `batches` (their train step decoding the codes of `books`, when given);
+    returns what the teacher and the student received last."""
     inp = keras.Input(shape=(SIDE * SIDE,), name="image_xf")
     recorder = _Record()
     student = keras.Model({"image_xf": inp}, keras.layers.Dense(10)(recorder(inp)))
@@ -78,7 +84,9 @@ def _distil_one_batch(config) -> tuple[np.ndarray, np.ndarray]:
 
     distiller = distillation.Distiller(student, [teacher], alpha=0.5, temperature=2.0)
     distiller.compile(optimizer=keras.optimizers.SGD(0.1))
-    distiller.fit(inputs.augmented(_batches(), config).take(1), epochs=1, verbose=0)
+    if books is not None:
+        distiller.train_step = codes.decoding_step(distiller.train_step, books)
+    distiller.fit(batches, epochs=1, verbose=0)
     return teacher_seen.numpy(), recorder.seen.numpy()
 
 
@@ -223,21 +231,9 @@ def test_the_distillers_teacher_and_student_receive_the_decoded_values_of_codes(
     coded = rng.integers(0, 256, size=(BATCH, SIDE * SIDE)).astype(np.uint8)
     labels = rng.integers(0, 10, size=(BATCH, 1))
     batch = tf.data.Dataset.from_tensors(({"image_xf": coded}, labels))
-    inp = keras.Input(shape=(SIDE * SIDE,), name="image_xf")
-    recorder = _Record()
-    student = keras.Model({"image_xf": inp}, keras.layers.Dense(10)(recorder(inp)))
-    teacher_seen = tf.Variable(tf.zeros((BATCH, SIDE * SIDE)))
-
-    def teacher(features):
-        teacher_seen.assign(features["image_xf"])
-        return tf.zeros((tf.shape(features["image_xf"])[0], 10))
-
-    distiller = distillation.Distiller(student, [teacher], alpha=0.5, temperature=2.0)
-    distiller.compile(optimizer=keras.optimizers.SGD(0.1))
-    distiller.train_step = codes.decoding_step(distiller.train_step, {"image_xf": book})
-    distiller.fit(batch, epochs=1, verbose=0)
-    np.testing.assert_array_equal(teacher_seen.numpy(), book[coded])
-    np.testing.assert_array_equal(recorder.seen.numpy(), book[coded])
+    teacher_seen, student_seen = _distil(batch, {"image_xf": book})
+    np.testing.assert_array_equal(teacher_seen, book[coded])
+    np.testing.assert_array_equal(student_seen, book[coded])
 
 
 @pytest.mark.parametrize(

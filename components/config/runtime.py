@@ -124,12 +124,15 @@ class ServiceConfig:
         views on the workers or none), every float feature the Transform
         recorded a codebook for (at most 256 distinct values, as z-scored 8-bit
         pixels) is sent as one-byte codes (checked on the workers after a view
-        there) and decoded in the training step (`components.data.codes`). Receiving costs the
-        training host a third to a half of the CPU, and the workers more
-        (`benchmarks/results/service_codes.json`); the decode (a gather) is
-        cheap on an accelerator but costs a CPU more than receiving saves.
-        `auto` (default): `on` where the replicas are GPUs or TPUs
-        (`strategy`), else `off`. `off`: float32 values.
+        there) and decoded in the training step (`components.data.codes`).
+        Receiving costs the training host a third to a half of the CPU, and
+        the workers less without views (`benchmarks/results/service_codes.json`);
+        the decode (a gather) is cheap on an accelerator but costs a CPU more
+        than receiving saves. `on` that cannot apply logs why. `auto`
+        (default): `on` where the replicas are GPUs or TPUs (`strategy`; a
+        parameter-server job: this process's devices) and the workers make no
+        views (`remote: augment` checks each code, not measured), else `off`.
+        `off`: float32 values.
       work_dir: The dispatcher's journal directory on storage every pod
         reaches (fault-tolerant mode: a restarted dispatcher resumes its jobs).
         Read by the dispatcher the Kubeflow job starts ('' there: under the

@@ -26,7 +26,8 @@ def add(book: np.ndarray | None, values: np.ndarray) -> np.ndarray | None:
     """`book` (sorted distinct float32 values) with `values` added; None past `MAX_CODES`.
 
     None (a feature already past the limit) stays None; a non-finite value makes
-    it None too (NaN has no index).
+    it None too (NaN has no index), and so do zeros of both signs (one entry
+    could not give back both bit patterns). Values are compared bit for bit.
     """
     if book is None:
         return None
@@ -34,10 +35,14 @@ def add(book: np.ndarray | None, values: np.ndarray) -> np.ndarray | None:
     if not values.size:
         return book
     if book.size:
-        values = values[book[_indices(book, values)] != values]
+        found = book[_indices(book, values)]
+        values = values[found.view(np.uint32) != values.view(np.uint32)]
         if not values.size:
             return book
     if not np.isfinite(values).all():
+        return None
+    zeros = np.concatenate([book[book == 0], values[values == 0]])
+    if np.signbit(zeros).any() and not np.signbit(zeros).all():
         return None
     merged = np.union1d(book, np.unique(values)).astype(np.float32)
     return merged if merged.size <= MAX_CODES else None

@@ -503,7 +503,15 @@ def _sent_codebooks(
 ) -> dict[str, np.ndarray]:
     """The codebooks of the features the workers send as codes: every float32 feature with
     a codebook, where they batch (else none: what this process re-batches stays values)."""
-    if not plan.batched_remotely or not codebooks:
+    if not codebooks:
+        return {}
+    if not plan.batched_remotely:
+        if plan.config.service.codes == "on":
+            logging.warning(
+                "ingestion.service.codes: 'on', but the service's workers do not batch this "
+                "read (a cache here, parallel_epochs, remote: read or variable-length "
+                "features): they send values"
+            )
         return {}
     produced = dict(plan.spec)
     if plan.packing is not None:

@@ -163,10 +163,9 @@ class CodebooksFn(beam.CombineFn):
         return {name: codes.merge([a[name] for a in accumulators]) for name in self._names}
 
     def extract_output(self, accumulator):
+        # An empty book (a split without examples) stays: it adds nothing to the union.
         return {
-            name: book.tolist()
-            for name, book in sorted(accumulator.items())
-            if book is not None and book.size
+            name: book.tolist() for name, book in sorted(accumulator.items()) if book is not None
         }
 
 
@@ -419,7 +418,7 @@ def _merge_codebooks(books: list[dict[str, list[float]]]) -> dict[str, tuple[flo
     out = {}
     for name in sorted(set.intersection(*(set(b) for b in books)) if books else ()):
         merged = codes.merge([np.asarray(b[name], np.float32) for b in books])
-        if merged is not None:
+        if merged is not None and merged.size:
             out[name] = tuple(merged.tolist())
     return out
 

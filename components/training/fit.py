@@ -22,12 +22,7 @@ from components.data import codes, layout, service
 from components.data.preprocessing import num_ids
 from components.data.pseudo_labels import PseudoLabels
 from components.training import backup, cluster, models, strategies
-from components.training.inputs import (
-    DROP_UNLABELED,
-    TrainingInputs,
-    distributed_datasets,
-    service_codebooks,
-)
+from components.training.inputs import DROP_UNLABELED, TrainingInputs, distributed_datasets
 
 
 def build_model(
@@ -157,8 +152,10 @@ def fit(
         with choice.strategy.scope():
             model = build_and_compile()
         _configure_model(model, config)
-        _decode_in_step(model, config, inputs, choice)
-        train_data, eval_data = distributed_datasets(config, inputs, tft_output, choice, unlabeled)
+        decodes = _decode_in_step(model, config, inputs)
+        train_data, eval_data = distributed_datasets(
+            config, inputs, tft_output, choice, unlabeled, decoding_step=decodes
+        )
         with naming_lost_peers(choice, inputs.backup_dir):
             _train(model, train_data, config, inputs, choice, component, callbacks)
             results = model.evaluate(
@@ -252,24 +249,20 @@ def _configure_model(model: keras.Model, config: PipelineConfig) -> None:
         model.steps_per_execution = config.strategy.steps_per_execution
 
 
-def _decode_in_step(
-    model: keras.Model,
-    config: PipelineConfig,
-    inputs: TrainingInputs,
-    choice: strategies.StrategyChoice,
-) -> None:
-    """Makes `model`'s training step decode the features the service may send as codes.
+def _decode_in_step(model: keras.Model, config: PipelineConfig, inputs: TrainingInputs) -> bool:
+    """Makes `model`'s training step decode what the service may send as codes; returns
+    whether it did (with the service on, `codes` not `off`, codebooks in the layout).
 
     The step decodes a feature only where it arrives as codes (uint8), so it also
     runs unchanged on values: `make_datasets` decides what is sent.
     """
-    books = service_codebooks(
-        config, layout.read_layout(inputs.transform_output), choice.accelerated
-    )
-    if books:
-        model.train_step = codes.decoding_step(
-            model.train_step, {name: np.asarray(b, np.float32) for name, b in books.items()}
-        )
+    service = config.ingestion.service
+    record = layout.read_layout(inputs.transform_output)
+    if not service.enabled or service.codes == "off" or record is None or not record.codebooks:
+        return False
+    books = {name: np.asarray(b, np.float32) for name, b in record.codebooks.items()}
+    model.train_step = codes.decoding_step(model.train_step, books)
+    return True
 
 
 def _train(

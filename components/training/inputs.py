@@ -130,8 +130,10 @@ def make_datasets(
     here = settings.mixup or settings.input_noise or (settings.image_views and not remote_views)
     partial = labeled_fraction < 1.0 or isinstance(unlabeled, PseudoLabels)
     # Codes only where nothing on this host reads the features before the step.
-    send = decoding_step and not (here or partial)
-    books = service_codebooks(config, record, accelerated) if send else {}
+    blocked = _codes_blocked(here, partial)
+    books = service_codebooks(config, record, accelerated, blocked) if decoding_step else {}
+    # A coded stream is another dataset: its own job, which no values reader joins.
+    train_job = "train-codes" if books else "train"
 
     def remote_map(features, label):
         return _remote_views(features, config), label
@@ -157,7 +159,7 @@ def make_datasets(
             input_context=input_context,
             cache_path=cache_path,
             seed=config.train.seed,
-            service_job=service.job_name(config.ingestion.service, inputs.model_run_dir, "train")
+            service_job=service.job_name(config.ingestion.service, inputs.model_run_dir, train_job)
             if on_service
             else "",
             remote_map=remote_map if on_service and remote_views else None,
@@ -189,15 +191,39 @@ def _layout_record(transform_output: str) -> layout.Layout | None:
     return record
 
 
+def _codes_blocked(here: bool, partial: bool) -> str:
+    """Why training cannot receive codes from the service, or ''."""
+    if here:
+        return "mixup, input noise or image views on the training host read the features first"
+    if partial:
+        return "data.labeled_fraction or pseudo-labels read the features first"
+    return ""
+
+
 def service_codebooks(
-    config: PipelineConfig, record: layout.Layout | None, accelerated: bool
+    config: PipelineConfig, record: layout.Layout | None, accelerated: bool, blocked: str = ""
 ) -> dict[str, tuple[float, ...]]:
-    """The codebooks training may receive its features' codes with (`ingestion.service.codes`):
-    the layout record's, with the service on and `codes: on` (or `auto` on accelerators,
-    where the step's decode is cheap); else none."""
+    """The codebooks training may receive its features' codes with (`ingestion.service.codes`).
+
+    The layout record's, with the service on and `codes: on`, or `auto` on
+    accelerators (where the step's decode is cheap) without views on the workers
+    (whose codes are checked there, unmeasured); else none. `blocked`: why the
+    training host needs values (''). `codes: on` that cannot be honoured says why.
+    """
     service = config.ingestion.service
-    wanted = service.codes == "on" or (service.codes == "auto" and accelerated)
-    if record is None or not service.enabled or not wanted:
+    if not service.enabled or service.codes == "off":
+        return {}
+    if service.codes == "auto" and (not accelerated or service.remote == "augment"):
+        return {}
+    why = blocked
+    if not why and (record is None or not record.codebooks):
+        why = (
+            "the layout record holds no codebook (no dense float feature of at most 256 "
+            "values, or Transform output written before codebooks: re-run the Transform)"
+        )
+    if why:
+        if service.codes == "on":
+            logging.warning("ingestion.service.codes: 'on', but training receives values: %s", why)
         return {}
     return dict(record.codebooks)
 
@@ -354,6 +380,7 @@ def distributed_datasets(
     tft_output: tft.TFTransformOutput,
     choice: strategies.StrategyChoice,
     unlabeled: str | PseudoLabels = DROP_UNLABELED,
+    decoding_step: bool = False,
 ):
     """Per-input-pipeline train and eval datasets, distributed by the strategy.
 
@@ -362,6 +389,7 @@ def distributed_datasets(
     or, under the parameter-server strategy, through a `DatasetCreator` the
     `ClusterCoordinator` schedules on every worker. With `train.grad_accum_steps`
     = N > 1 each training element stacks N micro-batches (one optimizer update).
+    `decoding_step`: as `make_datasets` (`fit` sets it, having made the model's step decode).
 
     Returns:
       `(train, eval)` for `model.fit` / `model.evaluate`.
@@ -375,7 +403,7 @@ def distributed_datasets(
             tft_output,
             input_context=input_context,
             unlabeled=unlabeled,
-            decoding_step=True,
+            decoding_step=decoding_step,
             accelerated=choice.accelerated,
         )
         # N micro-batches stacked per step: one optimizer update per element.
@@ -390,7 +418,7 @@ def distributed_datasets(
         # Built once eagerly on the coordinator: the input checks that cannot
         # run inside the workers' traced dataset functions fail here, early.
         make_datasets(
-            config, inputs, tft_output, decoding_step=True, accelerated=choice.accelerated
+            config, inputs, tft_output, decoding_step=decoding_step, accelerated=choice.accelerated
         )
         creator = keras.utils.experimental.DatasetCreator
         return creator(train_fn), creator(eval_fn)

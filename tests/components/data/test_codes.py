@@ -128,3 +128,12 @@ def test_decoding_step_decodes_codes_and_passes_values_through():
     values = ({"image": tf.constant([[ZSCORED[3]]])}, label, tf.constant([1.0]))
     train_step(values)
     assert seen[-1] is values
+
+
+def test_zeros_of_both_signs_give_no_codebook_and_one_sign_keeps_its_bits():
+    assert codes.add(np.array([0.0, 1.0], np.float32), np.array([-0.0], np.float32)) is None
+    assert codes.add(np.empty(0, np.float32), np.array([-0.0, 0.0], np.float32)) is None
+    book = codes.add(np.empty(0, np.float32), np.array([-0.0, 2.0], np.float32))
+    assert np.signbit(book[0]) and book[0] == 0
+    decoded = codes.decode(codes.encoder("x", book)(tf.constant([-0.0, 2.0])), tf.constant(book))
+    assert np.signbit(decoded.numpy()[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import dataclasses
+import logging
 import os
 import platform
 import signal
@@ -196,7 +197,9 @@ def _decoded_rows(features, label, books) -> list[tuple]:
     return _rows(decoded, label)
 
 
-def test_a_feature_with_a_codebook_travels_as_codes_that_decode_to_its_values(two_workers, data):
+def test_a_feature_with_a_codebook_travels_as_codes_that_decode_to_its_values(
+    two_workers, data, caplog
+):
     """The writer recorded `vec`'s 64 values (`uid` has 301): the workers send it as one
     byte a value, and decoded, every example is one of the files' examples, exactly."""
     books = {k: np.asarray(v, np.float32) for k, v in data.layout.codebooks.items()}
@@ -211,14 +214,17 @@ def test_a_feature_with_a_codebook_travels_as_codes_that_decode_to_its_values(tw
         served.extend(_decoded_rows(*_next_within(stream), books))
     local = set(take_examples(data.make(CONFIG, training=False)))
     assert set(served) <= local and len({row[0] for row in served}) > N // 2
-    # What this process caches and re-batches stays values.
-    cached = data.make(
-        dataclasses.replace(config, cache="memory"),
-        training=True,
-        service_job="coded-cached",
-        codebooks=data.layout.codebooks,
-    )
+    # What this process caches and re-batches stays values; `codes: on` says so.
+    on = dataclasses.replace(config.service, codes="on")
+    with caplog.at_level(logging.WARNING, logger="absl"):
+        cached = data.make(
+            dataclasses.replace(config, cache="memory", service=on),
+            training=True,
+            service_job="coded-cached",
+            codebooks=data.layout.codebooks,
+        )
     assert cached.element_spec[0]["vec"].dtype == tf.float32
+    assert "workers do not batch this read" in caplog.text
 
 
 @pytest.mark.parametrize("view", ["keeps", "moves"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 import pytest
 import tensorflow as tf
 from apache_beam.testing.util import assert_that, equal_to
@@ -76,3 +78,31 @@ def test_a_bundle_hands_on_one_part_name_per_shard_not_its_records(tmp_path):
     assert sorted(r for _, path in out for r in _read([path], "none")) == sorted(
         b"x%d" % i for i in range(1000)
     )
+
+
+def test_codebooks_merge_over_splits_an_empty_split_adding_nothing():
+    """A feature keeps a codebook only where every split has one (None past the limit
+    is left out of a split's record); a split without examples adds no values."""
+    merged = writer._merge_codebooks(
+        [{"x": [0.0, 1.0], "y": [2.0]}, {"x": [], "y": [3.0]}, {"x": [0.5]}]
+    )
+    assert merged == {"x": (0.0, 0.5, 1.0)}
+    assert writer._merge_codebooks([{"x": []}]) == {}
+    wide = [{"x": list(range(200))}, {"x": list(range(100, 300))}]
+    assert writer._merge_codebooks(wide) == {}
+
+
+def test_the_codebooks_combine_keeps_each_features_values_or_none_past_the_limit():
+    fn = writer.CodebooksFn(["few", "many", "absent"])
+
+    def batch(few, many):
+        return pa.RecordBatch.from_arrays(
+            [pa.array([[v] for v in few]), pa.array([[v] for v in many])], ["few", "many"]
+        )
+
+    a = fn.add_input(fn.create_accumulator(), (batch([1.0, 2.0] * 100, range(200)), None))
+    b = fn.add_input(fn.create_accumulator(), (batch([2.0, 3.0] * 100, range(200, 400)), None))
+    out = fn.extract_output(fn.merge_accumulators([a, b]))
+    assert out == {"few": [1.0, 2.0, 3.0]}  # 'many' past 256, 'absent' not in the data
+    assert fn.extract_output(fn.create_accumulator())["few"] == []
+    assert np.asarray(out["few"], np.float32).dtype == np.float32

@@ -120,7 +120,10 @@ def test_features_with_codebooks_train_from_the_service_as_codes(setup, tmp_path
     )
     inputs = training.TrainingInputs(**penguins.inputs_for(data, str(tmp_path), "coded", served))
     tft_output = tft.TFTransformOutput(data.transform_output)
-    coded, _ = make_datasets(served, inputs, tft_output, decoding_step=True)
+    with caplog.at_level(logging.INFO, logger="absl"):
+        coded, _ = make_datasets(served, inputs, tft_output, decoding_step=True)
+    # Its own job: a values reader of the run (the Distiller's check) never joins it.
+    assert "-train-codes, distributed_epoch)" in caplog.text
     assert {k for k, s in coded.element_spec[0].items() if s.dtype == tf.uint8} == set(books)
     # A consumer that does not decode gets values.
     values, _ = make_datasets(served, inputs, tft_output)

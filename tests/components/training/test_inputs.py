@@ -256,3 +256,32 @@ def test_codes_are_sent_as_set_and_by_default_only_to_accelerators(
     # No service, or no layout record (stock Transform output): values.
     assert inputs.service_codebooks(config, record, True) == {}
     assert inputs.service_codebooks(served, None, True) == {}
+
+
+def _served(codes_setting: str, remote: str = "parse"):
+    config = _config()
+    service = dataclasses.replace(
+        config.ingestion.service, dispatcher="localhost:5000", codes=codes_setting, remote=remote
+    )
+    return dataclasses.replace(
+        config, ingestion=dataclasses.replace(config.ingestion, cache="none", service=service)
+    )
+
+
+def test_auto_sends_values_when_the_workers_make_views():
+    record = layout.Layout("none", 1, None, {}, (), codebooks={"image_xf": (0.0, 1.0)})
+    assert inputs.service_codebooks(_served("auto", "augment"), record, True) == {}
+    assert inputs.service_codebooks(_served("on", "augment"), record, False) != {}
+
+
+def test_codes_on_that_cannot_apply_says_why(caplog):
+    with_books = layout.Layout("none", 1, None, {}, (), codebooks={"image_xf": (0.0, 1.0)})
+    without = layout.Layout("none", 1, None, {}, ())
+    with caplog.at_level("WARNING", logger="absl"):
+        assert inputs.service_codebooks(_served("on"), without, True) == {}
+        assert inputs.service_codebooks(_served("on"), with_books, True, "mixup here") == {}
+        assert inputs.service_codebooks(_served("auto"), without, True) == {}
+    messages = [r.getMessage() for r in caplog.records if "codes: 'on'" in r.getMessage()]
+    assert len(messages) == 2  # auto says nothing
+    assert "no codebook" in messages[0] and "re-run the Transform" in messages[0]
+    assert messages[1].endswith("mixup here")

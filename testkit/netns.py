@@ -101,18 +101,27 @@ def _joining(namespace: str, proc: str = "/proc") -> list[int]:
 
 
 def _delete(namespace: str) -> None:
-    """Kills what still runs in `namespace`, or is joining it (bounded), then deletes it."""
-    # Those still joining first: one that joins between the two reads is then listed.
-    joining = set(_joining(namespace))
-    listed = _ip("netns", "pids", namespace, check=False).split()
-    pids = sorted({int(p) for p in listed} | joining)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """Kills what still runs in `namespace`, or is joining it (bounded), then deletes it.
+
+    Scanned until a scan finds nothing left: a process caught between the two reads
+    of one scan (its `ip netns exec` already exec'ing its command, not yet listed in
+    the namespace) is found by the next.
+    """
     deadline = time.monotonic() + KILL_TIMEOUT_S
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    killed: set[int] = set()
+    while time.monotonic() < deadline:
+        # Those still joining first: one that joins between the two reads is then listed.
+        joining = set(_joining(namespace))
+        listed = _ip("netns", "pids", namespace, check=False).split()
+        pids = {int(p) for p in listed} | joining
+        if not pids:
+            break
+        for pid in pids - killed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        killed |= pids
         time.sleep(0.05)
     _ip("netns", "delete", namespace, check=False)
 

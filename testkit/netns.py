@@ -100,20 +100,45 @@ def _joining(namespace: str, proc: str = "/proc") -> list[int]:
     return found
 
 
-def _delete(namespace: str) -> None:
-    """Kills what still runs in `namespace`, or is joining it (bounded), then deletes it.
+def _identity(path: str) -> tuple[int, int] | None:
+    """The (device, inode) of the network namespace at `path` (a handle or
+    `/proc/<pid>/ns/net`), or None when it cannot be read (gone, or a process exiting)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
-    Scanned until a scan finds nothing left: a process caught between the two reads
-    of one scan (its `ip netns exec` already exec'ing its command, not yet listed in
-    the namespace) is found by the next.
+
+def _members(identity: tuple[int, int], proc: str = "/proc") -> list[int]:
+    """The processes in the network namespace `identity`, found by their `ns/net` link:
+    unlike `ip netns pids`, this works after the namespace's handle is deleted."""
+    found = []
+    for entry in os.listdir(proc):
+        if entry.isdigit() and _identity(os.path.join(proc, entry, "ns", "net")) == identity:
+            found.append(int(entry))
+    return found
+
+
+def _delete(namespace: str) -> None:
+    """Deletes `namespace`'s handle, then kills what still runs in it or is joining it
+    (bounded).
+
+    The handle goes first, so no process can join after the scan: an `ip netns exec`
+    not yet past opening the handle fails, and one past it is found, by its command line
+    until it execs its command and by its namespace after (a process just started may
+    have no readable command line yet, so a scan before the handle was gone could miss
+    it). Scanned until a scan finds nothing left.
     """
+    identity = _identity(os.path.join(NETNS_DIR, namespace))
+    _ip("netns", "delete", namespace, check=False)
     deadline = time.monotonic() + KILL_TIMEOUT_S
     killed: set[int] = set()
     while time.monotonic() < deadline:
         # Those still joining first: one that joins between the two reads is then listed.
-        joining = set(_joining(namespace))
-        listed = _ip("netns", "pids", namespace, check=False).split()
-        pids = {int(p) for p in listed} | joining
+        pids = set(_joining(namespace))
+        if identity is not None:
+            pids |= set(_members(identity))
         if not pids:
             break
         for pid in pids - killed:
@@ -123,7 +148,6 @@ def _delete(namespace: str) -> None:
                 pass
         killed |= pids
         time.sleep(0.05)
-    _ip("netns", "delete", namespace, check=False)
 
 
 def remove_abandoned() -> list[str]:

@@ -75,10 +75,15 @@ def test_a_failing_test_leaves_no_namespace_and_no_process():
     with pytest.raises(RuntimeError, match="the test failed"):
         with netns.Network(["a"]) as network:
             made = [network.namespace["a"]]
-            sleeper = subprocess.Popen([*network.prefix("a"), "sleep", "600"])
+            # Raised right after starting them: some are still exec'ing `ip`, with no
+            # command line to be found by yet; none may outlive the network.
+            sleepers = [
+                subprocess.Popen([*network.prefix("a"), "sleep", "600"], stderr=subprocess.DEVNULL)
+                for _ in range(5)
+            ]
             raise RuntimeError("the test failed")
     assert not set(made) & set(netns.namespaces())
-    assert sleeper.wait(timeout=10) != 0
+    assert all(sleeper.wait(timeout=10) != 0 for sleeper in sleepers)
     # The links went with the namespaces.
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     assert f"tk{made[0].split('-')[2]}" not in links
@@ -138,3 +143,36 @@ def test_a_process_still_joining_a_namespace_is_found_by_its_command_line(tmp_pa
         (tmp_path / pid / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
     (tmp_path / "self").mkdir()
     assert sorted(netns._joining("tfxkit-1-a", proc=str(tmp_path))) == [11, 12]
+
+
+def test_the_processes_of_a_namespace_are_found_by_its_identity(tmp_path):
+    """A namespace's processes are found by the namespace their `ns/net` link names, which
+    still works once its handle is deleted (`ip netns pids` needs the handle)."""
+    (tmp_path / "ns-a").write_text("")
+    (tmp_path / "ns-b").write_text("")
+    for pid, target in (("21", "ns-a"), ("22", "ns-b"), ("23", "ns-a"), ("24", None)):
+        (tmp_path / pid / "ns").mkdir(parents=True)
+        if target:  # 24: exiting, its link unreadable
+            (tmp_path / pid / "ns" / "net").symlink_to(tmp_path / target)
+    identity = netns._identity(str(tmp_path / "ns-a"))
+    assert sorted(netns._members(identity, proc=str(tmp_path))) == [21, 23]
+    assert netns._identity(str(tmp_path / "gone")) is None
+
+
+@needs_netns
+def test_a_process_in_a_namespace_is_found_after_its_handle_is_deleted():
+    with netns.Network(["a"]) as network:
+        name = network.namespace["a"]
+        identity = netns._identity(os.path.join(netns.NETNS_DIR, name))
+        sleeper = subprocess.Popen([*network.prefix("a"), "sleep", "600"])
+        try:
+            deadline = time.monotonic() + 10
+            while sleeper.pid not in netns._members(identity) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert netns._members(identity) == [sleeper.pid]
+            netns._delete(name)
+            assert sleeper.wait(timeout=10) == -9
+            assert name not in netns.namespaces()
+        finally:
+            sleeper.kill()
+            sleeper.wait(timeout=10)

@@ -85,7 +85,7 @@ def namespaces() -> list[str]:
 
 def _joining(namespace: str, proc: str = "/proc") -> list[int]:
     """The processes still on their way into `namespace`: `ip netns exec <namespace> ...`
-    before it joins (and execs its command), which `ip netns pids` does not list yet."""
+    before it joins (and execs its command), not yet a member of it (`_members`)."""
     found = []
     for entry in os.listdir(proc):
         if not entry.isdigit():
@@ -111,8 +111,8 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 
 def _members(identity: tuple[int, int], proc: str = "/proc") -> list[int]:
-    """The processes in the network namespace `identity`, found by their `ns/net` link:
-    unlike `ip netns pids`, this works after the namespace's handle is deleted."""
+    """The processes in the network namespace `identity`, found by their `ns/net` link,
+    which needs no handle (`ip netns pids` does)."""
     found = []
     for entry in os.listdir(proc):
         if entry.isdigit() and _identity(os.path.join(proc, entry, "ns", "net")) == identity:
@@ -120,34 +120,48 @@ def _members(identity: tuple[int, int], proc: str = "/proc") -> list[int]:
     return found
 
 
-def _delete(namespace: str) -> None:
-    """Deletes `namespace`'s handle, then kills what still runs in it or is joining it
-    (bounded).
+def _delete(namespace: str) -> list[int]:
+    """Deletes `namespace`'s handle, then kills what still runs in it or is joining it;
+    returns the processes still there after `KILL_TIMEOUT_S` (none, normally).
 
-    The handle goes first, so no process can join after the scan: an `ip netns exec`
-    not yet past opening the handle fails, and one past it is found, by its command line
-    until it execs its command and by its namespace after (a process just started may
-    have no readable command line yet, so a scan before the handle was gone could miss
-    it). Scanned until a scan finds nothing left.
+    The handle goes first, so none can join after a scan that finds nothing. An
+    `ip netns exec` not yet past opening the handle then fails; one past it is found, by
+    its command line until it execs its command and as a member after (`setns` comes
+    before the exec, so the two overlap). A scan before the handle was gone could miss
+    one: just past its own exec, a process's command line reads empty for a moment.
+    A process joining by `enter` checks the handle after its `setns` and fails if it is
+    gone. An open descriptor holds the namespace until the scans end, so its identity is
+    not reused by a namespace made meanwhile.
     """
-    identity = _identity(os.path.join(NETNS_DIR, namespace))
-    _ip("netns", "delete", namespace, check=False)
-    deadline = time.monotonic() + KILL_TIMEOUT_S
-    killed: set[int] = set()
-    while time.monotonic() < deadline:
-        # Those still joining first: one that joins between the two reads is then listed.
-        pids = set(_joining(namespace))
-        if identity is not None:
-            pids |= set(_members(identity))
-        if not pids:
-            break
-        for pid in pids - killed:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        killed |= pids
-        time.sleep(0.05)
+    try:
+        fd = os.open(os.path.join(NETNS_DIR, namespace), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    left: set[int] = set()
+    try:
+        identity = None
+        if fd is not None:
+            st = os.fstat(fd)
+            identity = (st.st_dev, st.st_ino)
+        _ip("netns", "delete", namespace, check=False)
+    finally:
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while True:
+            # Those still joining first: one that execs between the two reads is a member.
+            left = set(_joining(namespace))
+            if identity is not None:
+                left |= set(_members(identity))
+            if not left or time.monotonic() > deadline:
+                break
+            for pid in left:  # again each scan: a pid may be reused
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        if fd is not None:
+            os.close(fd)
+    return sorted(left)
 
 
 def remove_abandoned() -> list[str]:
@@ -166,6 +180,10 @@ def enter(namespace: str) -> None:
 
     Sockets made after this are on the namespace's host; TensorFlow imported
     before is unaffected, as long as it has opened no connection yet.
+
+    Raises:
+      NetnsError: the namespace was deleted meanwhile (its network closed): the
+        thread joined it after `_delete`'s last scan, or could have.
     """
     fd = os.open(os.path.join(NETNS_DIR, namespace), os.O_RDONLY)
     try:
@@ -175,6 +193,16 @@ def enter(namespace: str) -> None:
             raise OSError(ctypes.get_errno(), f"setns into network namespace {namespace!r}")
     finally:
         os.close(fd)
+    _check_entered(namespace)
+
+
+def _check_entered(namespace: str) -> None:
+    """Raises NetnsError unless the calling thread is in `namespace` and its handle is
+    still there: then its deletion comes after this, and the scans after that find the
+    thread as a member."""
+    here = _identity("/proc/thread-self/ns/net")
+    if _identity(os.path.join(NETNS_DIR, namespace)) != here:
+        raise NetnsError(f"network namespace {namespace!r} was deleted while it was entered")
 
 
 def identify(pid: int) -> str:
@@ -283,14 +311,24 @@ class Network:
         _ip("-n", self._switch, "link", "set", self._links[host][1], "up")
 
     def close(self) -> None:
-        """Kills every process left in the namespaces and deletes them (their links go too)."""
+        """Kills every process left in the namespaces and deletes them (their links go too).
+
+        Raises:
+          NetnsError: a process outlived `KILL_TIMEOUT_S` after SIGKILL (named), once
+            everything else is deleted.
+        """
+        left = {}
         for name in reversed(self._made):
-            _delete(name)
+            pids = _delete(name)
+            if pids:
+                left[name] = pids
         self._made = []
         # A pair still whole in this namespace (a failed start); gone links are no error.
         for link in self._root_links:
             _ip("link", "delete", link, check=False)
         self._root_links = []
+        if left:
+            raise NetnsError(f"processes outlived SIGKILL for {KILL_TIMEOUT_S} s: {left}")
 
     def __enter__(self) -> Network:
         return self

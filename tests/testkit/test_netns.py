@@ -129,6 +129,18 @@ def test_without_root_the_error_names_the_permission():
     assert "uid" in message
 
 
+def test_the_handle_is_deleted_before_any_scan_for_processes(monkeypatch):
+    """A scan before the handle is gone could miss a process just past its exec (its
+    command line reads empty for a moment) that then joins: the handle goes first."""
+    calls = []
+    monkeypatch.setattr(netns, "_ip", lambda *args, check=True: calls.append(args) or "")
+    monkeypatch.setattr(netns, "_joining", lambda *a, **k: calls.append("scan") or [])
+    monkeypatch.setattr(netns, "_members", lambda *a, **k: calls.append("scan") or [])
+    assert netns._delete("tfxkit-1-gone-a") == []
+    assert calls[0] == ("netns", "delete", "tfxkit-1-gone-a")
+    assert "scan" in calls
+
+
 def test_a_process_still_joining_a_namespace_is_found_by_its_command_line(tmp_path):
     """`ip netns exec NS cmd` before it joins NS (and execs cmd) is not in `ip netns pids`:
     the harness finds it by its command line, so a test failing right after starting it
@@ -146,8 +158,8 @@ def test_a_process_still_joining_a_namespace_is_found_by_its_command_line(tmp_pa
 
 
 def test_the_processes_of_a_namespace_are_found_by_its_identity(tmp_path):
-    """A namespace's processes are found by the namespace their `ns/net` link names, which
-    still works once its handle is deleted (`ip netns pids` needs the handle)."""
+    """A namespace's processes are found by the namespace their `ns/net` link names (here
+    a hand-made /proc; the test below deletes a real handle)."""
     (tmp_path / "ns-a").write_text("")
     (tmp_path / "ns-b").write_text("")
     for pid, target in (("21", "ns-a"), ("22", "ns-b"), ("23", "ns-a"), ("24", None)):
@@ -176,3 +188,32 @@ def test_a_process_in_a_namespace_is_found_after_its_handle_is_deleted():
         finally:
             sleeper.kill()
             sleeper.wait(timeout=10)
+
+
+@needs_netns
+def test_a_process_that_entered_a_namespace_deleted_meanwhile_is_told_so():
+    """`enter` checks, after its `setns`, that the namespace's handle is still there: one
+    deleted meanwhile may have had its last scan already, so the joiner fails instead."""
+    with netns.Network(["a"]) as network:
+        name = network.namespace["a"]
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child enters, the handle goes, the check runs again
+            os.close(read)
+            try:
+                netns.enter(name)
+                message = "entered"
+                subprocess.run(["ip", "netns", "delete", name], check=True, timeout=10)
+                netns._check_entered(name)
+                message += ", then not told"
+            except netns.NetnsError as e:
+                message += f", then: {e}"
+            except BaseException as e:
+                message = repr(e)
+            os.write(write, message.encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            message = f.read()
+        os.waitpid(pid, 0)
+    assert message == f"entered, then: network namespace {name!r} was deleted while it was entered"

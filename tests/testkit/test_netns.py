@@ -51,6 +51,28 @@ def _ask_from(network: netns.Network, host: str, address: str) -> subprocess.Com
     )  # fmt: skip
 
 
+def _in_child(body) -> str:
+    """What `body()` returns in a forked child (which may drop root or change namespace
+    without touching this process), or the error it raised, as text."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            message = body()
+        except netns.NetnsError as e:
+            message = f"NetnsError: {e}"
+        except BaseException as e:
+            message = repr(e)
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        message = f.read()
+    os.waitpid(pid, 0)
+    return message
+
+
 @needs_netns
 def test_hosts_reach_each_other_over_their_links_and_a_cut_separates_one():
     with netns.Network(["a", "b"]) as network:
@@ -105,27 +127,18 @@ def test_namespaces_of_a_run_that_died_are_removed_by_the_next():
 def test_without_root_the_error_names_the_permission():
     if netns.unavailable().startswith("iproute2"):
         pytest.skip(netns.unavailable())
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child drops root, then asks for a network
-        os.close(read)
-        try:
-            if os.geteuid() == 0:
-                os.setgid(65534)
-                os.setuid(65534)
-            netns.Network(["a"])
-            message = "made a network"
-        except netns.NetnsError as e:
-            message = str(e)
-        except BaseException as e:
-            message = repr(e)
-        os.write(write, message.encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        message = f.read()
-    os.waitpid(pid, 0)
-    assert message.startswith("separate network hosts cannot be made: network namespaces need root")
+
+    def drop_root_and_ask():
+        if os.geteuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+        netns.Network(["a"])
+        return "made a network"
+
+    message = _in_child(drop_root_and_ask)
+    assert message.startswith(
+        "NetnsError: separate network hosts cannot be made: network namespaces need root"
+    )
     assert "uid" in message
 
 
@@ -196,24 +209,15 @@ def test_a_process_that_entered_a_namespace_deleted_meanwhile_is_told_so():
     deleted meanwhile may have had its last scan already, so the joiner fails instead."""
     with netns.Network(["a"]) as network:
         name = network.namespace["a"]
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child enters, the handle goes, the check runs again
-            os.close(read)
+
+        def enter_then_lose_the_handle():
+            netns.enter(name)
+            subprocess.run(["ip", "netns", "delete", name], check=True, timeout=10)
             try:
-                netns.enter(name)
-                message = "entered"
-                subprocess.run(["ip", "netns", "delete", name], check=True, timeout=10)
                 netns._check_entered(name)
-                message += ", then not told"
             except netns.NetnsError as e:
-                message += f", then: {e}"
-            except BaseException as e:
-                message = repr(e)
-            os.write(write, message.encode())
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as f:
-            message = f.read()
-        os.waitpid(pid, 0)
+                return f"entered, then: {e}"
+            return "entered, then not told"
+
+        message = _in_child(enter_then_lose_the_handle)
     assert message == f"entered, then: network namespace {name!r} was deleted while it was entered"

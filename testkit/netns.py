@@ -100,9 +100,10 @@ def _joining(namespace: str, proc: str = "/proc") -> list[int]:
     return found
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    """The (device, inode) of the network namespace at `path` (a handle or
-    `/proc/<pid>/ns/net`), or None when it cannot be read (gone, or a process exiting)."""
+def _identity(path: str | int) -> tuple[int, int] | None:
+    """The (device, inode) of the network namespace at `path` (a handle,
+    `/proc/<pid>/ns/net` or an open descriptor of one), or None when it cannot be read
+    (gone, or a process exiting)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -137,12 +138,9 @@ def _delete(namespace: str) -> list[int]:
         fd = os.open(os.path.join(NETNS_DIR, namespace), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         fd = None
+    identity = _identity(fd) if fd is not None else None
     left: set[int] = set()
     try:
-        identity = None
-        if fd is not None:
-            st = os.fstat(fd)
-            identity = (st.st_dev, st.st_ino)
         _ip("netns", "delete", namespace, check=False)
     finally:
         deadline = time.monotonic() + KILL_TIMEOUT_S

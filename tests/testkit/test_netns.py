@@ -97,7 +97,7 @@ def test_a_failing_test_leaves_no_namespace_and_no_process():
     with pytest.raises(RuntimeError, match="the test failed"):
         with netns.Network(["a"]) as network:
             made = [network.namespace["a"]]
-            # Raised right after starting them: some are still exec'ing `ip`, with no
+            # Raised right after starting them: some may still be exec'ing `ip`, with no
             # command line to be found by yet; none may outlive the network.
             sleepers = [
                 subprocess.Popen([*network.prefix("a"), "sleep", "600"], stderr=subprocess.DEVNULL)
@@ -155,7 +155,7 @@ def test_the_handle_is_deleted_before_any_scan_for_processes(monkeypatch):
 
 
 def test_a_process_still_joining_a_namespace_is_found_by_its_command_line(tmp_path):
-    """`ip netns exec NS cmd` before it joins NS (and execs cmd) is not in `ip netns pids`:
+    """`ip netns exec NS cmd` before it joins NS (and execs cmd) is not yet a member of NS:
     the harness finds it by its command line, so a test failing right after starting it
     leaves nothing behind."""
     for pid, argv in (

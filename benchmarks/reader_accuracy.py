@@ -1,16 +1,20 @@
 """Does tfxkit's reader change what a model learns? One Transform output, two readers.
 
-    .venv/bin/python -m benchmarks.reader_accuracy [--batch-size 256] [--train-steps 5000]
-        [--repeats 8] [--workdir DIR] [--shared-with TEXT] [--no-results]
+    .venv/bin/python -m benchmarks.reader_accuracy [--example mnist|taxi] [--batch-size N]
+        [--train-steps N] [--repeats 8] [--workdir DIR] [--shared-with TEXT] [--no-results]
 
 `benchmarks/drop_in.py` compares whole pipelines, where the Transforms differ
-too. This isolates the reader: TFX's MNIST example (its module's `input_fn`
-and `build_keras_model`, from the tfx wheel, under the `MirroredStrategy` its
-`run_fn` enters) trains on the transformed examples of one stock Transform
-run, once through stock's `tf_dataset_factory` and once through tfxkit's
-(`components.trainer.data_accessor`, the drop-in defaults). Same files, same
-model code, same batch size and steps; both sides are evaluated on the whole
-eval split through stock's reader. Each run is a fresh process: a warm-up
+too. This isolates the reader: a TFX example's model (its module's input
+function and model builder, from the tfx wheel, under the `MirroredStrategy`
+its `run_fn` enters) trains on the transformed examples of one stock
+Transform run, once through stock's `tf_dataset_factory` and once through
+tfxkit's (`components.trainer.data_accessor`, the drop-in defaults). Same
+files, same model code, same batch size and steps; both sides are evaluated
+on the whole eval split through stock's reader. `--example` (`EXAMPLES`):
+`mnist` (`input_fn`, `build_keras_model`; batch 256 by default, where the
+input is most of a step) or `taxi` (`_input_fn`, `_build_keras_model` at
+the layer sizes its `run_fn` builds; the example's own batch of 40 and 1000
+steps), written to `reader_accuracy.json` and `reader_accuracy_taxi.json`. Each run is a fresh process: a warm-up
 run of each side (not counted), then `--repeats` pairs (at least 2), the
 side that runs first alternating pair by pair (stock-tfxkit, tfxkit-stock,
 ...; balanced exactly with an even count).
@@ -49,18 +53,30 @@ from testkit.stats import (  # noqa: E402
 )
 
 SIDES = ("stock", "tfxkit")
+# Each example's default batch size and steps: MNIST's at batch 256 (input-heavy, the
+# file this benchmark first wrote), taxi's as its pipeline trains (`DEFAULT_STEPS` of
+# `drop_in.py`, its run_fn's batch of 40).
+EXAMPLES = {
+    "mnist": {"batch_size": 256, "train_steps": 5000},
+    "taxi": {"batch_size": 40, "train_steps": 1000},
+}
+# The DNN layer sizes taxi's run_fn builds; they are local to its run_fn, so they are
+# repeated here, and `_taxi_model` checks the run_fn still says so.
+TAXI_RUN_FN_LINES = ("first_dnn_layer_size = 100", "num_dnn_layers = 4", "dnn_decay_factor = 0.7")
+TAXI_HIDDEN_UNITS = [max(2, int(100 * 0.7**i)) for i in range(4)]
 # The largest accuracy difference still called "the same" (as `drop_in.py`'s).
 ACCURACY_MARGIN = 0.01
 
 
-def transform_once(root: str) -> str:
-    """Runs the stock MNIST pipeline up to its Transform under `root`; returns its pipeline root."""
+def transform_once(root: str, example_key: str = "mnist") -> str:
+    """Runs the stock pipeline of `example_key` up to its Transform under `root`; returns its
+    pipeline root."""
     from tfx.orchestration import pipeline as tfx_pipeline
     from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
     from testkit import tfx_examples
 
-    example = tfx_examples.MNIST
+    example = tfx_examples.BY_KEY[example_key]
     module = tfx_examples.load_pipeline(example, os.path.join(root, "code"), swapped=False)
     pipeline = tfx_examples.create_pipeline(
         example, module, root, tfx_examples.data_root(example, root)
@@ -75,7 +91,36 @@ def _only(pattern: str) -> str:
     return path
 
 
-def train_once(side: str, pipeline_root: str, batch_size: int, train_steps: int) -> dict:
+def _taxi_model():
+    """Taxi's input function, its model as its run_fn builds it, and its label key.
+
+    Raises:
+      AssertionError: if the run_fn no longer sizes its DNN as `TAXI_RUN_FN_LINES` say.
+    """
+    import inspect
+
+    from tfx.examples.chicago_taxi_pipeline import taxi_utils_native_keras as taxi
+
+    source = inspect.getsource(taxi.run_fn)
+    missing = [line for line in TAXI_RUN_FN_LINES if line not in source]
+    assert not missing, f"taxi's run_fn no longer holds {missing}: update TAXI_HIDDEN_UNITS"
+    return (
+        taxi._input_fn,
+        lambda: taxi._build_keras_model(hidden_units=TAXI_HIDDEN_UNITS),
+        taxi._transformed_name(taxi._LABEL_KEY),
+    )
+
+
+def _mnist_model():
+    """MNIST's input function, model builder and label key."""
+    from tfx.examples.mnist import mnist_utils_native_keras_base as base
+
+    return base.input_fn, base.build_keras_model, base.transformed_name(base.LABEL_KEY)
+
+
+def train_once(
+    side: str, pipeline_root: str, batch_size: int, train_steps: int, example_key: str = "mnist"
+) -> dict:
     """One run of the example's model on `side`'s reader; returns its eval accuracy and fit seconds."""
     from components.compat import legacy_keras
 
@@ -84,7 +129,6 @@ def train_once(side: str, pipeline_root: str, batch_size: int, train_steps: int)
     import tensorflow_transform as tft
     from tfx.components.trainer import fn_args_utils
     from tfx.components.util import tfxio_utils
-    from tfx.examples.mnist import mnist_utils_native_keras_base as base
     from tfx.proto import example_gen_pb2
     from tfx_bsl.public.tfxio import TensorFlowDatasetOptions
 
@@ -109,11 +153,12 @@ def train_once(side: str, pipeline_root: str, batch_size: int, train_steps: int)
         scratch = os.path.join(os.path.dirname(pipeline_root), "scratch")
         factory = data_accessor.make_tf_dataset_factory(DropInSettings(), graph, scratch)
     accessor = fn_args_utils.DataAccessor(factory, None, None)
-    train = base.input_fn(
+    input_fn, build_model, label_key = _taxi_model() if example_key == "taxi" else _mnist_model()
+    train = input_fn(
         [os.path.join(examples, "Split-train", "*")], accessor, transform_output, batch_size
     )
     with tf.distribute.MirroredStrategy().scope():
-        model = base.build_keras_model()
+        model = build_model()
     start = time.perf_counter()
     model.fit(train, steps_per_epoch=train_steps, verbose=0)
     fit_s = time.perf_counter() - start
@@ -121,7 +166,7 @@ def train_once(side: str, pipeline_root: str, batch_size: int, train_steps: int)
         [os.path.join(examples, "Split-eval", "*")],
         TensorFlowDatasetOptions(
             batch_size=batch_size,
-            label_key=base.transformed_name(base.LABEL_KEY),
+            label_key=label_key,
             num_epochs=1,
             shuffle=False,
         ),
@@ -161,8 +206,9 @@ def headline(runs: list[dict], batch_size: int, train_steps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--train-steps", type=int, default=5000)
+    parser.add_argument("--example", choices=sorted(EXAMPLES), default="mnist")
+    parser.add_argument("--batch-size", type=int, help="default: the example's (EXAMPLES)")
+    parser.add_argument("--train-steps", type=int, help="default: the example's (EXAMPLES)")
     parser.add_argument(
         "--repeats", type=int, default=8, help="pairs (a run per side), the first side alternating"
     )
@@ -175,17 +221,21 @@ def main() -> None:
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--pipeline-root", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.batch_size = args.batch_size or EXAMPLES[args.example]["batch_size"]
+    args.train_steps = args.train_steps or EXAMPLES[args.example]["train_steps"]
     if args.transform or args.side:
         if args.transform:
-            result = {"pipeline_root": transform_once(args.workdir)}
+            result = {"pipeline_root": transform_once(args.workdir, args.example)}
         else:
-            result = train_once(args.side, args.pipeline_root, args.batch_size, args.train_steps)
+            result = train_once(
+                args.side, args.pipeline_root, args.batch_size, args.train_steps, args.example
+            )
         fresh_process.print_result(result)
         return
     if args.repeats < 2:
         parser.error("--repeats: at least 2 (one pair has no spread to give an interval)")
     workdir = args.workdir or tempfile.mkdtemp(prefix="reader_accuracy_")
-    this = ["-m", "benchmarks.reader_accuracy"]
+    this = ["-m", "benchmarks.reader_accuracy", "--example", args.example]
     transform = fresh_process.run([*this, "--transform", "--workdir", workdir], "the Transform")
     pipeline_root = transform["pipeline_root"]
     sizes = ["--batch-size", str(args.batch_size), "--train-steps", str(args.train_steps)]
@@ -200,7 +250,7 @@ def main() -> None:
             result = fresh_process.run(child, f"{side} run {pair}")
             runs.append({"pair": pair, "first": order[0], **result})
             print(json.dumps(runs[-1]), flush=True)
-    summary = headline(runs, args.batch_size, args.train_steps)
+    summary = {"example": args.example, **headline(runs, args.batch_size, args.train_steps)}
     print(json.dumps(summary), flush=True)
     if not args.no_results:
         path = results_lib.write(
@@ -208,6 +258,9 @@ def main() -> None:
             [*runs, summary],
             shared_with=args.shared_with or None,
             argv=sys.argv[1:],
+            stem="reader_accuracy"
+            if args.example == "mnist"
+            else f"reader_accuracy_{args.example}",
         )
         print(f"# wrote {os.path.relpath(path, REPO_ROOT)}", file=sys.stderr)
 

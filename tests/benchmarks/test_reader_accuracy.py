@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from benchmarks import reader_accuracy
+from benchmarks import drop_in, reader_accuracy
 from components.data import fashion_mnist
 from tests.conftest import write_fashion_idx
 
@@ -75,6 +75,19 @@ def test_fit_ratios_are_over_complete_pairs_only():
     ]
     out = reader_accuracy.headline(runs, batch_size=256, train_steps=5000)
     assert out["repeats"] == 1 and out["fit_ratio_tfxkit_over_stock"] == 0.5
+
+
+def test_taxi_trains_the_model_its_run_fn_builds_at_its_pipeline_steps():
+    input_fn, build_model, label_key = reader_accuracy._taxi_model()
+    assert label_key == "tips_xf" and callable(input_fn)
+    # Its run_fn's DNN (first 100, decay 0.7, 4 layers), then the wide-and-deep logit.
+    dense = [layer.units for layer in build_model().layers if type(layer).__name__ == "Dense"]
+    assert dense == [100, 70, 48, 34, 1]
+    # The steps drop_in.py runs the example's pipeline at, and its run_fn's batch.
+    assert reader_accuracy.EXAMPLES["taxi"] == {
+        "batch_size": 40,
+        "train_steps": drop_in.DEFAULT_STEPS["taxi"],
+    }
 
 
 def _nothing_may_run(*args, **kwargs):

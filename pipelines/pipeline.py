@@ -22,7 +22,7 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2
 from tfx.types import channel, standard_artifacts
 
-from components.config import M_ON_M, NOISY_STUDENT, AugmentationConfig, PipelineConfig
+from components.config import M_ON_M, NOISY_STUDENT, PipelineConfig
 from components.data.sources import ResolvedInput
 from components.distiller.component import Distiller, EnsembleStudent, StudentRound, round_id
 from components.example_gen import CsvExampleGen, ExampleRules, ImportExampleGen
@@ -190,13 +190,16 @@ def distillation_stage(config: PipelineConfig, transform, schema, teacher) -> li
             Distiller(config=config, teacher_models=models, **common),
         ]
     # Noisy Student: round k's student (seed train.seed + k) is round k + 1's teacher.
+    # The students train with their own augmentation (`students_config`), the teachers with
+    # `train.augmentation`.
     rounds = []
     settings = config.distillation.noisy_student
-    train = config.train
-    if not settings.augment_students:
-        train = dataclasses.replace(train, augmentation=AugmentationConfig())
+    students = config.students_config()
+    train = students.train
     for k in range(1, settings.rounds + 1):
-        seeded = dataclasses.replace(config, train=dataclasses.replace(train, seed=train.seed + k))
+        seeded = dataclasses.replace(
+            students, train=dataclasses.replace(train, seed=train.seed + k)
+        )
         if k == settings.rounds:
             rounds.append(Distiller(config=seeded, teacher_models=models, **common))
         else:

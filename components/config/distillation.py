@@ -115,6 +115,13 @@ class NoisyStudentConfig:
         Trainers keep it (with `student.dropout: 0`, self-training without
         the student's noise: what paid on Fashion-MNIST at 1% of the labels,
         see docs/distillation.md).
+      student_augmentation: The rounds' students' own augmentation, in place
+        of `train.augmentation`, which the teacher Trainers keep (e.g. mixup
+        alone for students whose teacher trained with views and mixup: what
+        the validation split chose on Fashion-MNIST, see
+        docs/distillation.md). Default: `train.augmentation`, as
+        `augment_students` says. Every rule of the config applies to the
+        config the students train with (`PipelineConfig.students_config`).
     """
 
     rounds: int = 2
@@ -122,6 +129,7 @@ class NoisyStudentConfig:
     confidence: float = 0.7
     balance: bool = True
     augment_students: bool = True
+    student_augmentation: AugmentationConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -134,6 +142,12 @@ class NoisyStudentConfig:
                 "confidence",
                 f"expected a number in (0, 1): the teacher's class probability a pseudo-label needs, "
                 f"got {self.confidence}",
+            )
+        if self.student_augmentation is not None and not self.augment_students:
+            fail(
+                "student_augmentation",
+                "sets the students' augmentation, and augment_students: false trains them without "
+                "any; drop one of the two",
             )
         return self
 

@@ -30,7 +30,12 @@ from components.config.runtime import (
     check_service,
 )
 from components.config.secret_scan import reject_secrets
-from components.config.training import ModelConfig, TrainConfig, min_trainable_params
+from components.config.training import (
+    AugmentationConfig,
+    ModelConfig,
+    TrainConfig,
+    min_trainable_params,
+)
 from components.config.validation import ConfigError, fail, from_plain, section, to_plain
 
 
@@ -194,7 +199,43 @@ class PipelineConfig:
             ),
         )
 
+    def students_config(self) -> PipelineConfig:
+        """The config the Noisy Student rounds' students train with.
+
+        This config with `train.augmentation` replaced by
+        `noisy_student.student_augmentation` when that is set (the field then
+        consumed: None in the result), or by no augmentation with
+        `augment_students: false`; the teacher Trainers keep this config's.
+
+        Raises:
+          ConfigError: when that config breaks a rule (naming the field in it).
+        """
+        settings = self.distillation.noisy_student
+        if settings.student_augmentation is not None:
+            augmentation = settings.student_augmentation
+        elif not settings.augment_students:
+            augmentation = AugmentationConfig()
+        else:
+            return self
+        return dataclasses.replace(
+            self,
+            train=dataclasses.replace(self.train, augmentation=augmentation),
+            distillation=dataclasses.replace(
+                self.distillation,
+                noisy_student=dataclasses.replace(settings, student_augmentation=None),
+            ),
+        )
+
     def _check_noisy_student(self) -> None:
+        if self.distillation.noisy_student.student_augmentation is not None:
+            try:
+                self.students_config()
+            except ConfigError as e:
+                fail(
+                    "distillation.noisy_student.student_augmentation",
+                    f"the rounds' students train with it, and the config they train with is "
+                    f"refused: {e}",
+                )
         if self.data.labeled_fraction >= 1.0:
             fail(
                 "data.labeled_fraction",

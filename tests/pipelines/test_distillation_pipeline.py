@@ -126,6 +126,35 @@ def test_noisy_students_train_with_or_without_the_augmentation_the_teacher_keeps
     assert [mixup(n) for n in ("Round_1", "Distiller")] == [0.2 if augment_students else 0.0] * 2
 
 
+def test_noisy_students_train_with_their_own_augmentation_beside_the_teachers(
+    tmp_path, digits_config
+):
+    data = to_dict(digits_config)
+    data["data"]["labeled_fraction"] = 0.1
+    data["train"]["augmentation"] = {"mixup": 0.4, "input_noise": 0.1}
+    data["distillation"].update(
+        method="noisy_student",
+        cache_teacher_logits=False,
+        scratch_baseline=True,
+        noisy_student={"student_augmentation": {"mixup": 0.2}},
+    )
+    components = _build(from_dict(data), tmp_path)
+
+    def carried(node):
+        return json.loads(
+            json.loads(components[node].exec_properties["custom_config"])["tfxkit_config"]
+        )
+
+    teacher = {"translate": 0, "flip": False, "mixup": 0.4, "input_noise": 0.1}
+    # The teacher and the network trained alone keep train.augmentation.
+    assert carried("Trainer")["train"]["augmentation"] == teacher
+    assert carried("StudentBaseline")["train"]["augmentation"] == teacher
+    for node in ("Round_1", "Distiller"):
+        config = carried(node)
+        assert config["train"]["augmentation"] == {**teacher, "mixup": 0.2, "input_noise": 0.0}
+        assert config["distillation"]["noisy_student"]["student_augmentation"] is None
+
+
 def test_pipeline_without_distillation_is_unchanged(tmp_path, digits_config):
     plain = dataclasses.replace(
         digits_config, distillation=dataclasses.replace(digits_config.distillation, enabled=False)

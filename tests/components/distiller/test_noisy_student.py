@@ -8,6 +8,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -79,6 +80,40 @@ def test_soft_pseudo_labels_with_mixup_are_refused(digits_config):
     data["train"]["augmentation"]["mixup"] = 0.2
     with pytest.raises(ConfigError, match=r"^distillation\.noisy_student\.pseudo_labels: soft"):
         from_dict(data)
+
+
+def test_a_students_augmentation_with_augment_students_off_is_refused(digits_config):
+    data = to_dict(_noisy(digits_config))
+    data["distillation"]["noisy_student"].update(
+        augment_students=False, student_augmentation={"mixup": 0.2}
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^distillation\.noisy_student\.student_augmentation: sets the students' "
+        r"augmentation, and augment_students: false",
+    ):
+        from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "settings, augmentation, match",
+    [
+        # Digits have no image shape here: the students' views have nothing to move.
+        ({}, {"translate": 2}, r"train\.augmentation: augmentation shifts and flips images"),
+        # The rule on soft pseudo-labels holds for the students' own mixup too.
+        ({"pseudo_labels": "soft"}, {"mixup": 0.2}, r"noisy_student\.pseudo_labels: soft"),
+    ],
+)
+def test_a_students_augmentation_meets_every_rule_of_the_config_it_trains_with(
+    digits_config, settings, augmentation, match
+):
+    data = to_dict(_noisy(digits_config, **settings))
+    data["distillation"]["noisy_student"]["student_augmentation"] = augmentation
+    with pytest.raises(ConfigError) as refused:
+        from_dict(data)
+    message = str(refused.value)
+    assert message.startswith("distillation.noisy_student.student_augmentation: the rounds' ")
+    assert re.search(match, message), message
 
 
 def test_the_teacher_target_cache_is_refused_with_noisy_student(digits_config):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import sys
 
@@ -252,6 +253,23 @@ def headline(rows: list[dict], choice: dict, rules: dict[str, float]) -> dict:
     return out
 
 
+def saved(workdir: str, name: str, make) -> dict:
+    """What a run under the same code key saved as `<workdir>/saved/<name>.json`, else
+    `make()` with its `provenance`, saved there at once (the work directory is named by
+    the code that trains, so nothing other code made is reused)."""
+    path = os.path.join(workdir, "saved", f"{name}.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    record = {**make(), "provenance": results_lib.provenance()}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    return record
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -278,16 +296,15 @@ def main(argv: list[str] | None = None) -> None:
     config = base_config(data.input_base)
     paths = bench_lib.run_transform(config, workdir, data)
     bench = methods.Measured(config, paths, workdir, strategies.create_strategy(config.strategy))
-    choice = methods._saved_choice(workdir, "choice", lambda: choose(bench, config, args.max_steps))
+    choice = saved(workdir, "choice", lambda: choose(bench, config, args.max_steps))
     lines = [{"stage": "choice", **choice}]
     bench_lib.emit(lines[0])
-    rows = methods._resumable(
-        workdir,
-        "trials",
-        args.seeds,
-        lambda i: trial(bench, config, choice, i, args.max_steps),
-        lambda i, row: f"seed {i}: {row}",
-    )
+    rows = []
+    for i in range(args.seeds):
+        rows.append(
+            saved(workdir, f"trial{i}", lambda i=i: trial(bench, config, choice, i, args.max_steps))
+        )
+        print(f"# seed {i}: {rows[-1]}", file=sys.stderr, flush=True)
     lines += [{"stage": "trial", **row} for row in rows]
     rules = rule_accuracies(
         os.path.join(data.input_base, "test", "data.csv"), config.data.label.name

@@ -149,3 +149,15 @@ def test_a_teacher_trains_for_its_candidates_steps_not_the_benchmark_configs(tmp
         assert Splits().inputs("teacher", role_steps).train_steps == steps
     student = bench.shaped(Splits.config, "student", {"hidden_units": [16]}, 3000)
     assert bench.bench_lib.Bench.role_steps(student, "student") == 3000
+
+
+def test_a_saved_stage_is_made_once_with_its_provenance_and_read_back(tmp_path):
+    made = []
+    first = bench.saved(str(tmp_path), "choice", lambda: made.append(1) or {"acc": 0.9})
+    assert first["acc"] == 0.9 and made == [1]
+    assert {"commit", "commit_start", "date", "machine"} <= set(first["provenance"])
+
+    def refuse():
+        raise AssertionError("a saved stage was made again")
+
+    assert bench.saved(str(tmp_path), "choice", refuse) == first

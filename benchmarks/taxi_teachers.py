@@ -262,11 +262,7 @@ def saved(workdir: str, name: str, make) -> dict:
         with open(path) as f:
             return json.load(f)
     record = {**make(), "provenance": results_lib.provenance()}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+    methods._save(path, record)
     return record
 
 

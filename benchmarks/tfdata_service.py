@@ -66,6 +66,8 @@ TRANSLATE, FLIP = 2, True
 # The last line's keys, exactly (intervals, targets and the rest are on the line before).
 HEADLINE_KEYS = (
     "service_speedup",
+    "service_over_local_equal_cpu",
+    "service_over_local_equal_cpu_ci95",
     "service_cost_ratio_not_input_bound",
     "exactly_once",
     "first_epoch_over_limit",
